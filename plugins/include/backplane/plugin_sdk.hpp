@@ -1,0 +1,392 @@
+// Header-only C++ SDK for writing a Backplane backend plugin.
+//
+// A backend derives from bp::sdk::Backend, overrides the virtual functions, and expands
+// BP_SDK_DEFINE_PLUGIN(Class, "name", "device_type", "version") in exactly one .cpp file. The
+// macro defines the one exported symbol, bp_plugin_get_api, and a bp_plugin_api table whose
+// slots call the backend and convert every C++ exception into a bp_error (Note [Error
+// objects] in plugin_abi.h): a plugin written with the SDK never lets an exception or an abort
+// cross the boundary.
+//
+// Throw bp::sdk::Failure (through bp::sdk::fail) to return a specific code and native name;
+// std::bad_alloc becomes BP_ERROR_OUT_OF_MEMORY and any other std::exception
+// BP_ERROR_INTERNAL.
+//
+// Thread-safety: the SDK adds no locks; the backend guards its own shared state.
+#ifndef BACKPLANE_PLUGIN_SDK_HPP_
+#define BACKPLANE_PLUGIN_SDK_HPP_
+
+#include <backplane/plugin_abi.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace bp::sdk {
+
+// An exception carrying an ABI error code and an optional vendor error name.
+class Failure : public std::exception {
+ public:
+  Failure(bp_error_code code, std::string message, std::string native_name = "")
+      : code_(code), message_(std::move(message)), native_(std::move(native_name)) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+  bp_error_code code() const noexcept { return code_; }
+  const std::string& native_name() const noexcept { return native_; }
+
+ private:
+  bp_error_code code_;
+  std::string message_;
+  std::string native_;
+};
+
+[[noreturn]] inline void fail(bp_error_code code, std::string message,
+                              std::string native_name = "") {
+  throw Failure(code, std::move(message), std::move(native_name));
+}
+
+// Builds a message with printf formatting.
+template <typename... Args>
+std::string format(const char* fmt, Args... args) {
+  int n = std::snprintf(nullptr, 0, fmt, args...);
+  std::string s(n > 0 ? static_cast<size_t>(n) : 0, '\0');
+  if (n > 0) std::snprintf(s.data(), s.size() + 1, fmt, args...);
+  return s;
+}
+
+namespace detail {
+struct OwnedError {
+  bp_error e;  // first member: the bp_error* handed out points at the whole object
+  std::string message, plugin, native;
+};
+// Returned when even the error object cannot be allocated; never freed.
+inline bp_error* out_of_memory_error() {
+  static bp_error oom = {sizeof(bp_error), BP_ERROR_OUT_OF_MEMORY,
+                         "out of host memory while reporting an error", "", ""};
+  return &oom;
+}
+}  // namespace detail
+
+// Allocates an error object owned by the caller; freed by free_error (the error_free slot).
+inline bp_error* make_error(const char* plugin, int32_t code, const std::string& message,
+                            const std::string& native) {
+  auto* o = new (std::nothrow) detail::OwnedError{};
+  if (!o) return detail::out_of_memory_error();
+  o->message = message;
+  o->plugin = plugin;
+  o->native = native;
+  o->e = {sizeof(bp_error), code, o->message.c_str(), o->plugin.c_str(), o->native.c_str()};
+  return &o->e;
+}
+
+inline void free_error(bp_error* e) {
+  if (e && e != detail::out_of_memory_error()) delete reinterpret_cast<detail::OwnedError*>(e);
+}
+
+// Runs f, converting exceptions into error objects of `plugin`.
+template <typename F>
+bp_error* guarded(const char* plugin, F&& f) noexcept {
+  try {
+    f();
+    return nullptr;
+  } catch (const Failure& e) {
+    return make_error(plugin, e.code(), e.what(), e.native_name());
+  } catch (const std::bad_alloc&) {
+    return make_error(plugin, BP_ERROR_OUT_OF_MEMORY, "out of host memory", "std::bad_alloc");
+  } catch (const std::exception& e) {
+    return make_error(plugin, BP_ERROR_INTERNAL, e.what(), "");
+  } catch (...) {
+    return make_error(plugin, BP_ERROR_INTERNAL, "unknown exception in plugin", "");
+  }
+}
+
+// Looks up launch attributes by name.
+class Attrs {
+ public:
+  Attrs(const bp_attr* a, int32_t n) : a_(a), n_(n) {}
+  const bp_attr* find(std::string_view name) const {
+    for (int32_t i = 0; i < n_; ++i)
+      if (name == a_[i].name) return &a_[i];
+    return nullptr;
+  }
+  bool has(std::string_view name) const { return find(name) != nullptr; }
+  double f(std::string_view name, double fallback = 0.0) const {
+    const bp_attr* a = find(name);
+    if (!a) return fallback;
+    return a->kind == BP_ATTR_FLOAT ? a->f : static_cast<double>(a->i);
+  }
+  int64_t i(std::string_view name, int64_t fallback = 0) const {
+    const bp_attr* a = find(name);
+    if (!a) return fallback;
+    return a->kind == BP_ATTR_INT ? a->i : static_cast<int64_t>(a->f);
+  }
+
+ private:
+  const bp_attr* a_;
+  int32_t n_;
+};
+
+// Number of elements described by a tensor descriptor.
+inline int64_t numel(const bp_tensor_desc& t) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < t.rank; ++d) n *= t.shape[d];
+  return n;
+}
+
+// True when the descriptor is row-major contiguous (size-1 dimensions ignored).
+inline bool is_contiguous(const bp_tensor_desc& t) {
+  int64_t expected = 1;
+  for (int32_t d = t.rank - 1; d >= 0; --d) {
+    if (t.shape[d] != 1 && t.strides[d] != expected) return false;
+    expected *= t.shape[d];
+  }
+  return true;
+}
+
+// Copies a string into a fixed char array field of a property struct.
+template <size_t N>
+void copy_string(char (&dst)[N], std::string_view src) {
+  size_t n = src.size() < N - 1 ? src.size() : N - 1;
+  std::memcpy(dst, src.data(), n);
+  dst[n] = '\0';
+}
+
+// Base class of a backend. One instance per process, created on first call to the entry
+// symbol. Slots whose has_*() answers false are left NULL in the table, so the host applies
+// the documented default.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual void init() {}
+  virtual void shutdown() {}
+  virtual int32_t device_count(const char** out_reason) = 0;
+  virtual void device_properties(int32_t device, bp_device_properties& props) = 0;
+
+  virtual bp_stream* stream_create(int32_t device) = 0;
+  virtual void stream_destroy(bp_stream* stream) = 0;
+  virtual void stream_synchronize(bp_stream* stream) = 0;
+
+  virtual bool has_events() const { return false; }
+  virtual bp_event* event_create(int32_t) { fail(BP_ERROR_UNSUPPORTED, "events"); }
+  virtual void event_destroy(bp_event*) {}
+  virtual void event_record(bp_event*, bp_stream*) {}
+  virtual void stream_wait_event(bp_stream*, bp_event*) {}
+  virtual void event_synchronize(bp_event*) {}
+  virtual bool has_event_timing() const { return false; }
+  virtual double event_elapsed_ms(bp_event*, bp_event*) { return 0.0; }
+
+  virtual bp_buffer* mem_alloc(int32_t device, bp_stream* stream, uint64_t size) = 0;
+  virtual void mem_free(int32_t device, bp_stream* stream, bp_buffer* buf, uint64_t size) = 0;
+  virtual bool has_host_pointer() const { return false; }
+  virtual void* mem_host_pointer(bp_buffer*) { return nullptr; }
+  virtual void memory_stats(int32_t device, bp_memory_stats& stats) = 0;
+  virtual void memory_reset_peak(int32_t device) = 0;
+  virtual bool has_empty_cache() const { return false; }
+  virtual void memory_empty_cache(int32_t) {}
+
+  virtual bool has_host_alloc() const { return false; }
+  virtual void* host_alloc(int32_t, uint64_t) { return nullptr; }
+  virtual void host_free(int32_t, void*) {}
+
+  virtual void memset(bp_stream* stream, bp_buffer* buf, uint64_t offset, int32_t value,
+                      uint64_t size) = 0;
+  virtual void copy_h2d(bp_stream* s, bp_buffer* dst, uint64_t dst_off, const void* src,
+                        uint64_t size) = 0;
+  virtual void copy_d2h(bp_stream* s, void* dst, bp_buffer* src, uint64_t src_off,
+                        uint64_t size) = 0;
+  virtual void copy_d2d(bp_stream* s, bp_buffer* dst, uint64_t dst_off, bp_buffer* src,
+                        uint64_t src_off, uint64_t size) = 0;
+  virtual bool has_copy_peer() const { return false; }
+  virtual void copy_peer(bp_stream*, int32_t, bp_buffer*, uint64_t, int32_t, bp_buffer*,
+                         uint64_t, uint64_t) {}
+
+  // Returns nullptr (or throws BP_ERROR_UNSUPPORTED) when the op/dtype is not implemented.
+  virtual bp_kernel* find_kernel(int32_t device, const char* op, int32_t dtype) = 0;
+  virtual void launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_desc* inputs,
+                      int32_t num_inputs, const bp_tensor_desc* outputs, int32_t num_outputs,
+                      const Attrs& attrs) = 0;
+
+  virtual bool has_list_ops() const { return false; }
+  virtual void list_ops(int32_t, const bp_op_support** out_list, int32_t* out_count) {
+    *out_list = nullptr;
+    *out_count = 0;
+  }
+};
+
+// Fills a bp_plugin_api table that forwards to the Backend returned by `get`.
+template <Backend& (*get)(), const char* const* kName>
+struct Table {
+  static const char* name() { return *kName; }
+  template <typename F>
+  static bp_error* run(F&& f) noexcept {
+    return guarded(*kName, std::forward<F>(f));
+  }
+  static void build(bp_plugin_api& t, const char* type, const char* version) {
+    Backend& b = get();
+    t.struct_size = sizeof(bp_plugin_api);
+    t.abi_major = BP_ABI_MAJOR;
+    t.abi_minor = BP_ABI_MINOR;
+    t.name = *kName;
+    t.device_type = type;
+    t.version = version;
+    t.error_free = [](bp_error* e) { free_error(e); };
+    t.init = []() { return run([] { get().init(); }); };
+    t.shutdown = []() {
+      try {
+        get().shutdown();
+      } catch (...) {
+      }
+    };
+    t.device_count = [](const char** reason) -> int32_t {
+      static const char* empty = "";
+      *reason = empty;
+      try {
+        return get().device_count(reason);
+      } catch (const std::exception& e) {
+        static thread_local std::string why;
+        why = e.what();
+        *reason = why.c_str();
+        return 0;
+      }
+    };
+    t.device_properties = [](int32_t d, bp_device_properties* p) {
+      return run([&] {
+        if (!p) fail(BP_ERROR_INVALID_ARGUMENT, "device_properties: out_props is NULL");
+        bp_device_properties full{};
+        full.struct_size = sizeof(full);
+        get().device_properties(d, full);
+        size_t n = p->struct_size < sizeof(full) ? p->struct_size : sizeof(full);
+        std::memcpy(reinterpret_cast<char*>(p) + sizeof(size_t),
+                    reinterpret_cast<char*>(&full) + sizeof(size_t), n - sizeof(size_t));
+      });
+    };
+    t.stream_create = [](int32_t d, bp_stream** out) {
+      return run([&] { *out = get().stream_create(d); });
+    };
+    t.stream_destroy = [](bp_stream* s) { return run([&] { get().stream_destroy(s); }); };
+    t.stream_synchronize = [](bp_stream* s) {
+      return run([&] { get().stream_synchronize(s); });
+    };
+    if (b.has_events()) {
+      t.event_create = [](int32_t d, bp_event** out) {
+        return run([&] { *out = get().event_create(d); });
+      };
+      t.event_destroy = [](bp_event* e) { return run([&] { get().event_destroy(e); }); };
+      t.event_record = [](bp_event* e, bp_stream* s) {
+        return run([&] { get().event_record(e, s); });
+      };
+      t.stream_wait_event = [](bp_stream* s, bp_event* e) {
+        return run([&] { get().stream_wait_event(s, e); });
+      };
+      t.event_synchronize = [](bp_event* e) { return run([&] { get().event_synchronize(e); }); };
+    }
+    if (b.has_events() && b.has_event_timing()) {
+      t.event_elapsed_ms = [](bp_event* a, bp_event* c, double* ms) {
+        return run([&] { *ms = get().event_elapsed_ms(a, c); });
+      };
+    }
+    t.mem_alloc = [](int32_t d, bp_stream* s, uint64_t n, bp_buffer** out) {
+      return run([&] { *out = get().mem_alloc(d, s, n); });
+    };
+    t.mem_free = [](int32_t d, bp_stream* s, bp_buffer* buf, uint64_t n) {
+      return run([&] {
+        if (buf) get().mem_free(d, s, buf, n);
+      });
+    };
+    if (b.has_host_pointer()) {
+      t.mem_host_pointer = [](bp_buffer* buf) -> void* {
+        try {
+          return get().mem_host_pointer(buf);
+        } catch (...) {
+          return nullptr;
+        }
+      };
+    }
+    t.memory_stats = [](int32_t d, bp_memory_stats* out) {
+      return run([&] {
+        bp_memory_stats full{};
+        full.struct_size = sizeof(full);
+        get().memory_stats(d, full);
+        size_t n = out->struct_size < sizeof(full) ? out->struct_size : sizeof(full);
+        std::memcpy(reinterpret_cast<char*>(out) + sizeof(size_t),
+                    reinterpret_cast<char*>(&full) + sizeof(size_t), n - sizeof(size_t));
+      });
+    };
+    t.memory_reset_peak = [](int32_t d) { return run([&] { get().memory_reset_peak(d); }); };
+    if (b.has_empty_cache()) {
+      t.memory_empty_cache = [](int32_t d) { return run([&] { get().memory_empty_cache(d); }); };
+    }
+    if (b.has_host_alloc()) {
+      t.host_alloc = [](int32_t d, uint64_t n, void** out) {
+        return run([&] { *out = get().host_alloc(d, n); });
+      };
+      t.host_free = [](int32_t d, void* p) { return run([&] { get().host_free(d, p); }); };
+    }
+    t.memset = [](bp_stream* s, bp_buffer* buf, uint64_t off, int32_t v, uint64_t n) {
+      return run([&] { get().memset(s, buf, off, v, n); });
+    };
+    t.copy_h2d = [](bp_stream* s, bp_buffer* dst, uint64_t off, const void* src, uint64_t n) {
+      return run([&] { get().copy_h2d(s, dst, off, src, n); });
+    };
+    t.copy_d2h = [](bp_stream* s, void* dst, bp_buffer* src, uint64_t off, uint64_t n) {
+      return run([&] { get().copy_d2h(s, dst, src, off, n); });
+    };
+    t.copy_d2d = [](bp_stream* s, bp_buffer* dst, uint64_t doff, bp_buffer* src, uint64_t soff,
+                    uint64_t n) { return run([&] { get().copy_d2d(s, dst, doff, src, soff, n); }); };
+    if (b.has_copy_peer()) {
+      t.copy_peer = [](bp_stream* s, int32_t dd, bp_buffer* dst, uint64_t doff, int32_t sd,
+                       bp_buffer* src, uint64_t soff, uint64_t n) {
+        return run([&] { get().copy_peer(s, dd, dst, doff, sd, src, soff, n); });
+      };
+    }
+    t.find_kernel = [](int32_t d, const char* op, int32_t dtype, bp_kernel** out) {
+      return run([&] {
+        bp_kernel* k = get().find_kernel(d, op, dtype);
+        if (!k)
+          fail(BP_ERROR_UNSUPPORTED, format("%s: no kernel for op '%s' with dtype %s", *kName, op,
+                                            bp_dtype_name(dtype)));
+        *out = k;
+      });
+    };
+    t.launch = [](bp_kernel* k, bp_stream* s, const bp_tensor_desc* in, int32_t nin,
+                  const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs, int32_t na) {
+      return run([&] { get().launch(k, s, in, nin, out, nout, Attrs(attrs, na)); });
+    };
+    if (b.has_list_ops()) {
+      t.list_ops = [](int32_t d, const bp_op_support** out, int32_t* count) {
+        return run([&] { get().list_ops(d, out, count); });
+      };
+    }
+  }
+};
+
+}  // namespace bp::sdk
+
+// Defines the plugin's entry symbol for backend class `Class`.
+#define BP_SDK_DEFINE_PLUGIN(Class, kNameLit, kTypeLit, kVersionLit)                         \
+  namespace {                                                                                \
+  const char* const bp_sdk_plugin_name = kNameLit;                                           \
+  bp::sdk::Backend& bp_sdk_backend() {                                                       \
+    static Class* instance = new Class(); /* never destroyed: lives as long as the .so */    \
+    return *instance;                                                                        \
+  }                                                                                          \
+  }                                                                                          \
+  extern "C" BP_PLUGIN_EXPORT const bp_plugin_api* bp_plugin_get_api(uint32_t host_major,    \
+                                                                     uint32_t host_minor) {  \
+    /* The host compares versions and reports a mismatch with both numbers. */             \
+    (void)host_major;                                                                        \
+    (void)host_minor;                                                                        \
+    static bp_plugin_api table = [] {                                                        \
+      bp_plugin_api t{};                                                                     \
+      bp::sdk::Table<bp_sdk_backend, &bp_sdk_plugin_name>::build(t, kTypeLit, kVersionLit);  \
+      return t;                                                                              \
+    }();                                                                                     \
+    return &table;                                                                           \
+  }
+
+#endif  // BACKPLANE_PLUGIN_SDK_HPP_
