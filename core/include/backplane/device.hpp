@@ -68,7 +68,8 @@ class Allocator {
   // Allocates `bytes` usable by work queued on `stream`. Throws OutOfMemory naming the device,
   // the request and the free memory.
   virtual std::shared_ptr<Buffer> allocate(uint64_t bytes, Stream& stream) = 0;
-  std::shared_ptr<Buffer> allocate(uint64_t bytes);  // on the device's default stream
+  // Allocates on the device's default stream.
+  virtual std::shared_ptr<Buffer> allocate(uint64_t bytes) = 0;
   virtual MemoryStats stats() = 0;
   virtual void reset_peak() = 0;
   // Returns cached free memory to the system.

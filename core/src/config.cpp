@@ -1,0 +1,166 @@
+// Note [Config precedence]
+//   The file: BACKPLANE_CONFIG if set (a missing file is then an error), else ./backplane.toml,
+//   else $XDG_CONFIG_HOME/backplane/config.toml (~/.config/backplane/config.toml). Keys:
+//
+//     device = "cuda:0"                 # default device
+//     [plugins]
+//     paths = ["/opt/backplane/plugins"] # searched after BACKPLANE_PLUGIN_PATH
+//     allow = ["cpu", "cuda"]           # only these plugin names
+//     deny  = ["opencl"]                # never these
+//     [matmul]
+//     allow_tf32 = false
+//     [debug]
+//     sync = "warn"                     # "off", "warn" or "error"
+//
+//   Environment beats file: BACKPLANE_DEVICE, BACKPLANE_PLUGINS (allow list),
+//   BACKPLANE_ALLOW_TF32 (0/1), BACKPLANE_SYNC_DEBUG. An unknown key, a wrong type or a syntax
+//   error is an IOError naming the file, the line and the key.
+#include "config_internal.hpp"
+
+#include <backplane/errors.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <toml++/toml.h>
+
+namespace bp::detail {
+
+namespace {
+
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
+[[noreturn]] void bad_key(const std::string& file, const toml::node& node, const std::string& key,
+                          const std::string& why) {
+  throw IOError("config file " + file + ", line " + std::to_string(node.source().begin.line) +
+                ", key '" + key + "': " + why);
+}
+
+std::vector<std::string> string_list(const std::string& file, const toml::node& node,
+                                     const std::string& key) {
+  const toml::array* arr = node.as_array();
+  if (!arr) bad_key(file, node, key, "expected an array of strings, e.g. [\"cpu\", \"cuda\"]");
+  std::vector<std::string> out;
+  for (const toml::node& item : *arr) {
+    auto s = item.value<std::string>();
+    if (!s) bad_key(file, item, key, "expected every element to be a string");
+    out.push_back(*s);
+  }
+  return out;
+}
+
+std::string sync_mode(const std::string& where, const std::string& v) {
+  if (v.empty() || v == "off" || v == "warn" || v == "error") return v == "off" ? "" : v;
+  throw IOError(where + ": sync debug mode '" + v + "' is not one of off, warn, error");
+}
+
+void read_file(Config& c, const std::string& file) {
+  toml::table root;
+  try {
+    root = toml::parse_file(file);
+  } catch (const toml::parse_error& e) {
+    throw IOError("config file " + file + ", line " + std::to_string(e.source().begin.line) +
+                  ": " + std::string(e.description()));
+  }
+  c.source = file;
+  for (auto&& [k, node] : root) {
+    std::string key(k.str());
+    if (key == "device") {
+      auto v = node.value<std::string>();
+      if (!v) bad_key(file, node, key, "expected a device string such as \"cuda:0\"");
+      c.default_device = *v;
+    } else if (key == "plugins" || key == "matmul" || key == "debug") {
+      const toml::table* t = node.as_table();
+      if (!t) bad_key(file, node, key, "expected a table [" + key + "]");
+      for (auto&& [sk, sn] : *t) {
+        std::string sub = key + "." + std::string(sk.str());
+        if (sub == "plugins.paths") {
+          c.plugin_paths = string_list(file, sn, sub);
+        } else if (sub == "plugins.allow") {
+          c.allow = string_list(file, sn, sub);
+        } else if (sub == "plugins.deny") {
+          c.deny = string_list(file, sn, sub);
+        } else if (sub == "matmul.allow_tf32") {
+          auto v = sn.value<bool>();
+          if (!v) bad_key(file, sn, sub, "expected true or false");
+          c.allow_tf32 = *v;
+        } else if (sub == "debug.sync") {
+          auto v = sn.value<std::string>();
+          if (!v) bad_key(file, sn, sub, "expected \"off\", \"warn\" or \"error\"");
+          c.sync_debug = sync_mode("config file " + file + ", line " +
+                                       std::to_string(sn.source().begin.line) + ", key '" +
+                                       sub + "'",
+                                   *v);
+        } else {
+          bad_key(file, sn, sub,
+                  "unknown key; known keys are device, plugins.paths, plugins.allow, "
+                  "plugins.deny, matmul.allow_tf32, debug.sync");
+        }
+      }
+    } else {
+      bad_key(file, node, key,
+              "unknown key; known keys are device, plugins.paths, plugins.allow, plugins.deny, "
+              "matmul.allow_tf32, debug.sync");
+    }
+  }
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(sep, start);
+    if (end == std::string::npos) end = s.size();
+    if (end > start) out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string config_file_path() {
+  std::string explicit_path = env("BACKPLANE_CONFIG");
+  if (!explicit_path.empty()) {
+    if (!std::filesystem::exists(explicit_path))
+      throw IOError("config file " + explicit_path +
+                    " (from BACKPLANE_CONFIG) does not exist; unset BACKPLANE_CONFIG or point it "
+                    "at a TOML file");
+    return explicit_path;
+  }
+  if (std::filesystem::exists("backplane.toml")) return "backplane.toml";
+  std::string xdg = env("XDG_CONFIG_HOME");
+  if (xdg.empty() && !env("HOME").empty()) xdg = env("HOME") + "/.config";
+  if (!xdg.empty()) {
+    std::string p = xdg + "/backplane/config.toml";
+    if (std::filesystem::exists(p)) return p;
+  }
+  return "";
+}
+
+Config load_config() {
+  Config c;
+  std::string file = config_file_path();
+  if (!file.empty()) read_file(c, file);
+  if (std::string v = env("BACKPLANE_DEVICE"); !v.empty()) c.default_device = v;
+  if (std::string v = env("BACKPLANE_PLUGINS"); !v.empty()) c.allow = split(v, ',');
+  if (std::string v = env("BACKPLANE_ALLOW_TF32"); !v.empty()) {
+    if (v != "0" && v != "1")
+      throw IOError("BACKPLANE_ALLOW_TF32='" + v + "' is not 0 or 1");
+    c.allow_tf32 = v == "1";
+  }
+  if (std::string v = env("BACKPLANE_SYNC_DEBUG"); !v.empty())
+    c.sync_debug = sync_mode("BACKPLANE_SYNC_DEBUG", v);
+  return c;
+}
+
+const Config& settings() {
+  static const Config* c = new Config(load_config());  // read once; never destroyed
+  return *c;
+}
+
+std::vector<std::string> env_plugin_path() { return split(env("BACKPLANE_PLUGIN_PATH"), ':'); }
+
+}  // namespace bp::detail
