@@ -19,9 +19,9 @@
 
 #include <backplane/errors.hpp>
 
+#include <toml++/toml.h>
 #include <cstdlib>
 #include <filesystem>
-#include <toml++/toml.h>
 
 namespace bp::detail {
 
@@ -61,8 +61,8 @@ void read_file(Config& c, const std::string& file) {
   try {
     root = toml::parse_file(file);
   } catch (const toml::parse_error& e) {
-    throw IOError("config file " + file + ", line " + std::to_string(e.source().begin.line) +
-                  ": " + std::string(e.description()));
+    throw IOError("config file " + file + ", line " + std::to_string(e.source().begin.line) + ": " +
+                  std::string(e.description()));
   }
   c.source = file;
   for (auto&& [k, node] : root) {
@@ -89,10 +89,10 @@ void read_file(Config& c, const std::string& file) {
         } else if (sub == "debug.sync") {
           auto v = sn.value<std::string>();
           if (!v) bad_key(file, sn, sub, "expected \"off\", \"warn\" or \"error\"");
-          c.sync_debug = sync_mode("config file " + file + ", line " +
-                                       std::to_string(sn.source().begin.line) + ", key '" +
-                                       sub + "'",
-                                   *v);
+          c.sync_debug =
+              sync_mode("config file " + file + ", line " + std::to_string(sn.source().begin.line) +
+                            ", key '" + sub + "'",
+                        *v);
         } else {
           bad_key(file, sn, sub,
                   "unknown key; known keys are device, plugins.paths, plugins.allow, "
@@ -147,8 +147,7 @@ Config load_config() {
   if (std::string v = env("BACKPLANE_DEVICE"); !v.empty()) c.default_device = v;
   if (std::string v = env("BACKPLANE_PLUGINS"); !v.empty()) c.allow = split(v, ',');
   if (std::string v = env("BACKPLANE_ALLOW_TF32"); !v.empty()) {
-    if (v != "0" && v != "1")
-      throw IOError("BACKPLANE_ALLOW_TF32='" + v + "' is not 0 or 1");
+    if (v != "0" && v != "1") throw IOError("BACKPLANE_ALLOW_TF32='" + v + "' is not 0 or 1");
     c.allow_tf32 = v == "1";
   }
   if (std::string v = env("BACKPLANE_SYNC_DEBUG"); !v.empty())
@@ -161,6 +160,8 @@ const Config& settings() {
   return *c;
 }
 
-std::vector<std::string> env_plugin_path() { return split(env("BACKPLANE_PLUGIN_PATH"), ':'); }
+std::vector<std::string> env_plugin_path() {
+  return split(env("BACKPLANE_PLUGIN_PATH"), ':');
+}
 
 }  // namespace bp::detail

@@ -19,7 +19,9 @@ namespace {
                     "lower-case letters, digits and '_', index a non-negative integer without "
                     "sign or leading zeros)");
 }
-bool is_type_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; }
+bool is_type_char(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+}
 }  // namespace
 
 DeviceSpec parse_device_string(std::string_view spec) {

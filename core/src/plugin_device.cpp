@@ -10,7 +10,9 @@ namespace bp {
 
 // ---- Buffer ----------------------------------------------------------------------------------
 
-Buffer::~Buffer() { static_cast<detail::PluginDevice*>(device_)->release(handle_, size_); }
+Buffer::~Buffer() {
+  static_cast<detail::PluginDevice*>(device_)->release(handle_, size_);
+}
 
 void* Buffer::host_pointer() const noexcept {
   return static_cast<detail::PluginDevice*>(device_)->host_pointer(handle_);
@@ -41,9 +43,12 @@ std::string format_bytes(uint64_t n) {
   msg += " (plugin " + plugin + ")";
   if (api && api->error_free) api->error_free(err);
   switch (code) {
-    case BP_ERROR_OUT_OF_MEMORY: throw OutOfMemory(msg);
-    case BP_ERROR_UNSUPPORTED: throw UnsupportedError(msg);
-    default: throw PluginError(msg, native);
+    case BP_ERROR_OUT_OF_MEMORY:
+      throw OutOfMemory(msg);
+    case BP_ERROR_UNSUPPORTED:
+      throw UnsupportedError(msg);
+    default:
+      throw PluginError(msg, native);
   }
 }
 
@@ -52,7 +57,9 @@ std::string format_bytes(uint64_t n) {
 PluginStream::~PluginStream() {
   if (bp_error* e = dev_.api()->stream_destroy(s_)) dev_.api()->error_free(e);
 }
-Device& PluginStream::device() const { return dev_; }
+Device& PluginStream::device() const {
+  return dev_;
+}
 void PluginStream::synchronize() {
   check(dev_.api(), dev_.api()->stream_synchronize(s_), "stream synchronize", &dev_);
 }
@@ -114,8 +121,8 @@ void PluginKernel::launch(Stream& stream, std::span<const bp_tensor_desc> in,
                               out.data(), static_cast<int32_t>(out.size()), attrs.data(),
                               static_cast<int32_t>(attrs.size()));
   if (err) {
-    std::string what = "launch " + std::string(op_name(op_)) + " (" +
-                       std::string(dtype_name(dtype_)) + ")";
+    std::string what =
+        "launch " + std::string(op_name(op_)) + " (" + std::string(dtype_name(dtype_)) + ")";
     throw_plugin_error(api, err, dev_.str() + ": " + what);
   }
 }
@@ -241,8 +248,8 @@ Kernel& PluginDevice::resolve_kernel(Op op, DType dtype) {
     }
     throw UnsupportedError("op '" + std::string(op_name(op)) + "' with dtype " +
                            std::string(dtype_name(dtype)) + " is not implemented on " + str() +
-                           " (backend " + backend_ + "); devices that have it: " +
-                           (others.empty() ? "none" : others));
+                           " (backend " + backend_ +
+                           "); devices that have it: " + (others.empty() ? "none" : others));
   }
   kernel_store_.push_back(std::make_unique<PluginKernel>(*this, op, dtype, handle));
   Kernel* k = kernel_store_.back().get();
@@ -336,8 +343,8 @@ void PluginDevice::copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer&
       ss.synchronize();
     }
     check(api(),
-          api()->copy_peer(ds.handle(), index(), dst.handle(), dst_off, sdev.index(),
-                           src.handle(), src_off, n),
+          api()->copy_peer(ds.handle(), index(), dst.handle(), dst_off, sdev.index(), src.handle(),
+                           src_off, n),
           "peer copy", this);
     if (has_events()) {
       auto after = create_event();

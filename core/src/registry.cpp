@@ -5,8 +5,8 @@
 //   kernels they created may be referenced until process exit, and unloading a GPU driver
 //   stack while anything is alive is a crash. The registry itself is intentionally never
 //   destroyed for the same reason (no static-destruction-order hazards at exit).
-#include "config_internal.hpp"
 #include "registry.hpp"
+#include "config_internal.hpp"
 
 #include <dlfcn.h>
 
@@ -50,7 +50,10 @@ bool is_elf(const std::string& path, std::string& why) {
   }
   char magic[4] = {};
   in.read(magic, 4);
-  if (in.gcount() < 4 || std::memcmp(magic, "\x7f" "ELF", 4) != 0) {
+  if (in.gcount() < 4 || std::memcmp(magic,
+                                     "\x7f"
+                                     "ELF",
+                                     4) != 0) {
     why = "not an ELF shared object";
     return false;
   }
@@ -82,14 +85,14 @@ bool valid_type(const char* t) {
 const char* missing_required_slot(const bp_plugin_api* a) {
 #define BP_REQUIRE(slot) \
   if (!a->slot) return #slot;
-  BP_REQUIRE(error_free) BP_REQUIRE(init) BP_REQUIRE(device_count)
-  BP_REQUIRE(device_properties) BP_REQUIRE(stream_create) BP_REQUIRE(stream_destroy)
-  BP_REQUIRE(stream_synchronize) BP_REQUIRE(mem_alloc) BP_REQUIRE(mem_free)
-  BP_REQUIRE(memory_stats) BP_REQUIRE(memory_reset_peak) BP_REQUIRE(memset)
-  BP_REQUIRE(copy_h2d) BP_REQUIRE(copy_d2h) BP_REQUIRE(copy_d2d) BP_REQUIRE(find_kernel)
-  BP_REQUIRE(launch)
+  BP_REQUIRE(error_free)
+  BP_REQUIRE(init) BP_REQUIRE(device_count) BP_REQUIRE(device_properties) BP_REQUIRE(stream_create)
+      BP_REQUIRE(stream_destroy) BP_REQUIRE(stream_synchronize) BP_REQUIRE(mem_alloc)
+          BP_REQUIRE(mem_free) BP_REQUIRE(memory_stats) BP_REQUIRE(memory_reset_peak)
+              BP_REQUIRE(memset) BP_REQUIRE(copy_h2d) BP_REQUIRE(copy_d2h) BP_REQUIRE(copy_d2d)
+                  BP_REQUIRE(find_kernel) BP_REQUIRE(launch)
 #undef BP_REQUIRE
-  return nullptr;
+                      return nullptr;
 }
 
 std::string version_string(uint32_t major, uint32_t minor) {
@@ -244,9 +247,8 @@ Registry::Registry() {
       continue;
     }
     if (!name.empty()) {
-      auto prev = std::find_if(plugins_.begin(), plugins_.end(), [&](const auto& p) {
-        return p->api->name && name == p->api->name;
-      });
+      auto prev = std::find_if(plugins_.begin(), plugins_.end(),
+                               [&](const auto& p) { return p->api->name && name == p->api->name; });
       if (prev != plugins_.end()) {
         skip(path, name, "shadowed by " + (*prev)->path + " (earlier in the search order)");
         continue;

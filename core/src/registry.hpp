@@ -100,8 +100,7 @@ class PluginDevice final : public Device {
 
   void copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void* src,
                       uint64_t n) override;
-  void copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_off,
-                    uint64_t n) override;
+  void copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_off, uint64_t n) override;
   void copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer& src, uint64_t src_off,
                    uint64_t n) override;
   void memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n) override;

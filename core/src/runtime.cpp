@@ -24,9 +24,13 @@ std::atomic<int> g_sync_debug{-1};
 
 }  // namespace
 
-void load_plugins() { (void)Registry::get(); }
+void load_plugins() {
+  (void)Registry::get();
+}
 
-std::vector<PluginReport> load_report() { return Registry::get().report(); }
+std::vector<PluginReport> load_report() {
+  return Registry::get().report();
+}
 
 PluginReport inspect_plugin(const std::string& path) {
   return Registry::load_candidate(path);
@@ -52,8 +56,7 @@ Device& device(std::string_view spec) {
   if (s.index >= static_cast<int>(p->devices.size()))
     throw DeviceError("device " + s.type + ":" + std::to_string(s.index) +
                       " does not exist: index out of range, " + s.type + " has " +
-                      std::to_string(p->devices.size()) + " device(s); devices: " +
-                      device_list());
+                      std::to_string(p->devices.size()) + " device(s); devices: " + device_list());
   return *p->devices[s.index];
 }
 
@@ -77,7 +80,9 @@ std::vector<Device*> all_devices(std::string_view type) {
   return out;
 }
 
-std::vector<Device*> devices() { return Registry::get().devices(); }
+std::vector<Device*> devices() {
+  return Registry::get().devices();
+}
 
 Availability is_available(std::string_view type) {
   Registry& reg = Registry::get();
@@ -98,10 +103,10 @@ Device& default_device() {
     try {
       d = &device(c.default_device);
     } catch (const DeviceError& e) {
-      throw DeviceError(std::string("default device from ") +
-                        (std::getenv("BACKPLANE_DEVICE") ? "BACKPLANE_DEVICE"
-                                                         : "config file " + c.source) +
-                        ": " + e.what());
+      throw DeviceError(
+          std::string("default device from ") +
+          (std::getenv("BACKPLANE_DEVICE") ? "BACKPLANE_DEVICE" : "config file " + c.source) +
+          ": " + e.what());
     }
   } else {
     d = &device("cpu:0");
@@ -118,9 +123,13 @@ void synchronize() {
   for (Device* d : devices()) d->synchronize();
 }
 
-const Config& config() { return settings(); }
+const Config& config() {
+  return settings();
+}
 
-void set_allow_tf32(bool allow) { g_allow_tf32.store(allow ? 1 : 0); }
+void set_allow_tf32(bool allow) {
+  g_allow_tf32.store(allow ? 1 : 0);
+}
 bool allow_tf32() {
   int v = g_allow_tf32.load(std::memory_order_relaxed);
   if (v < 0) {
@@ -130,13 +139,16 @@ bool allow_tf32() {
   return v == 1;
 }
 
-void set_sync_debug(SyncDebug mode) { g_sync_debug.store(static_cast<int>(mode)); }
+void set_sync_debug(SyncDebug mode) {
+  g_sync_debug.store(static_cast<int>(mode));
+}
 SyncDebug sync_debug() {
   int v = g_sync_debug.load(std::memory_order_relaxed);
   if (v < 0) {
     const std::string& m = settings().sync_debug;
-    v = static_cast<int>(m == "warn" ? SyncDebug::warn
-                                     : m == "error" ? SyncDebug::error : SyncDebug::off);
+    v = static_cast<int>(m == "warn"    ? SyncDebug::warn
+                         : m == "error" ? SyncDebug::error
+                                        : SyncDebug::off);
     g_sync_debug.store(v);
   }
   return static_cast<SyncDebug>(v);

@@ -6,9 +6,9 @@
 // stream from several threads at once is ordered by whichever call comes first.
 #pragma once
 
+#include <backplane/plugin_abi.h>
 #include <backplane/dtype.hpp>
 #include <backplane/ops.hpp>
-#include <backplane/plugin_abi.h>
 
 #include <cstdint>
 #include <memory>
@@ -21,7 +21,7 @@ class Device;
 class Stream;
 
 struct DeviceProperties {
-  std::string name;        // "NVIDIA H100 80GB HBM3"
+  std::string name;  // "NVIDIA H100 80GB HBM3"
   std::string vendor;
   std::string uuid;        // "" when the backend has none
   std::string pci_bus_id;  // "" when the backend has none
@@ -104,8 +104,7 @@ class Kernel {
   virtual Op op() const = 0;
   virtual DType dtype() const = 0;
   virtual void launch(Stream& stream, std::span<const bp_tensor_desc> inputs,
-                      std::span<const bp_tensor_desc> outputs,
-                      std::span<const bp_attr> attrs) = 0;
+                      std::span<const bp_tensor_desc> outputs, std::span<const bp_attr> attrs) = 0;
 };
 
 class Device {
@@ -148,8 +147,8 @@ class Device {
   virtual void memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n) = 0;
   // Copies between this device and another device; same plugin -> peer copy, else staged
   // through host memory. Ordered after prior work on both devices' default streams.
-  virtual void copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src,
-                                uint64_t src_off, uint64_t n) = 0;
+  virtual void copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, uint64_t src_off,
+                                uint64_t n) = 0;
 
  protected:
   Device(std::string type, int index)

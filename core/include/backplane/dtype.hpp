@@ -21,8 +21,12 @@ enum class DType : int32_t {
 };
 inline constexpr int kNumDTypes = BP_DTYPE_COUNT;
 
-inline size_t dtype_size(DType t) { return bp_dtype_size(static_cast<int32_t>(t)); }
-inline std::string_view dtype_name(DType t) { return bp_dtype_name(static_cast<int32_t>(t)); }
+inline size_t dtype_size(DType t) {
+  return bp_dtype_size(static_cast<int32_t>(t));
+}
+inline std::string_view dtype_name(DType t) {
+  return bp_dtype_name(static_cast<int32_t>(t));
+}
 inline bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
 }
@@ -39,14 +43,38 @@ struct BFloat16 {
 
 template <typename T>
 struct DTypeOf;
-template <> struct DTypeOf<float> { static constexpr DType value = DType::f32; };
-template <> struct DTypeOf<double> { static constexpr DType value = DType::f64; };
-template <> struct DTypeOf<Half> { static constexpr DType value = DType::f16; };
-template <> struct DTypeOf<BFloat16> { static constexpr DType value = DType::bf16; };
-template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::i32; };
-template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::i64; };
-template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::u8; };
-template <> struct DTypeOf<bool> { static constexpr DType value = DType::boolean; };
+template <>
+struct DTypeOf<float> {
+  static constexpr DType value = DType::f32;
+};
+template <>
+struct DTypeOf<double> {
+  static constexpr DType value = DType::f64;
+};
+template <>
+struct DTypeOf<Half> {
+  static constexpr DType value = DType::f16;
+};
+template <>
+struct DTypeOf<BFloat16> {
+  static constexpr DType value = DType::bf16;
+};
+template <>
+struct DTypeOf<int32_t> {
+  static constexpr DType value = DType::i32;
+};
+template <>
+struct DTypeOf<int64_t> {
+  static constexpr DType value = DType::i64;
+};
+template <>
+struct DTypeOf<uint8_t> {
+  static constexpr DType value = DType::u8;
+};
+template <>
+struct DTypeOf<bool> {
+  static constexpr DType value = DType::boolean;
+};
 template <typename T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;
 

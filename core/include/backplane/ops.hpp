@@ -10,27 +10,50 @@
 namespace bp {
 
 enum class Op : int32_t {
-  fill, copy, cast,
-  add, sub, mul, div, pow, maximum, minimum,
-  eq, ne, lt, le, gt, ge, where,
-  neg, exp, log, sqrt, relu, sigmoid, tanh, abs,
-  sum, mean, max,
+  fill,
+  copy,
+  cast,
+  add,
+  sub,
+  mul,
+  div,
+  pow,
+  maximum,
+  minimum,
+  eq,
+  ne,
+  lt,
+  le,
+  gt,
+  ge,
+  where,
+  neg,
+  exp,
+  log,
+  sqrt,
+  relu,
+  sigmoid,
+  tanh,
+  abs,
+  sum,
+  mean,
+  max,
   matmul,
-  uniform, normal,
+  uniform,
+  normal,
   count_
 };
 inline constexpr int kNumOps = static_cast<int>(Op::count_);
 
 inline constexpr std::array<std::string_view, kNumOps> kOpNames = {
-    "fill", "copy", "cast",
-    "add", "sub", "mul", "div", "pow", "maximum", "minimum",
-    "eq", "ne", "lt", "le", "gt", "ge", "where",
-    "neg", "exp", "log", "sqrt", "relu", "sigmoid", "tanh", "abs",
-    "sum", "mean", "max",
-    "matmul",
-    "uniform", "normal"};
+    "fill",    "copy",    "cast", "add", "sub",    "mul",     "div",     "pow",
+    "maximum", "minimum", "eq",   "ne",  "lt",     "le",      "gt",      "ge",
+    "where",   "neg",     "exp",  "log", "sqrt",   "relu",    "sigmoid", "tanh",
+    "abs",     "sum",     "mean", "max", "matmul", "uniform", "normal"};
 
-inline constexpr std::string_view op_name(Op op) { return kOpNames[static_cast<int>(op)]; }
+inline constexpr std::string_view op_name(Op op) {
+  return kOpNames[static_cast<int>(op)];
+}
 inline std::optional<Op> op_from_name(std::string_view name) {
   for (int i = 0; i < kNumOps; ++i)
     if (kOpNames[i] == name) return static_cast<Op>(i);

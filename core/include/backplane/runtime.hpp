@@ -14,8 +14,8 @@
 // load_plugins(); never from static initialisers.
 #pragma once
 
-#include <backplane/device.hpp>
 #include <backplane/plugin_abi.h>
+#include <backplane/device.hpp>
 
 #include <string>
 #include <string_view>

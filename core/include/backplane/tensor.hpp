@@ -1,0 +1,279 @@
+// bp::Tensor: a strided view of device memory with a dtype, and the ops on it.
+//
+// Semantics (Note [Tensor semantics]):
+//   - A tensor lives on exactly one device. Ops run on the device of their operands and leave
+//     the result there; operands on different devices throw DeviceMismatch naming the op and
+//     both devices. Data moves only when the user asks: copy_to (always a new buffer), to
+//     (the same tensor when already there), cpu(), to_vector(), item().
+//   - Ops are asynchronous: they queue work on the device's default stream and return.
+//     Reading values on the host (to_vector, item, printing) waits for that work. With
+//     BACKPLANE_SYNC_DEBUG=warn|error such implicit waits on a non-host device are reported.
+//   - Tensors share storage: views (reshape of contiguous data, transpose, permute, slice,
+//     expand, squeeze, unsqueeze) alias their base; copies never do.
+//   - Binary ops broadcast with NumPy rules. Both tensors must have one dtype (DTypeError
+//     otherwise; cast with to(DType)); a C++ number operand takes the tensor's dtype.
+//   - Tensor is a cheap handle (one shared_ptr): copying a Tensor aliases, like PyTorch.
+//
+// Thread-safety: a Tensor handle may be used from several threads for reading; ops on
+// tensors of one device from several threads are queued in call order on its stream.
+#pragma once
+
+#include <backplane/device.hpp>
+#include <backplane/dtype.hpp>
+#include <backplane/errors.hpp>
+
+#include <cstdint>
+#include <initializer_list>
+#include <iosfwd>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace bp {
+
+using Shape = std::vector<int64_t>;
+
+namespace autograd {
+struct Node;
+struct Meta;
+}  // namespace autograd
+
+// Fixed-capacity dims stored inline (no heap allocation on the per-op path).
+struct Dims {
+  int32_t rank = 0;
+  int64_t d[BP_MAX_RANK] = {};
+  Dims() = default;
+  Dims(std::initializer_list<int64_t> l);
+  explicit Dims(std::span<const int64_t> s);
+  int64_t operator[](int i) const { return d[i]; }
+  int64_t& operator[](int i) { return d[i]; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= d[i];
+    return n;
+  }
+  Shape vec() const { return Shape(d, d + rank); }
+  bool operator==(const Dims& o) const;
+  std::string str() const;  // "2x3", "scalar"
+};
+
+struct TensorImpl;
+
+class Tensor {
+ public:
+  Tensor() = default;  // an undefined tensor; defined() is false
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  bool defined() const noexcept { return impl_ != nullptr; }
+  Device& device() const;
+  DType dtype() const;
+  int rank() const;
+  Shape shape() const;
+  int64_t size(int axis) const;  // negative axis counts from the end
+  Shape strides() const;         // in elements
+  int64_t numel() const;
+  int64_t offset() const;  // in elements into the storage
+  bool is_contiguous() const;
+  // True when both handles are the very same tensor (Python's `is`).
+  bool is_same(const Tensor& other) const noexcept { return impl_ == other.impl_; }
+  // True when both share storage.
+  bool shares_storage(const Tensor& other) const;
+
+  // ---- moving between devices and dtypes ----
+  Tensor copy_to(Device& d) const;  // always a new tensor, even on the same device
+  Tensor to(Device& d) const;       // *this when already on d
+  Tensor to(DType t) const;         // *this when already t
+  Tensor cpu() const { return to(cpu_device()); }
+  Tensor clone() const { return copy_to(device()); }
+  // Host copy of the values in row-major order, converted to T. Synchronises.
+  template <typename T>
+  std::vector<T> to_vector() const;
+  // The single value of a one-element tensor. Synchronises.
+  template <typename T>
+  T item() const;
+
+  // ---- views ----
+  Tensor reshape(const Shape& shape) const;  // view when possible, else a copy; -1 infers
+  Tensor view(const Shape& shape) const;     // ShapeError unless a view is possible
+  Tensor transpose(int a, int b) const;
+  Tensor t() const { return transpose(-2, -1); }
+  Tensor permute(const Shape& order) const;
+  Tensor slice(int axis, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int axis, int64_t index) const;  // removes the axis
+  Tensor squeeze(int axis) const;
+  Tensor unsqueeze(int axis) const;
+  Tensor expand(const Shape& shape) const;  // broadcast view, stride 0
+  Tensor flatten() const { return reshape({-1}); }
+  Tensor contiguous() const;  // *this when already contiguous
+
+  // ---- math (results on this tensor's device) ----
+  Tensor exp() const;
+  Tensor log() const;
+  Tensor sqrt() const;
+  Tensor abs() const;
+  Tensor relu() const;
+  Tensor sigmoid() const;
+  Tensor tanh() const;
+  Tensor pow(double exponent) const;
+  Tensor pow(const Tensor& exponent) const;
+  Tensor sum() const;
+  Tensor sum(int axis, bool keepdim = false) const;
+  Tensor mean() const;
+  Tensor mean(int axis, bool keepdim = false) const;
+  Tensor max() const;
+  Tensor max(int axis, bool keepdim = false) const;
+  Tensor norm() const;  // Frobenius norm, a 0-d tensor on the device
+  Tensor matmul(const Tensor& other) const;
+
+  // In-place updates (used by optimisers): this = this op other, on this tensor's memory.
+  Tensor& add_(const Tensor& other, double alpha = 1.0);
+  Tensor& mul_(double factor);
+  Tensor& copy_(const Tensor& src);  // same shape (or broadcastable), any device
+  Tensor& fill_(double value);
+  Tensor& zero_() { return fill_(0.0); }
+
+  // ---- autograd (Note [Autograd] in autograd.hpp) ----
+  bool requires_grad() const;
+  Tensor& requires_grad_(bool on = true);
+  Tensor grad() const;  // undefined until backward() reaches this leaf
+  void set_grad(const Tensor& g);
+  void zero_grad();  // drops the gradient
+  // Back-propagates from this scalar (or with an explicit seed gradient of this shape).
+  void backward(const Tensor& seed = Tensor()) const;
+  Tensor detach() const;  // same storage, no history
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+
+  TensorImpl& impl() const { return *impl_; }
+  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
+  static Device& cpu_device();
+
+ private:
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+// Storage and geometry of a tensor.
+struct TensorImpl {
+  std::shared_ptr<Buffer> storage;  // may be null for zero-element tensors
+  Device* device = nullptr;
+  DType dtype = DType::f32;
+  Dims shape, strides;
+  int64_t offset = 0;  // elements
+  std::shared_ptr<autograd::Meta> autograd;
+};
+
+// ---- creation ------------------------------------------------------------------------------
+// Without a device argument, tensors go to default_device().
+Tensor tensor(std::initializer_list<float> values);
+Tensor tensor(std::initializer_list<float> values, Device& device);
+Tensor tensor(std::initializer_list<std::initializer_list<float>> rows);
+Tensor tensor(std::initializer_list<std::initializer_list<float>> rows, Device& device);
+// Copies host data of dtype_of<T> with the given shape (numel must match).
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device& device);
+template <typename T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape);
+// From raw host bytes of `dtype` (size must be numel * dtype_size).
+Tensor from_bytes(const void* data, size_t nbytes, const Shape& shape, DType dtype, Device& device);
+
+Tensor empty(const Shape& shape, Device& device, DType dtype = DType::f32);
+Tensor empty(const Shape& shape, DType dtype = DType::f32);
+Tensor zeros(const Shape& shape, Device& device, DType dtype = DType::f32);
+Tensor zeros(const Shape& shape, DType dtype = DType::f32);
+Tensor ones(const Shape& shape, Device& device, DType dtype = DType::f32);
+Tensor ones(const Shape& shape, DType dtype = DType::f32);
+Tensor full(const Shape& shape, double value, Device& device, DType dtype = DType::f32);
+Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+// 0, 1, ..., n-1 (as floats for floating dtypes).
+Tensor arange(int64_t n, Device& device, DType dtype = DType::f32);
+Tensor arange(int64_t n, DType dtype = DType::f32);
+
+// Random numbers from the counter-based Philox generator (Note [Philox stream]): one
+// (seed, offset) gives the same values on every device. The global generator starts at seed
+// 0x5eed; manual_seed resets it. Each draw advances its offset.
+void manual_seed(uint64_t seed);
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0x5eed) : seed_(seed) {}
+  uint64_t seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }
+  // Reserves n values and returns the offset of the first.
+  uint64_t advance(uint64_t n);
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+Generator& default_generator();
+Tensor rand(const Shape& shape, Device& device, DType dtype = DType::f32,
+            Generator* gen = nullptr);  // uniform [0, 1)
+Tensor rand(const Shape& shape, DType dtype = DType::f32);
+Tensor randn(const Shape& shape, Device& device, DType dtype = DType::f32,
+             Generator* gen = nullptr);  // standard normal
+Tensor randn(const Shape& shape, DType dtype = DType::f32);
+Tensor uniform(const Shape& shape, double low, double high, Device& device,
+               DType dtype = DType::f32, Generator* gen = nullptr);
+
+// ---- ops -------------------------------------------------------------------------------------
+Tensor operator+(const Tensor& a, const Tensor& b);
+Tensor operator-(const Tensor& a, const Tensor& b);
+Tensor operator*(const Tensor& a, const Tensor& b);
+Tensor operator/(const Tensor& a, const Tensor& b);
+Tensor operator+(const Tensor& a, double b);
+Tensor operator-(const Tensor& a, double b);
+Tensor operator*(const Tensor& a, double b);
+Tensor operator/(const Tensor& a, double b);
+Tensor operator+(double a, const Tensor& b);
+Tensor operator-(double a, const Tensor& b);
+Tensor operator*(double a, const Tensor& b);
+Tensor operator/(double a, const Tensor& b);
+Tensor operator-(const Tensor& a);
+Tensor pow(const Tensor& a, double b);
+Tensor pow(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+Tensor maximum(const Tensor& a, double b);
+Tensor minimum(const Tensor& a, double b);
+// Comparisons give bool tensors.
+Tensor eq(const Tensor& a, const Tensor& b);
+Tensor ne(const Tensor& a, const Tensor& b);
+Tensor lt(const Tensor& a, const Tensor& b);
+Tensor le(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, const Tensor& b);
+Tensor ge(const Tensor& a, const Tensor& b);
+Tensor gt(const Tensor& a, double b);
+Tensor lt(const Tensor& a, double b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor matmul(const Tensor& a, const Tensor& b);
+Tensor exp(const Tensor& a);
+Tensor log(const Tensor& a);
+Tensor sqrt(const Tensor& a);
+Tensor relu(const Tensor& a);
+Tensor sigmoid(const Tensor& a);
+Tensor tanh(const Tensor& a);
+Tensor abs(const Tensor& a);
+// Concatenates along an axis (all on one device, one dtype).
+Tensor cat(const std::vector<Tensor>& tensors, int axis);
+// True when shapes match and |a-b| <= atol + rtol*|b| everywhere (synchronises).
+bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+
+// Prints values (summarised with "..." past 1000 elements), then "<Tensor 3 f32 @cpu:0>".
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+std::string to_string(const Tensor& t);
+
+// Runs `f` with gradient recording switched off on this thread (like torch.no_grad()).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+bool grad_enabled();
+
+}  // namespace bp

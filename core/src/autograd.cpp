@@ -1,0 +1,365 @@
+// Note [Autograd]
+//   Reverse-mode differentiation over the tensor ops. An op whose operands require gradients
+//   (and that runs while grad_enabled()) records a Node holding what its derivative needs;
+//   the output's grad_fn points at it. Leaves (tensors made by the user with
+//   requires_grad_()) collect gradients through an AccumulateGrad node. backward() walks the
+//   graph from the root in reverse topological order, summing gradients that meet, reducing
+//   broadcast dimensions back to each input's shape, and runs with recording off (no
+//   higher-order gradients). Gradients are computed with the same device ops, so they live
+//   on the device of the tensors they belong to; to_device nodes move them back.
+#include "autograd_internal.hpp"
+#include "tensor_internal.hpp"
+
+#include <backplane/runtime.hpp>
+
+#include <unordered_map>
+
+namespace bp {
+
+namespace detail {
+Tensor scalar_raw(Op op, const Tensor& a, double s, bool reverse, DType out_dtype);
+Tensor reduce_raw(Op op, const Tensor& a, uint32_t axes, bool keepdim);
+void copy_into(const Tensor& dst, const Tensor& src);
+}  // namespace detail
+
+namespace {
+thread_local bool t_grad_enabled = true;
+}
+
+NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) {
+  t_grad_enabled = false;
+}
+NoGradGuard::~NoGradGuard() {
+  t_grad_enabled = prev_;
+}
+bool grad_enabled() {
+  return t_grad_enabled;
+}
+
+namespace autograd {
+
+namespace {
+
+// Sums `g` over the dimensions that broadcasting added to reach `shape`.
+Tensor reduce_to(Tensor g, const Shape& shape) {
+  int lead = g.rank() - static_cast<int>(shape.size());
+  for (int k = 0; k < lead; ++k) g = g.sum(0);
+  for (int k = 0; k < static_cast<int>(shape.size()); ++k)
+    if (shape[k] == 1 && g.size(k) != 1) g = g.sum(k, true);
+  return g;
+}
+
+class OpNode final : public Node {
+ public:
+  GradKind kind;
+  std::vector<Tensor> saved;  // detached
+  std::vector<Shape> in_shapes;
+  std::vector<DType> in_dtypes;
+  std::vector<Device*> in_devices;
+  double scalar = 0.0;
+  int64_t param = 0;
+  Shape extra;
+
+  const char* name() const override {
+    static const char* const names[] = {
+        "AddBackward",       "SubBackward",        "MulBackward",        "DivBackward",
+        "PowBackward",       "MaximumBackward",    "MinimumBackward",    "WhereBackward",
+        "MatmulBackward",    "AddScalarBackward",  "RsubScalarBackward", "MulScalarBackward",
+        "DivScalarBackward", "RdivScalarBackward", "PowScalarBackward",  "ClampScalarBackward",
+        "NegBackward",       "ExpBackward",        "LogBackward",        "SqrtBackward",
+        "ReluBackward",      "SigmoidBackward",    "TanhBackward",       "AbsBackward",
+        "SumBackward",       "MeanBackward",       "MaxBackward",        "CastBackward",
+        "IdentityBackward",  "ReshapeBackward",    "PermuteBackward",    "SliceBackward",
+        "ExpandBackward",    "ToDeviceBackward"};
+    return names[static_cast<int>(kind)];
+  }
+
+  std::vector<Tensor> apply(const Tensor& g) override {
+    const Shape& s0 = in_shapes[0];
+    auto two = [&](Tensor ga, Tensor gb) {
+      return std::vector<Tensor>{reduce_to(std::move(ga), s0),
+                                 reduce_to(std::move(gb), in_shapes[1])};
+    };
+    auto as_float = [&](const Tensor& mask) { return mask.to(g.dtype()); };
+    switch (kind) {
+      case GradKind::add:
+        return two(g, g);
+      case GradKind::sub:
+        return two(g, -g);
+      case GradKind::mul:
+        return two(g * saved[1], g * saved[0]);
+      case GradKind::div: {
+        const Tensor &a = saved[0], &b = saved[1];
+        return two(g / b, -(g * a) / (b * b));
+      }
+      case GradKind::pow: {
+        const Tensor &a = saved[0], &b = saved[1];
+        Tensor out = bp::pow(a, b);
+        return two(g * b * bp::pow(a, b - 1.0), g * out * a.log());
+      }
+      case GradKind::maximum:
+      case GradKind::minimum: {
+        Tensor mask = kind == GradKind::maximum ? ge(saved[0], saved[1]) : le(saved[0], saved[1]);
+        Tensor z = zeros_like(g);
+        return two(where(mask, g, z), where(mask, z, g));
+      }
+      case GradKind::where: {
+        Tensor z = zeros_like(g);
+        return two(where(saved[0], g, z), where(saved[0], z, g));
+      }
+      case GradKind::matmul: {
+        Tensor a = saved[0], b = saved[1], g1 = g;
+        bool av = a.rank() == 1, bv = b.rank() == 1;
+        if (av) {
+          a = a.unsqueeze(0);
+          g1 = g1.unsqueeze(-2);
+        }
+        if (bv) {
+          b = b.unsqueeze(1);
+          g1 = g1.unsqueeze(-1);
+        }
+        Tensor ga = reduce_to(bp::matmul(g1, b.transpose(-2, -1)), a.shape()).reshape(s0);
+        Tensor gb = reduce_to(bp::matmul(a.transpose(-2, -1), g1), b.shape()).reshape(in_shapes[1]);
+        return {ga, gb};
+      }
+      case GradKind::add_scalar:
+        return {g};
+      case GradKind::rsub_scalar:
+        return {-g};
+      case GradKind::mul_scalar:
+        return {g * scalar};
+      case GradKind::div_scalar:
+        return {g / scalar};
+      case GradKind::rdiv_scalar:
+        return {-(g * scalar) / (saved[0] * saved[0])};
+      case GradKind::pow_scalar:
+        return {g * scalar * bp::pow(saved[0], scalar - 1.0)};
+      case GradKind::clamp_scalar: {
+        // param 0: maximum(a, s) passes where a >= s; 1: minimum(a, s) where a <= s.
+        Op cmp = param == 0 ? Op::ge : Op::le;
+        Tensor mask = detail::scalar_raw(cmp, saved[0], scalar, false, DType::boolean);
+        return {g * as_float(mask)};
+      }
+      case GradKind::neg:
+        return {-g};
+      case GradKind::exp:
+        return {g * saved[1]};
+      case GradKind::log:
+        return {g / saved[0]};
+      case GradKind::sqrt:
+        return {g * 0.5 / saved[1]};
+      case GradKind::relu:
+        return {g * as_float(gt(saved[0], 0.0))};
+      case GradKind::sigmoid:
+        return {g * saved[1] * (1.0 - saved[1])};
+      case GradKind::tanh:
+        return {g * (1.0 - saved[1] * saved[1])};
+      case GradKind::abs:
+        return {g * (as_float(gt(saved[0], 0.0)) - as_float(lt(saved[0], 0.0)))};
+      case GradKind::sum:
+      case GradKind::mean:
+      case GradKind::max: {
+        uint32_t axes = static_cast<uint32_t>(param & 0xffffffff);
+        bool keepdim = (param >> 40) & 1;
+        Shape keep = s0;
+        int64_t count = 1;
+        for (size_t k = 0; k < keep.size(); ++k)
+          if (axes & (1u << k)) {
+            count *= keep[k];
+            keep[k] = 1;
+          }
+        Tensor gk = keepdim ? g : g.reshape(keep);
+        if (kind == GradKind::sum) return {gk.expand(s0)};
+        if (kind == GradKind::mean) return {gk.expand(s0) / static_cast<double>(count)};
+        Tensor out = keepdim ? saved[1] : saved[1].reshape(keep);
+        Tensor mask = as_float(eq(saved[0], out.expand(s0)));
+        Tensor ties = detail::reduce_raw(Op::sum, mask, axes, true);
+        return {gk.expand(s0) * mask / ties};
+      }
+      case GradKind::cast:
+        return {g.to(in_dtypes[0])};
+      case GradKind::identity:
+        return {g};
+      case GradKind::reshape:
+        return {g.reshape(s0)};
+      case GradKind::permute: {
+        Shape inverse(extra.size());
+        for (size_t k = 0; k < extra.size(); ++k)
+          inverse[static_cast<size_t>(extra[k])] = static_cast<int64_t>(k);
+        return {g.permute(inverse)};
+      }
+      case GradKind::slice: {
+        Tensor z = zeros(s0, g.device(), g.dtype());
+        detail::copy_into(
+            z.slice(static_cast<int>(extra[0]), extra[1], extra[2], extra[3]),
+            g.reshape(z.slice(static_cast<int>(extra[0]), extra[1], extra[2], extra[3]).shape()));
+        return {z};
+      }
+      case GradKind::expand:
+        return {reduce_to(g, s0)};
+      case GradKind::to_device:
+        return {g.to(*in_devices[0])};
+    }
+    return {};
+  }
+};
+
+class AccumulateGrad final : public Node {
+ public:
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {}
+  const char* name() const override { return "AccumulateGrad"; }
+  std::vector<Tensor> apply(const Tensor& g) override {
+    Meta& m = *leaf_->autograd;
+    Tensor gg = g.impl().shape == leaf_->shape ? g : g.reshape(leaf_->shape.vec());
+    if (m.grad.defined())
+      m.grad = m.grad + gg;
+    else
+      m.grad = gg.is_contiguous() && !gg.shares_storage(Tensor(leaf_)) ? gg : gg.clone();
+    return {};
+  }
+
+ private:
+  std::shared_ptr<TensorImpl> leaf_;
+};
+
+Meta& meta_of(const Tensor& t) {
+  TensorImpl& i = t.impl();
+  if (!i.autograd) i.autograd = std::make_shared<Meta>();
+  return *i.autograd;
+}
+
+std::shared_ptr<Node> edge_for(const Tensor& t) {
+  const auto& m = t.impl().autograd;
+  if (!m || !m->requires_grad) return nullptr;
+  if (m->grad_fn) return m->grad_fn;
+  if (auto acc = m->accumulator.lock()) return acc;
+  auto acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+  m->accumulator = acc;
+  return acc;
+}
+
+}  // namespace
+
+bool needs_grad(std::initializer_list<const Tensor*> operands) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor* t : operands) {
+    const auto& m = t->impl().autograd;
+    if (m && m->requires_grad) return true;
+  }
+  return false;
+}
+
+void record(GradKind kind, const Tensor& out, std::vector<Tensor> inputs, std::vector<Tensor> saved,
+            double scalar, int64_t param, Shape extra) {
+  auto node = std::make_shared<OpNode>();
+  node->kind = kind;
+  node->scalar = scalar;
+  node->param = param;
+  node->extra = std::move(extra);
+  for (const Tensor& t : inputs) {
+    node->next.push_back(edge_for(t));
+    node->in_shapes.push_back(t.shape());
+    node->in_dtypes.push_back(t.dtype());
+    node->in_devices.push_back(&t.device());
+  }
+  for (const Tensor& t : saved) node->saved.push_back(t.detach());
+  Meta& m = meta_of(out);
+  m.requires_grad = true;
+  m.grad_fn = std::move(node);
+}
+
+}  // namespace autograd
+
+// ---- Tensor's autograd surface ----------------------------------------------------------------
+
+bool Tensor::requires_grad() const {
+  const auto& m = impl().autograd;
+  return m && m->requires_grad;
+}
+
+Tensor& Tensor::requires_grad_(bool on) {
+  if (on && !is_floating(dtype()))
+    throw DTypeError("requires_grad_: only floating tensors can require gradients, got " +
+                     std::string(dtype_name(dtype())));
+  autograd::meta_of(*this).requires_grad = on;
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  const auto& m = impl().autograd;
+  return m ? m->grad : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& g) {
+  autograd::meta_of(*this).grad = g;
+}
+
+void Tensor::zero_grad() {
+  if (impl().autograd) impl().autograd->grad = Tensor();
+}
+
+const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
+  static const std::shared_ptr<autograd::Node> none;
+  const auto& m = impl().autograd;
+  return m ? m->grad_fn : none;
+}
+
+Tensor Tensor::detach() const {
+  const TensorImpl& i = impl();
+  return detail::make_view(*this, i.shape, i.strides, i.offset);
+}
+
+void Tensor::backward(const Tensor& seed0) const {
+  if (!requires_grad())
+    throw Error(
+        "backward: the tensor does not require grad (no input of the computation had "
+        "requires_grad_() set, or it ran under NoGradGuard)");
+  Tensor seed = seed0;
+  if (!seed.defined()) {
+    if (numel() != 1)
+      throw ShapeError("backward: implicit gradient needs a one-element tensor, got shape " +
+                       impl().shape.str() + "; pass a seed gradient");
+    seed = ones(shape(), device(), dtype());
+  } else if (!(seed.impl().shape == impl().shape)) {
+    throw ShapeError("backward: seed shape " + seed.impl().shape.str() + " differs from " +
+                     impl().shape.str());
+  }
+  NoGradGuard no_grad;
+  std::shared_ptr<autograd::Node> root = autograd::edge_for(*this);
+  // Reverse topological order by iterative DFS.
+  std::vector<autograd::Node*> order;
+  std::unordered_map<autograd::Node*, int> state;
+  std::vector<std::pair<autograd::Node*, size_t>> stack{{root.get(), 0}};
+  state[root.get()] = 1;
+  while (!stack.empty()) {
+    auto& [n, i] = stack.back();
+    if (i < n->next.size()) {
+      autograd::Node* c = n->next[i++].get();
+      if (c && !state[c]) {
+        state[c] = 1;
+        stack.push_back({c, 0});
+      }
+    } else {
+      order.push_back(n);
+      stack.pop_back();
+    }
+  }
+  std::unordered_map<autograd::Node*, Tensor> grads;
+  grads[root.get()] = seed;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    autograd::Node* n = *it;
+    auto g = grads.find(n);
+    if (g == grads.end()) continue;
+    Tensor grad = g->second;
+    grads.erase(g);
+    std::vector<Tensor> in_grads = n->apply(grad);
+    for (size_t k = 0; k < n->next.size() && k < in_grads.size(); ++k) {
+      autograd::Node* c = n->next[k].get();
+      if (!c || !in_grads[k].defined()) continue;
+      auto [slot, fresh] = grads.try_emplace(c, in_grads[k]);
+      if (!fresh) slot->second = slot->second + in_grads[k];
+    }
+  }
+}
+
+}  // namespace bp

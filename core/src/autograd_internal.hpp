@@ -1,0 +1,74 @@
+// Internal: recording of differentiable ops (Note [Autograd] in autograd.cpp).
+#pragma once
+
+#include <backplane/tensor.hpp>
+
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+namespace bp::autograd {
+
+// Which derivative a recorded node applies.
+enum class GradKind {
+  add,
+  sub,
+  mul,
+  div,
+  pow,
+  maximum,
+  minimum,
+  where,
+  matmul,
+  add_scalar,
+  rsub_scalar,
+  mul_scalar,
+  div_scalar,
+  rdiv_scalar,
+  pow_scalar,
+  clamp_scalar,
+  neg,
+  exp,
+  log,
+  sqrt,
+  relu,
+  sigmoid,
+  tanh,
+  abs,
+  sum,
+  mean,
+  max,
+  cast,
+  identity,
+  reshape,
+  permute,
+  slice,
+  expand,
+  to_device,
+};
+
+struct Node {
+  virtual ~Node() = default;
+  // Gradients with respect to each input (undefined where an input needs none).
+  virtual std::vector<Tensor> apply(const Tensor& grad) = 0;
+  virtual const char* name() const = 0;
+  std::vector<std::shared_ptr<Node>> next;  // per input: where its gradient goes, or null
+};
+
+struct Meta {
+  bool requires_grad = false;
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;
+  std::weak_ptr<Node> accumulator;  // the AccumulateGrad node of a leaf
+};
+
+// True when gradient recording is on and any operand requires a gradient.
+bool needs_grad(std::initializer_list<const Tensor*> operands);
+
+// Makes `out` the result of a node of `kind` over `inputs`, saving `saved` (stored detached,
+// so that no reference cycle through the output forms). `scalar`, `param` and `extra` carry
+// the op's constants (the scalar operand, reduced-axes bits, a permutation, slice bounds).
+void record(GradKind kind, const Tensor& out, std::vector<Tensor> inputs, std::vector<Tensor> saved,
+            double scalar = 0.0, int64_t param = 0, Shape extra = {});
+
+}  // namespace bp::autograd

@@ -1,0 +1,563 @@
+// Op dispatch: checks -> cached kernel -> output allocation -> launch, then autograd recording.
+//
+// Note [Per-op hot path]
+//   An op checks devices, dtypes and shapes with plain comparisons, takes its kernel from the
+//   device's (op, dtype) cache (an atomic load), allocates only the output, and passes tensor
+//   descriptors and attributes from the stack. No string is built unless an error is thrown,
+//   no lock is taken, and nothing waits for the device.
+#include <backplane/runtime.hpp>
+#include <backplane/tensor.hpp>
+
+#include "autograd_internal.hpp"
+#include "tensor_internal.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace bp {
+
+using namespace detail;
+
+namespace detail {
+
+Tensor unary_raw(Op op, const Tensor& a) {
+  Device& dev = a.device();
+  Tensor out = make_empty(dev, a.impl().shape, a.dtype());
+  if (out.numel() == 0) return out;
+  bp_tensor_desc in = desc(a), o = desc(out);
+  dev.kernel(op, a.dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, {});
+  return out;
+}
+
+Tensor binary_raw(Op op, const Tensor& a, const Tensor& b, DType out_dtype) {
+  const char* name = op_name(op).data();
+  check_same_device(name, {&a, &b});
+  check_same_dtype(name, a, b);
+  Device& dev = a.device();
+  Dims shape = broadcast_shapes(a.impl().shape, b.impl().shape, name);
+  Tensor out = make_empty(dev, shape, out_dtype);
+  if (out.numel() == 0) return out;
+  bp_tensor_desc in[2] = {desc_broadcast(a, shape), desc_broadcast(b, shape)};
+  bp_tensor_desc o = desc(out);
+  dev.kernel(op, a.dtype()).launch(dev.default_stream(), in, {&o, 1}, {});
+  return out;
+}
+
+Tensor scalar_raw(Op op, const Tensor& a, double s, bool reverse, DType out_dtype) {
+  Device& dev = a.device();
+  if (!is_floating(a.dtype()) && s != std::trunc(s))
+    throw DTypeError(std::string(op_name(op)) + ": scalar " + std::to_string(s) +
+                     " is not exact in a " + std::string(dtype_name(a.dtype())) +
+                     " tensor; cast the tensor to a floating dtype first");
+  Tensor out = make_empty(dev, a.impl().shape, out_dtype);
+  if (out.numel() == 0) return out;
+  bp_tensor_desc in = desc(a), o = desc(out);
+  bp_attr attrs[2] = {attr_f("scalar", s), attr_i("reverse", reverse ? 1 : 0)};
+  dev.kernel(op, a.dtype())
+      .launch(dev.default_stream(), {&in, 1}, {&o, 1}, {attrs, reverse ? 2u : 1u});
+  return out;
+}
+
+Tensor reduce_raw(Op op, const Tensor& a, uint32_t axes, bool keepdim) {
+  const char* name = op_name(op).data();
+  const TensorImpl& i = a.impl();
+  Dims out_shape = i.shape;
+  bool empty_reduced = false;
+  for (int k = 0; k < i.shape.rank; ++k)
+    if (axes & (1u << k)) {
+      if (i.shape.d[k] == 0) empty_reduced = true;
+      out_shape.d[k] = 1;
+    }
+  if (op == Op::max && (empty_reduced || i.shape.numel() == 0))
+    throw ShapeError(std::string(name) + ": cannot take the maximum of an empty tensor (shape " +
+                     i.shape.str() + ")");
+  if (op == Op::mean && !is_floating(a.dtype()))
+    throw DTypeError(std::string(name) + ": mean needs a floating dtype, got " +
+                     std::string(dtype_name(a.dtype())) + "; cast with .to(DType::f32)");
+  Device& dev = a.device();
+  Tensor out = make_empty(dev, out_shape, a.dtype());
+  if (out.numel() != 0) {
+    bp_tensor_desc in = desc(a), o = desc(out);
+    dev.kernel(op, a.dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, {});
+  }
+  if (keepdim) return out;
+  Dims s;
+  for (int k = 0; k < out_shape.rank; ++k)
+    if (!(axes & (1u << k))) s.d[s.rank++] = out_shape.d[k];
+  return make_view(out, s, contiguous_strides(s), 0);
+}
+
+Tensor copy_raw(const Tensor& a) {  // dense copy on the same device
+  Device& dev = a.device();
+  Tensor out = make_empty(dev, a.impl().shape, a.dtype());
+  if (out.numel() == 0) return out;
+  bp_tensor_desc in = desc(a), o = desc(out);
+  dev.kernel(Op::copy, a.dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, {});
+  return out;
+}
+
+Tensor cast_raw(const Tensor& a, DType t) {
+  Device& dev = a.device();
+  Tensor out = make_empty(dev, a.impl().shape, t);
+  if (out.numel() == 0) return out;
+  bp_tensor_desc in = desc(a), o = desc(out);
+  dev.kernel(Op::cast, a.dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, {});
+  return out;
+}
+
+// Writes `src` (broadcast to dst's shape, same device and dtype) into the view `dst`.
+void copy_into(const Tensor& dst, const Tensor& src) {
+  if (dst.numel() == 0) return;
+  Device& dev = dst.device();
+  bp_tensor_desc in = desc_broadcast(src, dst.impl().shape), o = desc(dst);
+  dev.kernel(Op::copy, dst.dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, {});
+}
+
+namespace {
+
+// Makes a matmul operand's last two dims row- or column-major; returns [B, R, C] geometry.
+struct MatOperand {
+  Tensor t;
+  bp_tensor_desc d;
+};
+
+MatOperand mat_operand(Tensor t, const Dims& batch, int64_t rows, int64_t cols) {
+  // Expand batch dims to the broadcast batch shape.
+  Shape full = batch.vec();
+  full.push_back(rows);
+  full.push_back(cols);
+  t = t.expand(full);
+  auto unit = [&](const Tensor& x) {
+    const TensorImpl& i = x.impl();
+    int r = i.shape.rank;
+    bool row = i.strides.d[r - 1] == 1 || i.shape.d[r - 1] == 1;
+    bool col = i.strides.d[r - 2] == 1 || i.shape.d[r - 2] == 1;
+    return row || col;
+  };
+  // The batch dims must collapse into one stride.
+  auto batch_stride = [&](const Tensor& x, int64_t& out) {
+    const TensorImpl& i = x.impl();
+    out = 0;
+    int64_t expect = -1;
+    for (int k = batch.rank - 1; k >= 0; --k) {
+      if (i.shape.d[k] == 1) continue;
+      if (expect < 0) {
+        out = i.strides.d[k];
+        expect = i.strides.d[k] * i.shape.d[k];
+      } else if (i.strides.d[k] != expect && !(i.strides.d[k] == 0 && out == 0)) {
+        return false;
+      } else {
+        expect = i.strides.d[k] * i.shape.d[k];
+      }
+    }
+    return true;
+  };
+  int64_t bs = 0;
+  if (!unit(t) || !batch_stride(t, bs)) {
+    t = copy_raw(t);
+    batch_stride(t, bs);
+  }
+  const TensorImpl& i = t.impl();
+  bp_tensor_desc d = desc(t);
+  int r = i.shape.rank;
+  d.rank = 3;
+  d.shape[0] = batch.numel();
+  d.shape[1] = rows;
+  d.shape[2] = cols;
+  d.strides[0] = bs;
+  d.strides[1] = i.strides.d[r - 2];
+  d.strides[2] = i.strides.d[r - 1];
+  // Size-1 dims may carry any stride; make the unit-stride dim explicit for the backend.
+  if (rows == 1 && d.strides[2] != 1) d.strides[1] = 1;
+  if (cols == 1 && d.strides[1] != 1) d.strides[2] = 1;
+  return {t, d};
+}
+
+}  // namespace
+
+Tensor matmul_raw(const Tensor& a0, const Tensor& b0) {
+  check_same_device("matmul", {&a0, &b0});
+  check_same_dtype("matmul", a0, b0);
+  if (a0.rank() == 0 || b0.rank() == 0)
+    throw ShapeError("matmul: operands must have at least one dimension, got shapes " +
+                     a0.impl().shape.str() + " and " + b0.impl().shape.str());
+  Tensor a = a0.rank() == 1 ? a0.unsqueeze(0) : a0;
+  Tensor b = b0.rank() == 1 ? b0.unsqueeze(1) : b0;
+  const Dims &as = a.impl().shape, &bs = b.impl().shape;
+  int64_t m = as.d[as.rank - 2], k = as.d[as.rank - 1];
+  int64_t k2 = bs.d[bs.rank - 2], n = bs.d[bs.rank - 1];
+  if (k != k2)
+    throw ShapeError("matmul: inner dimensions differ, " + a0.impl().shape.str() + " @ " +
+                     b0.impl().shape.str() + " (" + std::to_string(k) + " vs " +
+                     std::to_string(k2) + ")");
+  Dims ab{std::span<const int64_t>(as.d, as.d + as.rank - 2)};
+  Dims bb{std::span<const int64_t>(bs.d, bs.d + bs.rank - 2)};
+  Dims batch = broadcast_shapes(ab, bb, "matmul");
+  Dims out_shape = batch;
+  out_shape.d[out_shape.rank++] = m;
+  out_shape.d[out_shape.rank++] = n;
+  Device& dev = a.device();
+  Tensor out = make_empty(dev, out_shape, a.dtype());
+  if (out.numel() != 0) {
+    MatOperand ma = mat_operand(a, batch, m, k), mb = mat_operand(b, batch, k, n);
+    bp_tensor_desc in[2] = {ma.d, mb.d};
+    bp_tensor_desc o = desc(out);
+    o.rank = 3;
+    o.shape[0] = batch.numel();
+    o.shape[1] = m;
+    o.shape[2] = n;
+    o.strides[0] = m * n;
+    o.strides[1] = n;
+    o.strides[2] = 1;
+    bp_attr attr = attr_i("allow_tf32", allow_tf32() ? 1 : 0);
+    dev.kernel(Op::matmul, a.dtype()).launch(dev.default_stream(), in, {&o, 1}, {&attr, 1});
+  }
+  if (a0.rank() == 1) out = out.squeeze(-2);
+  if (b0.rank() == 1) out = out.squeeze(-1);
+  return out;
+}
+
+Tensor where_raw(const Tensor& c, const Tensor& a, const Tensor& b) {
+  check_same_device("where", {&c, &a, &b});
+  check_same_dtype("where", a, b);
+  if (c.dtype() != DType::boolean)
+    throw DTypeError("where: the condition must be bool, got " +
+                     std::string(dtype_name(c.dtype())));
+  Device& dev = a.device();
+  Dims shape = broadcast_shapes(broadcast_shapes(c.impl().shape, a.impl().shape, "where"),
+                                b.impl().shape, "where");
+  Tensor out = make_empty(dev, shape, a.dtype());
+  if (out.numel() == 0) return out;
+  bp_tensor_desc in[3] = {desc_broadcast(c, shape), desc_broadcast(a, shape),
+                          desc_broadcast(b, shape)};
+  bp_tensor_desc o = desc(out);
+  dev.kernel(Op::where, a.dtype()).launch(dev.default_stream(), in, {&o, 1}, {});
+  return out;
+}
+
+}  // namespace detail
+
+// ---- public ops -----------------------------------------------------------------------------
+
+using autograd::GradKind;
+using autograd::record;
+
+namespace {
+Tensor unary_op(Op op, GradKind kind, const Tensor& a) {
+  check_same_device(op_name(op).data(), {&a});
+  Tensor out = unary_raw(op, a);
+  if (autograd::needs_grad({&a})) record(kind, out, {a}, {a, out});
+  return out;
+}
+Tensor binary_op(Op op, GradKind kind, const Tensor& a, const Tensor& b) {
+  Tensor out = binary_raw(op, a, b, a.dtype());
+  if (autograd::needs_grad({&a, &b})) record(kind, out, {a, b}, {a, b});
+  return out;
+}
+Tensor scalar_op(Op op, GradKind kind, const Tensor& a, double s, bool reverse) {
+  check_same_device(op_name(op).data(), {&a});
+  Tensor out = scalar_raw(op, a, s, reverse, a.dtype());
+  // param tells clamp_scalar which side passes the gradient: 0 maximum, 1 minimum.
+  if (autograd::needs_grad({&a})) record(kind, out, {a}, {a, out}, s, op == Op::minimum ? 1 : 0);
+  return out;
+}
+Tensor compare(Op op, const Tensor& a, const Tensor& b) {
+  return binary_raw(op, a, b, DType::boolean);
+}
+uint32_t all_axes(int rank) {
+  return rank >= 32 ? ~0u : ((1u << rank) - 1u);
+}
+}  // namespace
+
+Tensor operator+(const Tensor& a, const Tensor& b) {
+  return binary_op(Op::add, GradKind::add, a, b);
+}
+Tensor operator-(const Tensor& a, const Tensor& b) {
+  return binary_op(Op::sub, GradKind::sub, a, b);
+}
+Tensor operator*(const Tensor& a, const Tensor& b) {
+  return binary_op(Op::mul, GradKind::mul, a, b);
+}
+Tensor operator/(const Tensor& a, const Tensor& b) {
+  return binary_op(Op::div, GradKind::div, a, b);
+}
+Tensor operator+(const Tensor& a, double b) {
+  return scalar_op(Op::add, GradKind::add_scalar, a, b, false);
+}
+Tensor operator-(const Tensor& a, double b) {
+  return scalar_op(Op::sub, GradKind::add_scalar, a, b, false);
+}
+Tensor operator*(const Tensor& a, double b) {
+  return scalar_op(Op::mul, GradKind::mul_scalar, a, b, false);
+}
+Tensor operator/(const Tensor& a, double b) {
+  return scalar_op(Op::div, GradKind::div_scalar, a, b, false);
+}
+Tensor operator+(double a, const Tensor& b) {
+  return scalar_op(Op::add, GradKind::add_scalar, b, a, true);
+}
+Tensor operator-(double a, const Tensor& b) {
+  return scalar_op(Op::sub, GradKind::rsub_scalar, b, a, true);
+}
+Tensor operator*(double a, const Tensor& b) {
+  return scalar_op(Op::mul, GradKind::mul_scalar, b, a, true);
+}
+Tensor operator/(double a, const Tensor& b) {
+  return scalar_op(Op::div, GradKind::rdiv_scalar, b, a, true);
+}
+Tensor operator-(const Tensor& a) {
+  return unary_op(Op::neg, GradKind::neg, a);
+}
+Tensor pow(const Tensor& a, double b) {
+  return scalar_op(Op::pow, GradKind::pow_scalar, a, b, false);
+}
+Tensor pow(const Tensor& a, const Tensor& b) {
+  return binary_op(Op::pow, GradKind::pow, a, b);
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary_op(Op::maximum, GradKind::maximum, a, b);
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary_op(Op::minimum, GradKind::minimum, a, b);
+}
+Tensor maximum(const Tensor& a, double b) {
+  return scalar_op(Op::maximum, GradKind::clamp_scalar, a, b, false);
+}
+Tensor minimum(const Tensor& a, double b) {
+  return scalar_op(Op::minimum, GradKind::clamp_scalar, a, b, false);
+}
+Tensor eq(const Tensor& a, const Tensor& b) {
+  return compare(Op::eq, a, b);
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  return compare(Op::ne, a, b);
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  return compare(Op::lt, a, b);
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  return compare(Op::le, a, b);
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  return compare(Op::gt, a, b);
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  return compare(Op::ge, a, b);
+}
+Tensor gt(const Tensor& a, double b) {
+  return scalar_raw(Op::gt, a, b, false, DType::boolean);
+}
+Tensor lt(const Tensor& a, double b) {
+  return scalar_raw(Op::lt, a, b, false, DType::boolean);
+}
+Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) {
+  Tensor out = where_raw(c, a, b);
+  if (autograd::needs_grad({&a, &b})) record(GradKind::where, out, {a, b}, {c, a, b});
+  return out;
+}
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  Tensor out = matmul_raw(a, b);
+  if (autograd::needs_grad({&a, &b})) record(GradKind::matmul, out, {a, b}, {a, b});
+  return out;
+}
+Tensor exp(const Tensor& a) {
+  return unary_op(Op::exp, GradKind::exp, a);
+}
+Tensor log(const Tensor& a) {
+  return unary_op(Op::log, GradKind::log, a);
+}
+Tensor sqrt(const Tensor& a) {
+  return unary_op(Op::sqrt, GradKind::sqrt, a);
+}
+Tensor relu(const Tensor& a) {
+  return unary_op(Op::relu, GradKind::relu, a);
+}
+Tensor sigmoid(const Tensor& a) {
+  return unary_op(Op::sigmoid, GradKind::sigmoid, a);
+}
+Tensor tanh(const Tensor& a) {
+  return unary_op(Op::tanh, GradKind::tanh, a);
+}
+Tensor abs(const Tensor& a) {
+  return unary_op(Op::abs, GradKind::abs, a);
+}
+
+Tensor Tensor::exp() const {
+  return bp::exp(*this);
+}
+Tensor Tensor::log() const {
+  return bp::log(*this);
+}
+Tensor Tensor::sqrt() const {
+  return bp::sqrt(*this);
+}
+Tensor Tensor::abs() const {
+  return bp::abs(*this);
+}
+Tensor Tensor::relu() const {
+  return bp::relu(*this);
+}
+Tensor Tensor::sigmoid() const {
+  return bp::sigmoid(*this);
+}
+Tensor Tensor::tanh() const {
+  return bp::tanh(*this);
+}
+Tensor Tensor::pow(double e) const {
+  return bp::pow(*this, e);
+}
+Tensor Tensor::pow(const Tensor& e) const {
+  return bp::pow(*this, e);
+}
+Tensor Tensor::matmul(const Tensor& o) const {
+  return bp::matmul(*this, o);
+}
+
+namespace {
+Tensor reduce_op(Op op, GradKind kind, const Tensor& a, uint32_t axes, bool keepdim) {
+  check_same_device(op_name(op).data(), {&a});
+  Tensor out = reduce_raw(op, a, axes, keepdim);
+  if (autograd::needs_grad({&a}))
+    record(kind, out, {a}, {a, out}, 0.0, static_cast<int64_t>(axes) | (keepdim ? 1ll << 40 : 0));
+  return out;
+}
+}  // namespace
+
+Tensor Tensor::sum() const {
+  return reduce_op(Op::sum, GradKind::sum, *this, all_axes(rank()), false);
+}
+Tensor Tensor::mean() const {
+  return reduce_op(Op::mean, GradKind::mean, *this, all_axes(rank()), false);
+}
+Tensor Tensor::max() const {
+  return reduce_op(Op::max, GradKind::max, *this, all_axes(rank()), false);
+}
+Tensor Tensor::sum(int axis, bool keepdim) const {
+  return reduce_op(Op::sum, GradKind::sum, *this, 1u << normalize_axis(axis, rank(), "sum"),
+                   keepdim);
+}
+Tensor Tensor::mean(int axis, bool keepdim) const {
+  return reduce_op(Op::mean, GradKind::mean, *this, 1u << normalize_axis(axis, rank(), "mean"),
+                   keepdim);
+}
+Tensor Tensor::max(int axis, bool keepdim) const {
+  return reduce_op(Op::max, GradKind::max, *this, 1u << normalize_axis(axis, rank(), "max"),
+                   keepdim);
+}
+Tensor Tensor::norm() const {
+  if (!is_floating(dtype()))
+    throw DTypeError("norm: needs a floating dtype, got " + std::string(dtype_name(dtype())));
+  return (*this * *this).sum().sqrt();
+}
+
+Tensor Tensor::to(DType t) const {
+  if (t == dtype()) return *this;
+  Tensor out = cast_raw(*this, t);
+  if (autograd::needs_grad({this}) && is_floating(t)) record(GradKind::cast, out, {*this}, {*this});
+  return out;
+}
+
+Tensor Tensor::contiguous() const {
+  if (is_contiguous()) return *this;
+  Tensor out = copy_raw(*this);
+  if (autograd::needs_grad({this})) record(GradKind::identity, out, {*this}, {});
+  return out;
+}
+
+Tensor& Tensor::fill_(double value) {
+  if (numel() == 0) return *this;
+  Device& dev = device();
+  if (!is_contiguous()) {
+    copy_into(*this, full({}, value, dev, dtype()));
+    return *this;
+  }
+  bp_tensor_desc o = desc(*this);
+  bp_attr a = (dtype() == DType::i64) ? attr_i("value", static_cast<int64_t>(value))
+                                      : attr_f("value", value);
+  dev.kernel(Op::fill, dtype()).launch(dev.default_stream(), {}, {&o, 1}, {&a, 1});
+  return *this;
+}
+
+Tensor& Tensor::copy_(const Tensor& src0) {
+  Tensor src = src0.to(device());
+  if (src.dtype() != dtype()) src = cast_raw(src, dtype());
+  Dims s = broadcast_shapes(impl().shape, src.impl().shape, "copy_");
+  if (!(s == impl().shape))
+    throw ShapeError("copy_: source of shape " + src.impl().shape.str() +
+                     " does not broadcast to the destination shape " + impl().shape.str());
+  copy_into(*this, src);
+  return *this;
+}
+
+Tensor& Tensor::add_(const Tensor& other0, double alpha) {
+  check_same_device("add_", {this, &other0});
+  check_same_dtype("add_", *this, other0);
+  Tensor other = alpha == 1.0 ? other0 : scalar_raw(Op::mul, other0, alpha, false, dtype());
+  Dims s = broadcast_shapes(impl().shape, other.impl().shape, "add_");
+  if (!(s == impl().shape))
+    throw ShapeError("add_: shape " + other.impl().shape.str() +
+                     " does not broadcast to the destination shape " + impl().shape.str());
+  if (numel() == 0) return *this;
+  if (!is_contiguous()) {
+    copy_into(*this, binary_raw(Op::add, *this, other, dtype()));
+    return *this;
+  }
+  Device& dev = device();
+  bp_tensor_desc in[2] = {desc(*this), desc_broadcast(other, s)};
+  bp_tensor_desc o = desc(*this);
+  bp_attr a = attr_i("inplace", 1);
+  dev.kernel(Op::add, dtype()).launch(dev.default_stream(), in, {&o, 1}, {&a, 1});
+  return *this;
+}
+
+Tensor& Tensor::mul_(double factor) {
+  if (numel() == 0) return *this;
+  if (!is_contiguous()) {
+    copy_into(*this, scalar_raw(Op::mul, *this, factor, false, dtype()));
+    return *this;
+  }
+  Device& dev = device();
+  bp_tensor_desc in = desc(*this), o = desc(*this);
+  bp_attr a[2] = {attr_f("scalar", factor), attr_i("inplace", 1)};
+  dev.kernel(Op::mul, dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, a);
+  return *this;
+}
+
+Tensor cat(const std::vector<Tensor>& ts, int axis) {
+  if (ts.empty()) throw ShapeError("cat: needs at least one tensor");
+  const Tensor& first = ts[0];
+  axis = normalize_axis(axis, first.rank(), "cat");
+  Dims shape = first.impl().shape;
+  shape.d[axis] = 0;
+  for (const Tensor& t : ts) {
+    check_same_device("cat", {&first, &t});
+    check_same_dtype("cat", first, t);
+    const Dims& s = t.impl().shape;
+    bool ok = s.rank == shape.rank;
+    for (int k = 0; ok && k < s.rank; ++k) ok = k == axis || s.d[k] == shape.d[k];
+    if (!ok)
+      throw ShapeError("cat: shape " + s.str() + " does not match " + first.impl().shape.str() +
+                       " outside axis " + std::to_string(axis));
+    shape.d[axis] += s.d[axis];
+  }
+  Tensor out = make_empty(first.device(), shape, first.dtype());
+  int64_t at = 0;
+  for (const Tensor& t : ts) {
+    int64_t n = t.impl().shape.d[axis];
+    copy_into(out.slice(axis, at, at + n), t);
+    at += n;
+  }
+  return out;
+}
+
+bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  if (!(a.impl().shape == b.impl().shape)) return false;
+  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (size_t k = 0; k < x.size(); ++k) {
+    if (std::isnan(x[k]) || std::isnan(y[k])) return false;
+    if (std::fabs(x[k] - y[k]) > atol + rtol * std::fabs(y[k])) return false;
+  }
+  return true;
+}
+
+}  // namespace bp
