@@ -1,0 +1,141 @@
+// bp-smi: every plugin Backplane considered (path, version, load decision or the reason it
+// failed) and every device (name, memory used/total, the backend serving it), the way
+// nvidia-smi shows one vendor's GPUs. `--json` prints the same for scripts.
+#include <backplane/backplane.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+
+namespace {
+
+const char* status_name(bp::PluginReport::Status s) {
+  switch (s) {
+    case bp::PluginReport::Status::loaded:
+      return "loaded";
+    case bp::PluginReport::Status::failed:
+      return "failed";
+    case bp::PluginReport::Status::skipped:
+      return "skipped";
+  }
+  return "?";
+}
+
+std::string mib(uint64_t bytes) {
+  return std::to_string(bytes >> 20) + "MiB";
+}
+
+struct DeviceRow {
+  bp::Device* dev;
+  uint64_t total, free_now;
+  bp::MemoryStats stats;
+};
+
+std::vector<DeviceRow> device_rows() {
+  std::vector<DeviceRow> rows;
+  for (bp::Device* d : bp::devices()) {
+    DeviceRow r{d, d->properties().total_memory, d->free_memory(), d->memory_stats()};
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+int print_json() {
+  nlohmann::json j;
+  j["abi"] = std::to_string(BP_ABI_MAJOR) + "." + std::to_string(BP_ABI_MINOR);
+  j["plugins"] = nlohmann::json::array();
+  for (const auto& r : bp::load_report()) {
+    j["plugins"].push_back(
+        {{"path", r.path},
+         {"name", r.name},
+         {"device_type", r.device_type},
+         {"version", r.version},
+         {"abi", std::to_string(r.abi_major) + "." + std::to_string(r.abi_minor)},
+         {"status", status_name(r.status)},
+         {"decision", r.decision},
+         {"reason", r.reason},
+         {"devices", r.device_count}});
+  }
+  j["devices"] = nlohmann::json::array();
+  for (const auto& row : device_rows()) {
+    const bp::DeviceProperties& p = row.dev->properties();
+    j["devices"].push_back({{"device", row.dev->str()},
+                            {"backend", row.dev->backend_name()},
+                            {"name", p.name},
+                            {"vendor", p.vendor},
+                            {"uuid", p.uuid},
+                            {"pci_bus_id", p.pci_bus_id},
+                            {"memory_total", row.total},
+                            {"memory_used", row.total - std::min(row.total, row.free_now)},
+                            {"memory_free", row.free_now},
+                            {"backplane_allocated", row.stats.allocated},
+                            {"backplane_reserved", row.stats.reserved},
+                            {"compute_capability", std::to_string(p.compute_major) + "." +
+                                                       std::to_string(p.compute_minor)},
+                            {"cores", p.cores}});
+  }
+  std::cout << j.dump(2) << "\n";
+  return 0;
+}
+
+int print_table() {
+  std::printf("Backplane (plugin ABI %d.%d)\n\n", BP_ABI_MAJOR, BP_ABI_MINOR);
+  std::printf("Plugins\n");
+  for (const auto& r : bp::load_report()) {
+    std::printf("  %-8s %-10s %s", status_name(r.status), r.name.empty() ? "-" : r.name.c_str(),
+                r.path.c_str());
+    if (!r.version.empty())
+      std::printf("  (v%s, ABI %u.%u)", r.version.c_str(), r.abi_major, r.abi_minor);
+    std::printf("\n");
+    if (r.status == bp::PluginReport::Status::loaded)
+      std::printf("           %d device(s)%s%s\n", r.device_count, r.reason.empty() ? "" : ": ",
+                  r.reason.c_str());
+    else
+      std::printf("           %s\n", r.reason.c_str());
+  }
+  auto rows = device_rows();
+  std::printf("\nDevices\n");
+  std::printf("  %-10s %-8s %-40s %22s %12s\n", "device", "backend", "name", "memory used/total",
+              "bp alloc");
+  for (const auto& row : rows) {
+    const bp::DeviceProperties& p = row.dev->properties();
+    uint64_t used = row.total - std::min(row.total, row.free_now);
+    std::string mem = mib(used) + " / " + mib(row.total);
+    std::printf("  %-10s %-8s %-40.40s %22s %12s\n", row.dev->str().c_str(),
+                row.dev->backend_name().c_str(), p.name.c_str(), mem.c_str(),
+                mib(row.stats.allocated).c_str());
+    if (!p.pci_bus_id.empty() || p.compute_major)
+      std::printf("  %-10s %-8s bus %s, compute %d.%d, %d cores, %s\n", "", "",
+                  p.pci_bus_id.c_str(), p.compute_major, p.compute_minor, p.cores, p.uuid.c_str());
+  }
+  if (rows.empty()) std::printf("  (none)\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--json")) {
+      json = true;
+    } else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
+      std::printf(
+          "usage: bp-smi [--json]\n  Lists Backplane plugins (with load decisions) and "
+          "devices (name, memory, backend).\n");
+      return 0;
+    } else {
+      std::fprintf(stderr, "bp-smi: unknown argument '%s' (expected --json or --help)\n", argv[i]);
+      return 2;
+    }
+  }
+  try {
+    return json ? print_json() : print_table();
+  } catch (const bp::Error& e) {
+    std::fprintf(stderr, "bp-smi: %s\n", e.what());
+    return 1;
+  }
+}
