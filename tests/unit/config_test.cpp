@@ -1,0 +1,131 @@
+// The config file and its precedence (Note [Config precedence] in core/src/config.cpp).
+#include <gtest/gtest.h>
+#include <backplane/backplane.hpp>
+
+#include "config_internal.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class ConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v : kVars) unsetenv(v);
+    path_ = fs::temp_directory_path() / ("bp-cfg-" + std::to_string(::getpid()) + ".toml");
+  }
+  void TearDown() override {
+    for (const char* v : kVars) unsetenv(v);
+    fs::remove(path_);
+  }
+  void write(const std::string& text) {
+    std::ofstream(path_) << text;
+    setenv("BACKPLANE_CONFIG", path_.c_str(), 1);
+  }
+  void expect_error(const std::string& text, const std::string& fragment) {
+    write(text);
+    try {
+      bp::detail::load_config();
+      FAIL() << "config accepted: " << text;
+    } catch (const bp::IOError& e) {
+      std::string msg = e.what();
+      EXPECT_NE(msg.find(path_.string()), std::string::npos) << msg;
+      EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
+    }
+  }
+  static constexpr const char* kVars[] = {"BACKPLANE_CONFIG", "BACKPLANE_DEVICE",
+                                          "BACKPLANE_PLUGINS", "BACKPLANE_ALLOW_TF32",
+                                          "BACKPLANE_SYNC_DEBUG"};
+  fs::path path_;
+};
+
+TEST_F(ConfigTest, ReadsEveryKey) {
+  write(
+      "device = \"cuda:1\"\n"
+      "[plugins]\npaths = [\"/opt/a\", \"/opt/b\"]\nallow = [\"cpu\", \"cuda\"]\n"
+      "deny = [\"opencl\"]\n[matmul]\nallow_tf32 = true\n[debug]\nsync = \"warn\"\n");
+  bp::Config c = bp::detail::load_config();
+  EXPECT_EQ(c.source, path_.string());
+  EXPECT_EQ(c.default_device, "cuda:1");
+  EXPECT_EQ(c.plugin_paths, (std::vector<std::string>{"/opt/a", "/opt/b"}));
+  EXPECT_EQ(c.allow, (std::vector<std::string>{"cpu", "cuda"}));
+  EXPECT_EQ(c.deny, (std::vector<std::string>{"opencl"}));
+  EXPECT_TRUE(c.allow_tf32);
+  EXPECT_EQ(c.sync_debug, "warn");
+}
+
+TEST_F(ConfigTest, EnvironmentBeatsFile) {
+  write("device = \"cuda:1\"\n[plugins]\nallow = [\"cpu\"]\n[matmul]\nallow_tf32 = true\n");
+  setenv("BACKPLANE_DEVICE", "cpu:0", 1);
+  setenv("BACKPLANE_PLUGINS", "cuda,opencl", 1);
+  setenv("BACKPLANE_ALLOW_TF32", "0", 1);
+  setenv("BACKPLANE_SYNC_DEBUG", "error", 1);
+  bp::Config c = bp::detail::load_config();
+  EXPECT_EQ(c.default_device, "cpu:0");
+  EXPECT_EQ(c.allow, (std::vector<std::string>{"cuda", "opencl"}));
+  EXPECT_FALSE(c.allow_tf32);
+  EXPECT_EQ(c.sync_debug, "error");
+}
+
+TEST_F(ConfigTest, SyntaxErrorNamesFileAndLine) {
+  expect_error("device = \n", "line 1");
+}
+TEST_F(ConfigTest, UnknownKeyNamesLineAndKey) {
+  expect_error("device = \"cpu\"\ndevcie = \"cuda\"\n", "line 2, key 'devcie': unknown key");
+}
+TEST_F(ConfigTest, UnknownNestedKey) {
+  expect_error("[plugins]\npath = [\"/x\"]\n", "line 2, key 'plugins.path': unknown key");
+}
+TEST_F(ConfigTest, WrongTypes) {
+  expect_error("device = 3\n", "key 'device': expected a device string");
+  expect_error("[plugins]\nallow = \"cpu\"\n", "key 'plugins.allow': expected an array");
+  expect_error("[plugins]\nallow = [\"cpu\", 2]\n", "expected every element to be a string");
+  expect_error("[matmul]\nallow_tf32 = \"yes\"\n", "key 'matmul.allow_tf32': expected true");
+  expect_error("[debug]\nsync = \"loud\"\n", "'loud' is not one of off, warn, error");
+  expect_error("plugins = 3\n", "key 'plugins': expected a table");
+}
+TEST_F(ConfigTest, MissingExplicitFile) {
+  setenv("BACKPLANE_CONFIG", "/no/such/backplane.toml", 1);
+  try {
+    bp::detail::load_config();
+    FAIL();
+  } catch (const bp::IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("/no/such/backplane.toml (from BACKPLANE_CONFIG) does "
+                                         "not exist"),
+              std::string::npos)
+        << e.what();
+  }
+}
+TEST_F(ConfigTest, BadEnvironmentValues) {
+  setenv("BACKPLANE_ALLOW_TF32", "maybe", 1);
+  EXPECT_THROW(bp::detail::load_config(), bp::IOError);
+  unsetenv("BACKPLANE_ALLOW_TF32");
+  setenv("BACKPLANE_SYNC_DEBUG", "verbose", 1);
+  try {
+    bp::detail::load_config();
+    FAIL();
+  } catch (const bp::IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("BACKPLANE_SYNC_DEBUG"), std::string::npos);
+  }
+}
+TEST_F(ConfigTest, NoFileMeansDefaults) {
+  fs::path cwd = fs::current_path();
+  fs::path empty = fs::temp_directory_path() / ("bp-empty-" + std::to_string(::getpid()));
+  fs::create_directories(empty);
+  fs::current_path(empty);
+  setenv("XDG_CONFIG_HOME", empty.c_str(), 1);
+  bp::Config c = bp::detail::load_config();
+  fs::current_path(cwd);
+  unsetenv("XDG_CONFIG_HOME");
+  fs::remove_all(empty);
+  EXPECT_EQ(c.source, "");
+  EXPECT_EQ(c.default_device, "");
+  EXPECT_FALSE(c.allow_tf32);
+}
+
+}  // namespace
