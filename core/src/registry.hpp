@@ -114,9 +114,8 @@ class PluginDevice final : public Device {
     return plugin_.api->mem_host_pointer ? plugin_.api->mem_host_pointer(b) : nullptr;
   }
   void release(bp_buffer* b, uint64_t size) noexcept;
-  // Page-locked host staging memory of this device's plugin (or aligned host memory).
-  void* host_alloc(uint64_t n);
-  void host_free(void* p) noexcept;
+  void* host_alloc(uint64_t n) override;
+  void host_free(void* p) noexcept override;
 
  private:
   static size_t slot(Op op, DType dtype) {

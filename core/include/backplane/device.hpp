@@ -145,6 +145,10 @@ class Device {
   virtual void copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer& src,
                            uint64_t src_off, uint64_t n) = 0;
   virtual void memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n) = 0;
+  // Page-locked host memory for fast transfers to and from this device (ordinary 64-byte
+  // aligned memory when the backend has none). Free with host_free. Throws OutOfMemory.
+  virtual void* host_alloc(uint64_t n) = 0;
+  virtual void host_free(void* p) noexcept = 0;
   // Copies between this device and another device; same plugin -> peer copy, else staged
   // through host memory. Ordered after prior work on both devices' default streams.
   virtual void copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, uint64_t src_off,

@@ -1,0 +1,213 @@
+// bp-bench: Backplane's device benchmarks, one JSON object per measurement on stdout
+// ({"metric": ..., "device": ..., "value": ..., "unit": ...}) and a table on stderr.
+// bench/compare.py runs this and the PyTorch/NumPy reference in one command and prints the
+// ratios.
+//
+//   bp-bench [--device cuda:0] [--quick] [--only substring]
+//
+// Method (Note [Benchmark method]): warm up first; time device work with the device's events
+// (host clocks around synchronised regions on devices without timing events); report the
+// median of repeated runs; inputs are random (never zeros) and large inputs exceed the caches.
+#include <backplane/backplane.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace {
+
+bool g_quick = false;
+std::string g_only;
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Milliseconds per call of `fn` (median over `reps` timed batches of `inner` calls).
+double time_ms(bp::Device& d, const std::function<void()>& fn, int reps, int inner = 1) {
+  for (int i = 0; i < std::max(2, reps / 5); ++i) fn();
+  d.synchronize();
+  auto start = d.create_event(), stop = d.create_event();
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    start->record(d.default_stream());
+    for (int i = 0; i < inner; ++i) fn();
+    stop->record(d.default_stream());
+    stop->synchronize();
+    double ms = start->elapsed_ms(*stop);
+    if (ms <= 0)  // devices without timing events
+      ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    samples.push_back(ms / inner);
+  }
+  return median(samples);
+}
+
+// Host wall-clock microseconds per call (for per-op overheads), median of reps.
+double host_us(bp::Device& d, const std::function<void()>& fn, int reps, int inner) {
+  for (int i = 0; i < inner; ++i) fn();
+  d.synchronize();
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < inner; ++i) fn();
+    d.synchronize();
+    samples.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+        inner);
+  }
+  return median(samples);
+}
+
+void emit(const std::string& metric, bp::Device& d, double value, const char* unit) {
+  std::printf("{\"metric\": \"%s\", \"device\": \"%s\", \"value\": %.6g, \"unit\": \"%s\"}\n",
+              metric.c_str(), d.str().c_str(), value, unit);
+  std::fflush(stdout);
+  std::fprintf(stderr, "  %-44s %-10s %12.3f %s\n", metric.c_str(), d.str().c_str(), value, unit);
+}
+
+bool wanted(const std::string& metric) {
+  return g_only.empty() || metric.find(g_only) != std::string::npos;
+}
+
+void bench_elementwise(bp::Device& d) {
+  const int64_t n = g_quick ? (1 << 22) : (1 << 26);
+  const double mb = n * 4.0;
+  auto a = bp::rand({n}, d), b = bp::rand({n}, d);
+  int reps = g_quick ? 5 : 20;
+  if (wanted("add")) {
+    double ms = time_ms(
+        d, [&] { auto c = a + b; }, reps);
+    emit("add f32 2^" + std::to_string(63 - __builtin_clzll(n)), d, 3 * mb / ms / 1e6, "GB/s");
+  }
+  if (wanted("exp")) {
+    double ms = time_ms(
+        d, [&] { auto c = a.exp(); }, reps);
+    emit("exp f32 2^" + std::to_string(63 - __builtin_clzll(n)), d, 2 * mb / ms / 1e6, "GB/s");
+  }
+  if (wanted("mul")) {
+    double ms = time_ms(
+        d, [&] { auto c = a * b; }, reps);
+    emit("mul f32 2^" + std::to_string(63 - __builtin_clzll(n)), d, 3 * mb / ms / 1e6, "GB/s");
+  }
+  if (wanted("sum")) {
+    double ms = time_ms(
+        d, [&] { auto c = a.sum(); }, reps);
+    emit("sum f32 2^" + std::to_string(63 - __builtin_clzll(n)), d, mb / ms / 1e6, "GB/s");
+  }
+  if (wanted("norm")) {
+    double ms = time_ms(
+        d, [&] { auto c = a.norm(); }, reps);
+    emit("norm f32 2^" + std::to_string(63 - __builtin_clzll(n)), d, mb / ms / 1e6, "GB/s");
+  }
+}
+
+void bench_matmul(bp::Device& d, bool gpu) {
+  std::vector<int64_t> sizes = gpu ? std::vector<int64_t>{4096, 8192} : std::vector<int64_t>{1024};
+  if (g_quick) sizes = {gpu ? 2048 : 512};
+  struct Mode {
+    const char* name;
+    bp::DType dt;
+    bool tf32;
+  };
+  std::vector<Mode> modes = {{"f32", bp::DType::f32, false}};
+  if (gpu) {
+    modes.push_back({"tf32", bp::DType::f32, true});
+    modes.push_back({"bf16", bp::DType::bf16, false});
+  }
+  for (int64_t n : sizes)
+    for (const Mode& m : modes) {
+      std::string metric = std::string("matmul ") + m.name + " " + std::to_string(n);
+      if (!wanted(metric)) continue;
+      bp::set_allow_tf32(m.tf32);
+      auto a = bp::rand({n, n}, d, m.dt), b = bp::rand({n, n}, d, m.dt);
+      int reps = n >= 8192 ? 5 : 10;
+      double ms = time_ms(
+          d, [&] { auto c = bp::matmul(a, b); }, reps);
+      emit(metric, d, 2.0 * n * n * n / ms / 1e9, "TFLOP/s");
+    }
+  bp::set_allow_tf32(false);
+}
+
+void bench_copies(bp::Device& d) {
+  const uint64_t bytes = g_quick ? (32ull << 20) : (256ull << 20);
+  auto buf = d.allocator().allocate(bytes);
+  d.memset(d.default_stream(), *buf, 0, 1, bytes);
+  std::vector<char> pageable(bytes, 1);
+  char* pinned = static_cast<char*>(d.host_alloc(bytes));
+  std::memset(pinned, 1, bytes);
+  std::string mib = std::to_string(bytes >> 20) + " MiB";
+  auto run = [&](const char* name, std::function<void()> fn) {
+    std::string metric = std::string(name) + " " + mib;
+    if (!wanted(metric)) return;
+    double ms = time_ms(d, fn, g_quick ? 3 : 10);
+    emit(metric, d, bytes / ms / 1e6, "GB/s");
+  };
+  bp::Stream& s = d.default_stream();
+  run("h2d pinned", [&] { d.copy_from_host(s, *buf, 0, pinned, bytes); });
+  run("h2d pageable", [&] { d.copy_from_host(s, *buf, 0, pageable.data(), bytes); });
+  run("d2h pinned", [&] { d.copy_to_host(s, pinned, *buf, 0, bytes); });
+  run("d2h pageable", [&] { d.copy_to_host(s, pageable.data(), *buf, 0, bytes); });
+  d.synchronize();
+  d.host_free(pinned);
+}
+
+void bench_overheads(bp::Device& d) {
+  if (wanted("alloc")) {
+    double us = host_us(
+        d, [&] { auto b = d.allocator().allocate(1 << 20); }, 11, 2000);
+    emit("alloc+free 1 MiB", d, us, "us");
+  }
+  auto x = bp::rand({1}, d), y = bp::rand({1}, d);
+  if (wanted("queued")) {
+    double us = host_us(
+        d, [&] { auto z = x + y; }, 5, g_quick ? 2000 : 20000);
+    emit("1-element add queued", d, us, "us/op");
+  }
+  if (wanted("synced")) {
+    double us = host_us(
+        d,
+        [&] {
+          auto z = x + y;
+          d.synchronize();
+        },
+        5, g_quick ? 500 : 5000);
+    emit("1-element add + sync", d, us, "us/op");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::vector<bp::Device*> devs;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--device") && i + 1 < argc) {
+      devs.push_back(&bp::device(argv[++i]));
+    } else if (!std::strcmp(argv[i], "--quick")) {
+      g_quick = true;
+    } else if (!std::strcmp(argv[i], "--only") && i + 1 < argc) {
+      g_only = argv[++i];
+    } else {
+      std::fprintf(stderr, "usage: bp-bench [--device DEV]... [--quick] [--only SUBSTRING]\n");
+      return 2;
+    }
+  }
+  if (devs.empty()) devs = bp::devices();
+  for (bp::Device* d : devs) {
+    bool gpu = !d->properties().unified_memory;
+    std::fprintf(stderr, "%s (%s)\n", d->str().c_str(), d->properties().name.c_str());
+    bench_elementwise(*d);
+    bench_matmul(*d, gpu);
+    if (gpu) bench_copies(*d);
+    bench_overheads(*d);
+  }
+  return 0;
+} catch (const bp::Error& e) {
+  std::fprintf(stderr, "bp-bench: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# One-command set-up for a fresh Debian/Ubuntu machine (run as root or with sudo):
+#
+#   bash tools/setup.sh demo   installs, builds, and runs bp-smi plus the device walkthrough
+#                              on the best device found (the first GPU, else the CPU)
+#   bash tools/setup.sh test   installs, builds (with the CUDA plugin when nvcc exists), and
+#                              runs every test; then an AddressSanitizer+UBSan build runs the
+#                              unit and device tests, and the safetensors fuzzer runs briefly
+#
+# Environment: BP_JOBS (parallel build jobs), BP_SKIP_INSTALL=1 (packages already present),
+# BP_SKIP_SANITIZE=1, BP_FUZZ_SECONDS (default 30).
+set -euo pipefail
+mode=${1:-test}
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$top"
+jobs=${BP_JOBS:-$(nproc)}
+
+install_packages() {
+  [ "${BP_SKIP_INSTALL:-0}" = 1 ] && return 0
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends \
+    build-essential cmake ninja-build clang libclang-rt-dev pkg-config file python3 \
+    libtbb-dev libopenblas-dev libtomlplusplus-dev nlohmann-json3-dev libgtest-dev \
+    ocl-icd-opencl-dev opencl-headers pocl-opencl-icd >/dev/null
+}
+
+# nvcc is often installed outside PATH.
+for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do
+  [ -x "$d/nvcc" ] && ! command -v nvcc >/dev/null && export PATH="$d:$PATH"
+done
+
+cuda_args() {
+  if command -v nvcc >/dev/null; then
+    # Build for the local GPU when there is one, else for Hopper (compile check only).
+    if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+      echo "-DBP_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native"
+    else
+      echo "-DBP_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90"
+    fi
+  else
+    echo "-DBP_BUILD_CUDA=OFF"
+  fi
+}
+
+build_release() {
+  # shellcheck disable=SC2046
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release $(cuda_args) "$@"
+  cmake --build build -j "$jobs"
+}
+
+case "$mode" in
+  demo)
+    install_packages
+    build_release -DBP_BUILD_TESTS=OFF
+    build/tools/bp-smi
+    echo
+    build/bin/example-devices
+    echo
+    build/bin/example-tensors
+    if [ -x build/bin/example-model ]; then echo; (cd build && bin/example-model); fi
+    ;;
+  test)
+    install_packages
+    build_release -DBP_BUILD_TESTS=ON
+    (cd build && ctest --output-on-failure -j "$jobs" --timeout 600)
+    if [ "${BP_SKIP_SANITIZE:-0}" != 1 ]; then
+      cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+        -DBP_SANITIZE=address,undefined -DBP_BUILD_CUDA=OFF -DBP_BUILD_OPENCL=OFF \
+        -DBP_BUILD_BENCH=OFF -DBP_BUILD_EXAMPLES=OFF -DBP_BUILD_TESTS=ON
+      cmake --build build-asan -j "$jobs" --target bp_unit_tests bp_device_tests \
+        bp-fixtures bp_loader_probe bp-smi backplane-cpu
+      (cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
+        ctest --output-on-failure -j "$jobs" -R '^(unit|device)\.' --timeout 600)
+    fi
+    if [ -x tests/fuzz/run_fuzz.sh ] && command -v clang++ >/dev/null; then
+      bash tests/fuzz/run_fuzz.sh "${BP_FUZZ_SECONDS:-30}"
+    fi
+    ;;
+  *)
+    echo "usage: bash tools/setup.sh demo|test" >&2
+    exit 2
+    ;;
+esac
