@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Runs the whole GPU check on a machine that got a bundled build (see
+# ../shared/tools/device-bundle): the device report, the walkthrough, every test program,
+# bp-conformance on each device, and the benchmarks against PyTorch. Logs go to $OUT (or
+# ./device-out). Usage: bash tools/device-check.sh [build-dir] [steps...]
+#   steps: smi walkthrough tests conformance bench nn (default: all)
+set -uo pipefail
+build=${1:-.device/build}
+shift || true
+steps=${*:-smi walkthrough tests conformance bench nn}
+out=${OUT:-device-out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+# NVIDIA's OpenCL driver is not registered with the ICD loader there; PoCL is.
+if [ -e /usr/local/nvidia/lib64/libnvidia-opencl.so.1 ] && [ -z "${OCL_ICD_FILENAMES:-}" ]; then
+  export OCL_ICD_FILENAMES=/usr/local/nvidia/lib64/libnvidia-opencl.so.1
+fi
+summary=()
+step() {  # step NAME CMD...
+  local name=$1
+  shift
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  "$@" > "$out/$name.log" 2>&1
+  local rc=$?
+  tail -n 25 "$out/$name.log"
+  summary+=("$name rc=$rc $((SECONDS - t0))s")
+}
+has() { [[ " $steps " == *" $1 "* ]]; }
+
+has smi && step smi "$build/tools/bp-smi"
+has walkthrough && step walkthrough bash -c "'$build/bin/example-devices' && '$build/bin/example-tensors'"
+if has tests; then
+  step unit "$build/bin/bp_unit_tests" --gtest_brief=1
+  step device_tests "$build/bin/bp_device_tests" --gtest_brief=1
+  for t in "$build"/bin/*_plugin_test "$build"/backends/*/*_plugin_test "$build"/bin/bp_nn_tests; do
+    [ -x "$t" ] && step "$(basename "$t")" "$t" --gtest_brief=1
+  done
+fi
+if has conformance && [ -x "$build/tools/bp-conformance" ]; then
+  step conformance "$build/tools/bp-conformance" --json "$out/conformance.json" \
+    --junit "$out/conformance.xml"
+fi
+has bench && step bench python3 bench/compare.py --bp "$build/bin/bp-bench" --json "$out/bench.json"
+if has nn; then
+  [ -x "$build/bin/bp-bench-mlp" ] && step bench_mlp "$build/bin/bp-bench-mlp"
+  [ -f tests/nn/torch_roundtrip.py ] && step torch_roundtrip python3 tests/nn/torch_roundtrip.py "$build"
+fi
+echo "=== summary"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
