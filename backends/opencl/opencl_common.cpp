@@ -1,0 +1,117 @@
+#include "opencl_common.hpp"
+
+namespace bp::opencl {
+
+std::string cl_error_name(cl_int status) {
+  switch (status) {
+#define BP_CL_NAME(x) \
+  case x:             \
+    return #x;
+    BP_CL_NAME(CL_SUCCESS)
+    BP_CL_NAME(CL_DEVICE_NOT_FOUND)
+    BP_CL_NAME(CL_DEVICE_NOT_AVAILABLE)
+    BP_CL_NAME(CL_COMPILER_NOT_AVAILABLE)
+    BP_CL_NAME(CL_MEM_OBJECT_ALLOCATION_FAILURE)
+    BP_CL_NAME(CL_OUT_OF_RESOURCES)
+    BP_CL_NAME(CL_OUT_OF_HOST_MEMORY)
+    BP_CL_NAME(CL_PROFILING_INFO_NOT_AVAILABLE)
+    BP_CL_NAME(CL_MEM_COPY_OVERLAP)
+    BP_CL_NAME(CL_IMAGE_FORMAT_MISMATCH)
+    BP_CL_NAME(CL_IMAGE_FORMAT_NOT_SUPPORTED)
+    BP_CL_NAME(CL_BUILD_PROGRAM_FAILURE)
+    BP_CL_NAME(CL_MAP_FAILURE)
+    BP_CL_NAME(CL_MISALIGNED_SUB_BUFFER_OFFSET)
+    BP_CL_NAME(CL_EXEC_STATUS_ERROR_FOR_EVENTS_IN_WAIT_LIST)
+    BP_CL_NAME(CL_COMPILE_PROGRAM_FAILURE)
+    BP_CL_NAME(CL_LINKER_NOT_AVAILABLE)
+    BP_CL_NAME(CL_LINK_PROGRAM_FAILURE)
+    BP_CL_NAME(CL_DEVICE_PARTITION_FAILED)
+    BP_CL_NAME(CL_KERNEL_ARG_INFO_NOT_AVAILABLE)
+    BP_CL_NAME(CL_INVALID_VALUE)
+    BP_CL_NAME(CL_INVALID_DEVICE_TYPE)
+    BP_CL_NAME(CL_INVALID_PLATFORM)
+    BP_CL_NAME(CL_INVALID_DEVICE)
+    BP_CL_NAME(CL_INVALID_CONTEXT)
+    BP_CL_NAME(CL_INVALID_QUEUE_PROPERTIES)
+    BP_CL_NAME(CL_INVALID_COMMAND_QUEUE)
+    BP_CL_NAME(CL_INVALID_HOST_PTR)
+    BP_CL_NAME(CL_INVALID_MEM_OBJECT)
+    BP_CL_NAME(CL_INVALID_IMAGE_FORMAT_DESCRIPTOR)
+    BP_CL_NAME(CL_INVALID_IMAGE_SIZE)
+    BP_CL_NAME(CL_INVALID_SAMPLER)
+    BP_CL_NAME(CL_INVALID_BINARY)
+    BP_CL_NAME(CL_INVALID_BUILD_OPTIONS)
+    BP_CL_NAME(CL_INVALID_PROGRAM)
+    BP_CL_NAME(CL_INVALID_PROGRAM_EXECUTABLE)
+    BP_CL_NAME(CL_INVALID_KERNEL_NAME)
+    BP_CL_NAME(CL_INVALID_KERNEL_DEFINITION)
+    BP_CL_NAME(CL_INVALID_KERNEL)
+    BP_CL_NAME(CL_INVALID_ARG_INDEX)
+    BP_CL_NAME(CL_INVALID_ARG_VALUE)
+    BP_CL_NAME(CL_INVALID_ARG_SIZE)
+    BP_CL_NAME(CL_INVALID_KERNEL_ARGS)
+    BP_CL_NAME(CL_INVALID_WORK_DIMENSION)
+    BP_CL_NAME(CL_INVALID_WORK_GROUP_SIZE)
+    BP_CL_NAME(CL_INVALID_WORK_ITEM_SIZE)
+    BP_CL_NAME(CL_INVALID_GLOBAL_OFFSET)
+    BP_CL_NAME(CL_INVALID_EVENT_WAIT_LIST)
+    BP_CL_NAME(CL_INVALID_EVENT)
+    BP_CL_NAME(CL_INVALID_OPERATION)
+    BP_CL_NAME(CL_INVALID_GL_OBJECT)
+    BP_CL_NAME(CL_INVALID_BUFFER_SIZE)
+    BP_CL_NAME(CL_INVALID_MIP_LEVEL)
+    BP_CL_NAME(CL_INVALID_GLOBAL_WORK_SIZE)
+    BP_CL_NAME(CL_INVALID_PROPERTY)
+    BP_CL_NAME(CL_INVALID_IMAGE_DESCRIPTOR)
+    BP_CL_NAME(CL_INVALID_COMPILER_OPTIONS)
+    BP_CL_NAME(CL_INVALID_LINKER_OPTIONS)
+    BP_CL_NAME(CL_INVALID_DEVICE_PARTITION_COUNT)
+    BP_CL_NAME(CL_PLATFORM_NOT_FOUND_KHR)
+#undef BP_CL_NAME
+    // OpenCL 2.x/3.0 codes a newer driver may still return through the 1.2 API.
+    case -69:
+      return "CL_INVALID_PIPE_SIZE";
+    case -70:
+      return "CL_INVALID_DEVICE_QUEUE";
+    case -71:
+      return "CL_INVALID_SPEC_ID";
+    case -72:
+      return "CL_MAX_SIZE_RESTRICTION_EXCEEDED";
+    default:
+      return "CL_ERROR(" + std::to_string(status) + ")";
+  }
+}
+
+bp_error_code cl_error_code(cl_int status) {
+  switch (status) {
+    case CL_MEM_OBJECT_ALLOCATION_FAILURE:
+    case CL_OUT_OF_HOST_MEMORY:
+      return BP_ERROR_OUT_OF_MEMORY;
+    case CL_PLATFORM_NOT_FOUND_KHR:
+    case CL_DEVICE_NOT_FOUND:
+    case CL_DEVICE_NOT_AVAILABLE:
+    case CL_COMPILER_NOT_AVAILABLE:
+      return BP_ERROR_UNAVAILABLE;
+    default:
+      return BP_ERROR_DEVICE;
+  }
+}
+
+void fail_cl(cl_int status, const char* expr, const std::string& context) {
+  std::string name = cl_error_name(status);
+  sdk::fail(cl_error_code(status),
+            sdk::format("opencl: %s: %s failed with %s (%d)", context.c_str(), expr, name.c_str(),
+                        static_cast<int>(status)),
+            name);
+}
+
+std::string shape_string(const bp_tensor_desc& t) {
+  std::string s = "[";
+  for (int32_t d = 0; d < t.rank; ++d) {
+    if (d) s += ", ";
+    s += std::to_string(t.shape[d]);
+  }
+  return s + "]";
+}
+
+}  // namespace bp::opencl

@@ -1,0 +1,213 @@
+// Kernels of the OpenCL backend: the op table (which (op, dtype) pairs exist and why the others
+// do not), the kernel handle bp_kernel, the OpenCL C source generators per op family, and the
+// launch code per family (opencl_kernels_{elementwise,reduction,matmul,random}.cpp) with the
+// helpers they share (opencl_kernels_common.cpp).
+#pragma once
+
+#include "opencl_common.hpp"
+#include "opencl_device.hpp"
+#include "opencl_program.hpp"
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace bp::opencl {
+
+// The op catalogue of plugin_abi.h, Note [Op catalogue].
+enum class Op : int32_t {
+  kFill,
+  kCopy,
+  kCast,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMaximum,
+  kMinimum,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kWhere,
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kAbs,
+  kSum,
+  kMean,
+  kMax,
+  kMatmul,
+  kUniform,
+  kNormal,
+  kCount
+};
+inline constexpr int32_t kOpCount = static_cast<int32_t>(Op::kCount);
+
+// Static facts of an op: its catalogue name, family, the dtypes it is implemented for
+// (bit d set for bp_dtype d) and why the other dtypes are not.
+struct OpInfo {
+  const char* name;
+  Family family;
+  uint32_t dtypes;
+  const char* reason;  // static; for dtypes outside `dtypes`
+};
+const OpInfo& op_info(Op op);
+// Looks an op up by its catalogue name; false when there is none.
+bool find_op(const char* name, Op* out);
+// Reason given for every f64 op on a device without doubles (Note [fp64] in opencl_device.cpp).
+extern const char* const kNoFp64Reason;
+
+// True when the op's result is BOOL (comparisons).
+inline bool is_comparison(Op op) {
+  return op >= Op::kEq && op <= Op::kGe;
+}
+inline bool is_binary(Op op) {
+  return op >= Op::kAdd && op <= Op::kGe;
+}
+inline bool is_unary(Op op) {
+  return op >= Op::kNeg && op <= Op::kAbs;
+}
+
+// The whole source of program (dtype, family) for a device with `info`.
+std::string program_source(int32_t dtype, Family family, const DeviceInfo& info);
+
+// Common OpenCL C: pragmas, f16/bf16 conversions (half.h transcribed), the strided index
+// struct bp_ix and its offset function, and the per-dtype macros T (storage), C (compute type),
+// LD (storage -> C) and ST (C -> storage).
+std::string kernel_prelude(int32_t dtype, bool fp64);
+// OpenCL C type storing a dtype ("float", "ushort" for f16/bf16, "uchar" for u8/bool).
+const char* cl_storage_type(int32_t dtype);
+
+// Family source generators: the kernels of one dtype.
+std::string elementwise_source(int32_t dtype, bool fp64);
+std::string reduction_source(int32_t dtype, bool fp64);
+std::string matmul_source(int32_t dtype, const DeviceInfo& info);
+std::string random_source(int32_t dtype);
+
+}  // namespace bp::opencl
+
+// A resolved (op, dtype) on one device. Created by find_kernel, lives as long as the plugin.
+// Thread-safety: clSetKernelArg and the enqueue that follows are not thread-safe on one
+// cl_kernel, so launches hold `mutex` around them.
+struct bp_kernel {
+  bp::opencl::Device* device;
+  bp::opencl::Op op;
+  int32_t dtype;
+  std::mutex mutex;
+  std::vector<cl_kernel> kernels;  // family-specific slots; nullptr where absent
+  std::vector<size_t> local_size;  // work-group size chosen per slot
+
+  bp_kernel(bp::opencl::Device* d, bp::opencl::Op o, int32_t t) : device(d), op(o), dtype(t) {}
+  ~bp_kernel() {
+    for (cl_kernel k : kernels)
+      if (k) clReleaseKernel(k);
+  }
+  bp_kernel(const bp_kernel&) = delete;
+  bp_kernel& operator=(const bp_kernel&) = delete;
+};
+
+namespace bp::opencl {
+
+// Creates the cl_kernels of `k` from its family's program (opencl_kernels_*.cpp).
+void create_elementwise_kernels(bp_kernel& k, cl_program program);
+void create_reduction_kernels(bp_kernel& k, cl_program program);
+void create_matmul_kernels(bp_kernel& k, cl_program program);
+void create_random_kernels(bp_kernel& k, cl_program program);
+
+// Where a launch goes: the device, the host's stream (may be NULL) and the queue to use.
+struct LaunchContext {
+  Device& device;
+  bp_stream* stream;
+  cl_command_queue queue;
+};
+
+// Launches of each family. Validate the descriptors (counts, dtypes, shapes, offsets, extents)
+// and throw BP_ERROR_INVALID_ARGUMENT naming the op, dtype and shapes when they are wrong.
+void launch_elementwise(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in,
+                        int32_t num_in, const bp_tensor_desc* out, int32_t num_out,
+                        const sdk::Attrs& attrs);
+void launch_reduction(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in,
+                      int32_t num_in, const bp_tensor_desc* out, int32_t num_out);
+void launch_matmul(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
+                   const bp_tensor_desc* out, int32_t num_out);
+void launch_random(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* out,
+                   int32_t num_out, const sdk::Attrs& attrs);
+
+// ---- Helpers shared by the launch code (opencl_kernels_common.cpp) ----
+
+// Host mirror of the OpenCL C struct bp_ix: up to 4 strided tensors over one shape
+// (slot 0 the output), offsets and strides in elements.
+struct ClIndex {
+  int64_t shape[BP_MAX_RANK];
+  int64_t st[4][BP_MAX_RANK];
+  int64_t off[4];
+  int32_t rank;
+  int32_t pad;
+};
+
+// "add f32 on opencl:0 (...)" for messages.
+std::string op_label(const bp_kernel& k);
+
+// Validates one descriptor for use by kernel `k` as `role` ("input 0", "output") with dtype
+// `dtype`: rank, shape, strides, offset alignment, buffer present and large enough. Returns
+// the offset in elements.
+int64_t checked_element_offset(const bp_kernel& k, const bp_tensor_desc& t, int32_t dtype,
+                               const char* role);
+// Throws unless `t` has the same rank and shape as `ref`.
+void check_same_shape(const bp_kernel& k, const bp_tensor_desc& t, const bp_tensor_desc& ref,
+                      const char* role);
+
+// Builds a ClIndex for `count` tensors (slot 0 the output) over `t[0]`'s shape, merging
+// dimensions that are contiguous in every tensor and dropping size-1 ones. `offsets` are in
+// elements.
+ClIndex make_index(const bp_tensor_desc* const* t, const int64_t* offsets, int32_t count);
+
+// Sets kernel arguments in order; throws naming the kernel and argument on failure.
+class KernelArgs {
+ public:
+  explicit KernelArgs(cl_kernel k) : k_(k) {}
+  KernelArgs& mem(const bp_buffer* b);
+  KernelArgs& mem(cl_mem m);
+  template <typename T>
+  KernelArgs& value(const T& v) {
+    set(sizeof(T), &v);
+    return *this;
+  }
+  KernelArgs& bytes(const void* v, size_t size) {
+    set(size, v);
+    return *this;
+  }
+  KernelArgs& local(size_t bytes) {
+    set(bytes, nullptr);
+    return *this;
+  }
+
+ private:
+  void set(size_t size, const void* value);
+  cl_kernel k_;
+  cl_uint index_ = 0;
+};
+
+// Enqueues an ND-range; throws naming the kernel and the device on failure.
+void enqueue_kernel(const LaunchContext& lc, cl_kernel k, cl_uint dims, const size_t* global,
+                    const size_t* local);
+// Global size of a grid-stride 1-D launch over n items with work-groups of `local`.
+size_t grid_size(uint64_t n, size_t local, const DeviceInfo& info);
+// The largest power of two <= min(cap, CL_KERNEL_WORK_GROUP_SIZE of k on the device).
+size_t pick_local_size(cl_kernel k, const Device& d, size_t cap);
+// Creates kernel `name` of `program`; throws naming the kernel.
+cl_kernel create_kernel(const bp_kernel& k, cl_program program, const char* name);
+
+// Saturating double -> int64 (NaN -> 0), for scalars and fill values of integer dtypes.
+int64_t saturate_to_i64(double v);
+
+}  // namespace bp::opencl

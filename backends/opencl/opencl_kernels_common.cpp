@@ -1,0 +1,387 @@
+// The op table, the common OpenCL C prelude and the helpers every family's launch code uses.
+#include "opencl_allocator.hpp"
+#include "opencl_kernels.hpp"
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+namespace bp::opencl {
+namespace {
+
+constexpr uint32_t bit(int32_t d) {
+  return uint32_t{1} << d;
+}
+constexpr uint32_t kAll = 0xFFu;
+constexpr uint32_t kFloats =
+    bit(BP_DTYPE_F32) | bit(BP_DTYPE_F64) | bit(BP_DTYPE_F16) | bit(BP_DTYPE_BF16);
+constexpr uint32_t kSigned = kFloats | bit(BP_DTYPE_I32) | bit(BP_DTYPE_I64);
+constexpr uint32_t kArith = kSigned | bit(BP_DTYPE_U8);
+
+constexpr const char* kArithReason =
+    "arithmetic is not defined on bool; cast to an integer or floating-point dtype first";
+constexpr const char* kFloatOnlyReason =
+    "defined for floating-point dtypes only (f32, f64, f16, bf16); cast first";
+constexpr const char* kSignedReason =
+    "defined for signed dtypes only (f32, f64, f16, bf16, i32, i64); cast first";
+constexpr const char* kReduceReason =
+    "reductions of u8 and bool are not in the catalogue; cast to i32/i64 first";
+constexpr const char* kMatmulReason =
+    "matmul is implemented for floating-point dtypes only (f32, f64, f16, bf16)";
+constexpr const char* kRandomReason =
+    "random ops produce floating-point dtypes only (f32, f64, f16, bf16)";
+
+const OpInfo kOps[kOpCount] = {
+    {"fill", Family::kElementwise, kAll, ""},
+    {"copy", Family::kElementwise, kAll, ""},
+    {"cast", Family::kElementwise, kAll, ""},
+    {"add", Family::kElementwise, kArith, kArithReason},
+    {"sub", Family::kElementwise, kArith, kArithReason},
+    {"mul", Family::kElementwise, kArith, kArithReason},
+    {"div", Family::kElementwise, kFloats, kFloatOnlyReason},
+    {"pow", Family::kElementwise, kFloats, kFloatOnlyReason},
+    {"maximum", Family::kElementwise, kArith, kArithReason},
+    {"minimum", Family::kElementwise, kArith, kArithReason},
+    {"eq", Family::kElementwise, kAll, ""},
+    {"ne", Family::kElementwise, kAll, ""},
+    {"lt", Family::kElementwise, kAll, ""},
+    {"le", Family::kElementwise, kAll, ""},
+    {"gt", Family::kElementwise, kAll, ""},
+    {"ge", Family::kElementwise, kAll, ""},
+    {"where", Family::kElementwise, kAll, ""},
+    {"neg", Family::kElementwise, kSigned, kSignedReason},
+    {"exp", Family::kElementwise, kFloats, kFloatOnlyReason},
+    {"log", Family::kElementwise, kFloats, kFloatOnlyReason},
+    {"sqrt", Family::kElementwise, kFloats, kFloatOnlyReason},
+    {"relu", Family::kElementwise, kSigned, kSignedReason},
+    {"sigmoid", Family::kElementwise, kFloats, kFloatOnlyReason},
+    {"tanh", Family::kElementwise, kFloats, kFloatOnlyReason},
+    {"abs", Family::kElementwise, kSigned, kSignedReason},
+    {"sum", Family::kReduction, kSigned, kReduceReason},
+    {"mean", Family::kReduction, kFloats, kFloatOnlyReason},
+    {"max", Family::kReduction, kSigned, kReduceReason},
+    {"matmul", Family::kMatmul, kFloats, kMatmulReason},
+    {"uniform", Family::kRandom, kFloats, kRandomReason},
+    {"normal", Family::kRandom, kFloats, kRandomReason},
+};
+
+// half.h transcribed to OpenCL C (bit-exact: same integer arithmetic), plus the strided index.
+constexpr const char* kPrelude = R"CLC(
+#pragma OPENCL FP_CONTRACT OFF
+
+inline float bp_bf16_to_float(ushort h) { return as_float(((uint)h) << 16); }
+
+inline ushort bp_float_to_bf16(float f) {
+  uint u = as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (ushort)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (ushort)(u >> 16);
+}
+
+inline float bp_f16_to_float(ushort h) {
+  uint sign = ((uint)(h & 0x8000u)) << 16;
+  uint ex = (h >> 10) & 0x1fu;
+  uint man = h & 0x3ffu;
+  uint u;
+  if (ex == 0) {
+    if (man == 0) {
+      u = sign;
+    } else {
+      int e = -1;
+      do {
+        ++e;
+        man <<= 1;
+      } while ((man & 0x400u) == 0);
+      u = sign | ((uint)(127 - 15 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+  } else if (ex == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);
+  } else {
+    u = sign | ((ex + 127 - 15) << 23) | (man << 13);
+  }
+  return as_float(u);
+}
+
+inline ushort bp_float_to_f16(float f) {
+  uint u = as_uint(f);
+  ushort sign = (ushort)((u >> 16) & 0x8000u);
+  uint a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (ushort)(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return (ushort)(sign | 0x7c00u);
+  if (a < 0x38800000u) {
+    if (a < 0x33000000u) return sign;
+    uint e = a >> 23;
+    uint m = (a & 0x7fffffu) | 0x800000u;
+    uint shift = 126 - e;
+    uint hv = m >> shift;
+    uint rem = m & ((1u << shift) - 1u);
+    uint mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (hv & 1u))) ++hv;
+    return (ushort)(sign | hv);
+  }
+  uint r = a + 0xfffu + ((a >> 13) & 1u);
+  return (ushort)(sign | ((r - 0x38000000u) >> 13));
+}
+
+/* Up to four strided tensors over one shape; slot 0 is the output. Mirrors ClIndex. */
+typedef struct {
+  long shape[8];
+  long st[4][8];
+  long off[4];
+  int rank;
+  int pad;
+} bp_ix;
+
+/* Element offsets of the four tensors at row-major index i. */
+inline long4 bp_offsets(const bp_ix* ix, long i) {
+  long4 o = (long4)(ix->off[0], ix->off[1], ix->off[2], ix->off[3]);
+  long r = i;
+  for (int d = ix->rank - 1; d >= 0; --d) {
+    long s = ix->shape[d];
+    long q = d > 0 ? r / s : 0;
+    long c = r - q * s;
+    o += c * (long4)(ix->st[0][d], ix->st[1][d], ix->st[2][d], ix->st[3][d]);
+    r = q;
+  }
+  return o;
+}
+
+#define BP_LOOP(i, n) for (long i = get_global_id(0); i < (n); i += get_global_size(0))
+)CLC";
+
+}  // namespace
+
+const char* const kNoFp64Reason =
+    "this OpenCL device has no double precision (cl_khr_fp64 missing or "
+    "CL_DEVICE_DOUBLE_FP_CONFIG is 0)";
+
+const OpInfo& op_info(Op op) {
+  return kOps[static_cast<int32_t>(op)];
+}
+
+bool find_op(const char* name, Op* out) {
+  if (!name) return false;
+  for (int32_t i = 0; i < kOpCount; ++i) {
+    if (std::strcmp(kOps[i].name, name) == 0) {
+      *out = static_cast<Op>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* cl_storage_type(int32_t dtype) {
+  switch (dtype) {
+    case BP_DTYPE_F32:
+      return "float";
+    case BP_DTYPE_F64:
+      return "double";
+    case BP_DTYPE_F16:
+    case BP_DTYPE_BF16:
+      return "ushort";
+    case BP_DTYPE_I32:
+      return "int";
+    case BP_DTYPE_I64:
+      return "long";
+    default:
+      return "uchar";
+  }
+}
+
+std::string kernel_prelude(int32_t dtype, bool fp64) {
+  std::string s;
+  if (fp64) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#define BP_FP64 1\n";
+  s += kPrelude;
+  s += sdk::format("#define T %s\n", cl_storage_type(dtype));
+  switch (dtype) {
+    case BP_DTYPE_F32:
+      s += "#define C float\n#define LD(x) (x)\n#define ST(x) (x)\n";
+      break;
+    case BP_DTYPE_F64:
+      s += "#define C double\n#define LD(x) (x)\n#define ST(x) (x)\n";
+      break;
+    case BP_DTYPE_F16:
+      s += "#define C float\n#define LD(x) bp_f16_to_float(x)\n#define ST(x) bp_float_to_f16(x)\n";
+      break;
+    case BP_DTYPE_BF16:
+      s += "#define C float\n#define LD(x) bp_bf16_to_float(x)\n"
+           "#define ST(x) bp_float_to_bf16(x)\n";
+      break;
+    case BP_DTYPE_I32:
+      s += "#define C int\n#define UC uint\n#define LD(x) (x)\n#define ST(x) ((int)(x))\n";
+      break;
+    case BP_DTYPE_I64:
+      s += "#define C long\n#define UC ulong\n#define LD(x) (x)\n#define ST(x) ((long)(x))\n";
+      break;
+    case BP_DTYPE_U8:
+      s += "#define C uchar\n#define UC uchar\n#define LD(x) (x)\n#define ST(x) ((uchar)(x))\n";
+      break;
+    case BP_DTYPE_BOOL:
+      s += "#define C uchar\n#define UC uchar\n#define LD(x) ((uchar)((x) != 0))\n"
+           "#define ST(x) ((uchar)((x) != 0))\n";
+      break;
+    default:
+      break;
+  }
+  return s;
+}
+
+std::string program_source(int32_t dtype, Family family, const DeviceInfo& info) {
+  switch (family) {
+    case Family::kElementwise:
+      return elementwise_source(dtype, info.fp64);
+    case Family::kReduction:
+      return reduction_source(dtype, info.fp64);
+    case Family::kMatmul:
+      return matmul_source(dtype, info);
+    case Family::kRandom:
+      return random_source(dtype);
+  }
+  return "";
+}
+
+std::string op_label(const bp_kernel& k) {
+  return sdk::format("%s %s on %s", op_info(k.op).name, bp_dtype_name(k.dtype),
+                     k.device->label().c_str());
+}
+
+int64_t checked_element_offset(const bp_kernel& k, const bp_tensor_desc& t, int32_t dtype,
+                               const char* role) {
+  auto bad = [&](const std::string& why) {
+    sdk::fail(BP_ERROR_INVALID_ARGUMENT, sdk::format("opencl: %s: %s %s: %s", op_label(k).c_str(),
+                                                     role, shape_string(t).c_str(), why.c_str()));
+  };
+  if (t.rank < 0 || t.rank > BP_MAX_RANK)
+    bad(sdk::format("rank %d is outside 0..%d", t.rank, BP_MAX_RANK));
+  if (t.dtype != dtype)
+    bad(sdk::format("dtype is %s, expected %s", bp_dtype_name(t.dtype), bp_dtype_name(dtype)));
+  int64_t n = 1, last = 0;
+  for (int32_t d = 0; d < t.rank; ++d) {
+    if (t.shape[d] < 0) bad(sdk::format("negative extent in dimension %d", d));
+    if (t.strides[d] < 0) bad(sdk::format("negative stride in dimension %d", d));
+    n *= t.shape[d];
+  }
+  if (n == 0) return 0;
+  for (int32_t d = 0; d < t.rank; ++d) last += (t.shape[d] - 1) * t.strides[d];
+  size_t esize = bp_dtype_size(dtype);
+  if (!t.buffer) bad("buffer is NULL for a non-empty tensor");
+  if (t.offset % esize != 0)
+    bad(sdk::format("byte offset %llu is not a multiple of the element size %zu",
+                    static_cast<unsigned long long>(t.offset), esize));
+  int64_t off = static_cast<int64_t>(t.offset / esize);
+  uint64_t end_bytes = static_cast<uint64_t>(off + last + 1) * esize;
+  if (end_bytes > t.buffer->size)
+    bad(sdk::format("reaches byte %llu of a %llu-byte buffer",
+                    static_cast<unsigned long long>(end_bytes),
+                    static_cast<unsigned long long>(t.buffer->size)));
+  return off;
+}
+
+void check_same_shape(const bp_kernel& k, const bp_tensor_desc& t, const bp_tensor_desc& ref,
+                      const char* role) {
+  bool same = t.rank == ref.rank;
+  for (int32_t d = 0; same && d < t.rank; ++d) same = t.shape[d] == ref.shape[d];
+  if (!same)
+    sdk::fail(
+        BP_ERROR_INVALID_ARGUMENT,
+        sdk::format("opencl: %s: %s has shape %s but the output has shape %s", op_label(k).c_str(),
+                    role, shape_string(t).c_str(), shape_string(ref).c_str()));
+}
+
+ClIndex make_index(const bp_tensor_desc* const* t, const int64_t* offsets, int32_t count) {
+  ClIndex ix{};
+  const bp_tensor_desc& ref = *t[0];
+  int32_t r = 0;
+  for (int32_t d = 0; d < ref.rank; ++d) {
+    if (ref.shape[d] == 1) continue;
+    bool merge = r > 0;
+    for (int32_t j = 0; merge && j < count; ++j)
+      merge = ix.st[j][r - 1] == t[j]->strides[d] * ref.shape[d];
+    if (merge) {
+      ix.shape[r - 1] *= ref.shape[d];
+      for (int32_t j = 0; j < count; ++j) ix.st[j][r - 1] = t[j]->strides[d];
+    } else {
+      ix.shape[r] = ref.shape[d];
+      for (int32_t j = 0; j < count; ++j) ix.st[j][r] = t[j]->strides[d];
+      ++r;
+    }
+  }
+  ix.rank = r;
+  for (int32_t j = 0; j < count; ++j) ix.off[j] = offsets[j];
+  return ix;
+}
+
+namespace {
+std::string kernel_name(cl_kernel k) {
+  char name[256] = {0};
+  clGetKernelInfo(k, CL_KERNEL_FUNCTION_NAME, sizeof name - 1, name, nullptr);
+  return name;
+}
+}  // namespace
+
+KernelArgs& KernelArgs::mem(const bp_buffer* b) {
+  return mem(b ? b->mem : nullptr);
+}
+
+KernelArgs& KernelArgs::mem(cl_mem m) {
+  set(sizeof(cl_mem), &m);
+  return *this;
+}
+
+void KernelArgs::set(size_t size, const void* value) {
+  cl_int status = clSetKernelArg(k_, index_, size, value);
+  if (status != CL_SUCCESS)
+    fail_cl(
+        status, "clSetKernelArg",
+        sdk::format("kernel %s, argument %u (%zu bytes)", kernel_name(k_).c_str(), index_, size));
+  ++index_;
+}
+
+void enqueue_kernel(const LaunchContext& lc, cl_kernel k, cl_uint dims, const size_t* global,
+                    const size_t* local) {
+  cl_int status =
+      clEnqueueNDRangeKernel(lc.queue, k, dims, nullptr, global, local, 0, nullptr, nullptr);
+  if (status != CL_SUCCESS) {
+    std::string sizes;
+    for (cl_uint d = 0; d < dims; ++d)
+      sizes += sdk::format("%s%zu/%zu", d ? " x " : "", global[d], local ? local[d] : 0);
+    fail_cl(status, "clEnqueueNDRangeKernel",
+            sdk::format("%s: kernel %s, global/local %s", lc.device.label().c_str(),
+                        kernel_name(k).c_str(), sizes.c_str()));
+  }
+}
+
+size_t grid_size(uint64_t n, size_t local, const DeviceInfo& info) {
+  uint64_t groups = (n + local - 1) / local;
+  uint64_t cap = uint64_t{info.compute_units ? info.compute_units : 1} * 64;
+  if (groups > cap) groups = cap;
+  if (groups == 0) groups = 1;
+  return static_cast<size_t>(groups * local);
+}
+
+size_t pick_local_size(cl_kernel k, const Device& d, size_t cap) {
+  size_t wg = 0;
+  if (clGetKernelWorkGroupInfo(k, d.id(), CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, nullptr) !=
+          CL_SUCCESS ||
+      wg == 0)
+    wg = d.info().max_work_group;
+  size_t v = std::min(cap, std::max<size_t>(wg, 1));
+  return std::bit_floor(v);
+}
+
+cl_kernel create_kernel(const bp_kernel& k, cl_program program, const char* name) {
+  cl_int status = CL_SUCCESS;
+  cl_kernel kernel = clCreateKernel(program, name, &status);
+  if (status != CL_SUCCESS)
+    fail_cl(status, "clCreateKernel", sdk::format("%s: kernel %s", op_label(k).c_str(), name));
+  return kernel;
+}
+
+int64_t saturate_to_i64(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace bp::opencl

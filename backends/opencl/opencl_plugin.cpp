@@ -1,0 +1,448 @@
+// The OpenCL backend plugin: the only file that touches the ABI table (through the SDK).
+// Serves every device of every OpenCL platform the ICD loader finds as opencl:0..N-1.
+#include "opencl_allocator.hpp"
+#include "opencl_common.hpp"
+#include "opencl_device.hpp"
+#include "opencl_kernels.hpp"
+#include "opencl_program.hpp"
+
+#include <backplane/plugin_sdk.hpp>
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace bp::opencl {
+namespace {
+
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void CL_CALLBACK on_marker_complete(cl_event, cl_int, void* user) {
+  auto* stamp = static_cast<std::shared_ptr<bp_event::HostStamp>*>(user);
+  (*stamp)->ns.store(steady_ns());
+  delete stamp;
+}
+
+// The kernels resolved on one device, created on first find_kernel of each (op, dtype).
+struct DeviceKernels {
+  std::mutex mutex;
+  std::array<std::array<std::unique_ptr<bp_kernel>, BP_DTYPE_COUNT>, kOpCount> table;
+};
+
+class OpenclBackend final : public sdk::Backend {
+ public:
+  void init() override {
+    std::call_once(init_once_, [this] {
+      Discovery d = discover_devices();
+      devices_ = std::move(d.devices);
+      reason_ = std::move(d.reason);
+      for (size_t i = 0; i < devices_.size(); ++i)
+        kernels_.push_back(std::make_unique<DeviceKernels>());
+      build_op_table(true, ops_fp64_);
+      build_op_table(false, ops_no_fp64_);
+    });
+  }
+
+  void shutdown() override {
+    kernels_.clear();
+    devices_.clear();
+  }
+
+  int32_t device_count(const char** out_reason) override {
+    init();
+    if (devices_.empty()) *out_reason = reason_.c_str();
+    return static_cast<int32_t>(devices_.size());
+  }
+
+  void device_properties(int32_t d, bp_device_properties& p) override {
+    Device& dev = device(d);
+    const DeviceInfo& info = dev.info();
+    sdk::copy_string(p.name, info.name + " [" + info.version + "]");
+    sdk::copy_string(p.vendor, info.vendor);
+    sdk::copy_string(p.uuid, info.uuid);
+    sdk::copy_string(p.pci_bus_id, info.pci_bus_id);
+    p.total_memory = info.global_memory;
+    uint64_t held = dev.allocator().reserved();
+    p.free_memory = info.global_memory > held ? info.global_memory - held : 0;
+    p.compute_major = info.compute_major;
+    p.compute_minor = info.compute_minor;
+    p.cores = static_cast<int32_t>(info.compute_units);
+    p.supports_f64 = info.fp64 ? 1 : 0;
+    p.unified_memory = 0;
+  }
+
+  // ---- Streams ----
+
+  bp_stream* stream_create(int32_t d) override {
+    Device& dev = device(d);
+    cl_command_queue q = dev.create_queue();
+    uint64_t id = dev.register_stream(q);
+    return new bp_stream{&dev, q, id};
+  }
+
+  void stream_destroy(bp_stream* s) override {
+    if (!s) return;
+    cl_int status = clFinish(s->queue);
+    s->device->unregister_stream(s->id);
+    clReleaseCommandQueue(s->queue);
+    Device* dev = s->device;
+    delete s;
+    if (status != CL_SUCCESS) fail_cl(status, "clFinish", dev->label() + ": destroying a stream");
+  }
+
+  void stream_synchronize(bp_stream* s) override {
+    check_stream(s, "stream_synchronize");
+    BP_CL_CHECK(clFinish(s->queue), s->device->label() + ": stream_synchronize");
+  }
+
+  // ---- Events ----
+
+  bool has_events() const override { return true; }
+  bool has_event_timing() const override { return true; }
+
+  bp_event* event_create(int32_t d) override {
+    auto* e = new bp_event;
+    e->device = &device(d);
+    return e;
+  }
+
+  void event_destroy(bp_event* e) override {
+    if (!e) return;
+    if (e->marker) clReleaseEvent(e->marker);
+    delete e;
+  }
+
+  void event_record(bp_event* e, bp_stream* s) override {
+    check_event(e, "event_record");
+    check_stream(s, "event_record");
+    if (e->device != s->device)
+      sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                sdk::format("opencl: event_record: event of %s recorded on a stream of %s",
+                            e->device->label().c_str(), s->device->label().c_str()));
+    cl_event marker = nullptr;
+    BP_CL_CHECK(clEnqueueMarkerWithWaitList(s->queue, 0, nullptr, &marker),
+                s->device->label() + ": event_record");
+    auto stamp = std::make_shared<bp_event::HostStamp>();
+    auto* user = new std::shared_ptr<bp_event::HostStamp>(stamp);
+    if (clSetEventCallback(marker, CL_COMPLETE, on_marker_complete, user) != CL_SUCCESS)
+      delete user;
+    std::lock_guard<std::mutex> lock(e->mutex);
+    if (e->marker) clReleaseEvent(e->marker);
+    e->marker = marker;
+    e->stamp = std::move(stamp);
+  }
+
+  void stream_wait_event(bp_stream* s, bp_event* e) override {
+    check_stream(s, "stream_wait_event");
+    check_event(e, "stream_wait_event");
+    cl_event marker = retained_marker(e);
+    if (!marker) return;  // never recorded: nothing to wait for
+    cl_int status = e->device == s->device
+                        ? clEnqueueBarrierWithWaitList(s->queue, 1, &marker, nullptr)
+                        : clWaitForEvents(1, &marker);  // other context: wait on the host
+    clReleaseEvent(marker);
+    if (status != CL_SUCCESS)
+      fail_cl(status, "clEnqueueBarrierWithWaitList", s->device->label() + ": stream_wait_event");
+  }
+
+  void event_synchronize(bp_event* e) override {
+    check_event(e, "event_synchronize");
+    cl_event marker = retained_marker(e);
+    if (!marker) return;
+    cl_int status = clWaitForEvents(1, &marker);
+    clReleaseEvent(marker);
+    if (status != CL_SUCCESS)
+      fail_cl(status, "clWaitForEvents", e->device->label() + ": event_synchronize");
+  }
+
+  // Note [Event timing]: the difference of CL_PROFILING_COMMAND_END of the two markers (all our
+  // queues have profiling enabled). Drivers that give markers no profiling data fall back to
+  // the host clock read when each marker's completion callback ran.
+  double event_elapsed_ms(bp_event* a, bp_event* b) override {
+    check_event(a, "event_elapsed_ms");
+    check_event(b, "event_elapsed_ms");
+    cl_event ma = retained_marker(a), mb = retained_marker(b);
+    struct Release {
+      cl_event e;
+      ~Release() {
+        if (e) clReleaseEvent(e);
+      }
+    } ra{ma}, rb{mb};
+    if (!ma || !mb)
+      sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                "opencl: event_elapsed_ms: both events must have been recorded");
+    cl_event both[2] = {ma, mb};
+    BP_CL_CHECK(clWaitForEvents(2, both), a->device->label() + ": event_elapsed_ms");
+    if (a->device == b->device) {
+      cl_ulong ta = 0, tb = 0;
+      if (clGetEventProfilingInfo(ma, CL_PROFILING_COMMAND_END, sizeof ta, &ta, nullptr) ==
+              CL_SUCCESS &&
+          clGetEventProfilingInfo(mb, CL_PROFILING_COMMAND_END, sizeof tb, &tb, nullptr) ==
+              CL_SUCCESS &&
+          ta != 0 && tb != 0)
+        return (static_cast<double>(tb) - static_cast<double>(ta)) * 1e-6;
+    }
+    int64_t ha = host_stamp(a), hb = host_stamp(b);
+    if (ha == 0 || hb == 0)
+      sdk::fail(BP_ERROR_DEVICE,
+                "opencl: event_elapsed_ms: the driver reported neither profiling times nor "
+                "completion callbacks for the markers",
+                "CL_PROFILING_INFO_NOT_AVAILABLE");
+    return static_cast<double>(hb - ha) * 1e-6;
+  }
+
+  // ---- Memory ----
+
+  bp_buffer* mem_alloc(int32_t d, bp_stream* s, uint64_t size) override {
+    Device& dev = device(d);
+    if (s && s->device != &dev) mismatch("mem_alloc", dev, s);
+    return dev.allocator().allocate(size, s);
+  }
+
+  void mem_free(int32_t d, bp_stream* s, bp_buffer* buf, uint64_t) override {
+    Device& dev = device(d);
+    if (buf->device != d)
+      sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                sdk::format("opencl: mem_free: buffer of opencl:%d freed on %s", buf->device,
+                            dev.label().c_str()));
+    if (s && s->device != &dev) mismatch("mem_free", dev, s);
+    dev.allocator().release(buf, s);
+  }
+
+  void memory_stats(int32_t d, bp_memory_stats& stats) override {
+    stats = device(d).allocator().stats();
+  }
+  void memory_reset_peak(int32_t d) override { device(d).allocator().reset_peak(); }
+  bool has_empty_cache() const override { return true; }
+  void memory_empty_cache(int32_t d) override { device(d).allocator().empty_cache(); }
+
+  // ---- Copies ----
+  // Note [Copy semantics]: host<->device copies are blocking (the host memory is free to
+  // change as soon as the call returns, stricter than the ABI asks); they run in stream order.
+
+  void memset(bp_stream* s, bp_buffer* buf, uint64_t off, int32_t value, uint64_t size) override {
+    check_stream(s, "memset");
+    if (size == 0) return;
+    check_range(buf, off, size, "memset");
+    cl_uchar byte = static_cast<cl_uchar>(value);
+    BP_CL_CHECK(clEnqueueFillBuffer(s->queue, buf->mem, &byte, 1, off, size, 0, nullptr, nullptr),
+                s->device->label() +
+                    sdk::format(": memset of %llu bytes at offset %llu", ull(size), ull(off)));
+  }
+
+  void copy_h2d(bp_stream* s, bp_buffer* dst, uint64_t off, const void* src,
+                uint64_t size) override {
+    check_stream(s, "copy_h2d");
+    if (size == 0) return;
+    check_range(dst, off, size, "copy_h2d");
+    BP_CL_CHECK(
+        clEnqueueWriteBuffer(s->queue, dst->mem, CL_TRUE, off, size, src, 0, nullptr, nullptr),
+        s->device->label() +
+            sdk::format(": copy_h2d of %llu bytes to offset %llu", ull(size), ull(off)));
+  }
+
+  void copy_d2h(bp_stream* s, void* dst, bp_buffer* src, uint64_t off, uint64_t size) override {
+    check_stream(s, "copy_d2h");
+    if (size == 0) return;
+    check_range(src, off, size, "copy_d2h");
+    BP_CL_CHECK(
+        clEnqueueReadBuffer(s->queue, src->mem, CL_TRUE, off, size, dst, 0, nullptr, nullptr),
+        s->device->label() +
+            sdk::format(": copy_d2h of %llu bytes from offset %llu", ull(size), ull(off)));
+  }
+
+  void copy_d2d(bp_stream* s, bp_buffer* dst, uint64_t doff, bp_buffer* src, uint64_t soff,
+                uint64_t size) override {
+    check_stream(s, "copy_d2d");
+    if (size == 0) return;
+    check_range(dst, doff, size, "copy_d2d (destination)");
+    check_range(src, soff, size, "copy_d2d (source)");
+    std::string what =
+        s->device->label() + sdk::format(": copy_d2d of %llu bytes from offset %llu to offset %llu",
+                                         ull(size), ull(soff), ull(doff));
+    if (dst->mem == src->mem) {
+      if (doff == soff) return;
+      bool overlap = soff < doff + size && doff < soff + size;
+      if (overlap) {  // OpenCL refuses overlapping copies: go through a temporary buffer
+        Allocator& alloc = s->device->allocator();
+        bp_buffer* tmp = alloc.allocate(size, s);
+        cl_int st =
+            clEnqueueCopyBuffer(s->queue, src->mem, tmp->mem, soff, 0, size, 0, nullptr, nullptr);
+        if (st == CL_SUCCESS)
+          st =
+              clEnqueueCopyBuffer(s->queue, tmp->mem, dst->mem, 0, doff, size, 0, nullptr, nullptr);
+        alloc.release(tmp, s);
+        if (st != CL_SUCCESS) fail_cl(st, "clEnqueueCopyBuffer", what);
+        return;
+      }
+    }
+    BP_CL_CHECK(
+        clEnqueueCopyBuffer(s->queue, src->mem, dst->mem, soff, doff, size, 0, nullptr, nullptr),
+        what);
+  }
+
+  // ---- Kernels ----
+
+  bp_kernel* find_kernel(int32_t d, const char* name, int32_t dtype) override {
+    Device& dev = device(d);
+    Op op;
+    if (!find_op(name, &op))
+      sdk::fail(BP_ERROR_UNSUPPORTED,
+                sdk::format("opencl: op '%s' is not in the catalogue", name ? name : "(null)"));
+    if (!valid_dtype(dtype))
+      sdk::fail(BP_ERROR_UNSUPPORTED,
+                sdk::format("opencl: %s: dtype %d is not a dtype", op_info(op).name, dtype));
+    const OpInfo& info = op_info(op);
+    if (!((info.dtypes >> dtype) & 1u))
+      sdk::fail(BP_ERROR_UNSUPPORTED,
+                sdk::format("opencl: no kernel for %s %s on %s: %s", info.name,
+                            bp_dtype_name(dtype), dev.label().c_str(), info.reason));
+    if (dtype == BP_DTYPE_F64 && !dev.info().fp64)
+      sdk::fail(BP_ERROR_UNSUPPORTED, sdk::format("opencl: no kernel for %s f64 on %s: %s",
+                                                  info.name, dev.label().c_str(), kNoFp64Reason));
+
+    DeviceKernels& dk = *kernels_[static_cast<size_t>(d)];
+    std::lock_guard<std::mutex> lock(dk.mutex);
+    std::unique_ptr<bp_kernel>& slot = dk.table[static_cast<size_t>(op)][dtype];
+    if (slot) return slot.get();
+    cl_program program = dev.programs().get(dtype, info.family);
+    auto k = std::make_unique<bp_kernel>(&dev, op, dtype);
+    switch (info.family) {
+      case Family::kElementwise:
+        create_elementwise_kernels(*k, program);
+        break;
+      case Family::kReduction:
+        create_reduction_kernels(*k, program);
+        break;
+      case Family::kMatmul:
+        create_matmul_kernels(*k, program);
+        break;
+      case Family::kRandom:
+        create_random_kernels(*k, program);
+        break;
+    }
+    slot = std::move(k);
+    return slot.get();
+  }
+
+  void launch(bp_kernel* k, bp_stream* s, const bp_tensor_desc* in, int32_t num_in,
+              const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs) override {
+    if (!k) sdk::fail(BP_ERROR_INVALID_ARGUMENT, "opencl: launch: kernel is NULL");
+    if (num_in < 0 || num_out < 0 || (num_in > 0 && !in) || (num_out > 0 && !out))
+      sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                sdk::format("opencl: %s: bad tensor lists (%d inputs, %d outputs)",
+                            op_label(*k).c_str(), num_in, num_out));
+    if (s && s->device != k->device)
+      sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                sdk::format("opencl: %s launched on a stream of %s", op_label(*k).c_str(),
+                            s->device->label().c_str()));
+    LaunchContext lc{*k->device, s, s ? s->queue : k->device->internal_queue()};
+    switch (op_info(k->op).family) {
+      case Family::kElementwise:
+        launch_elementwise(*k, lc, in, num_in, out, num_out, attrs);
+        break;
+      case Family::kReduction:
+        launch_reduction(*k, lc, in, num_in, out, num_out);
+        break;
+      case Family::kMatmul:
+        launch_matmul(*k, lc, in, num_in, out, num_out);
+        break;
+      case Family::kRandom:
+        if (num_in != 0)
+          sdk::fail(BP_ERROR_INVALID_ARGUMENT, sdk::format("opencl: %s: expects no inputs, got %d",
+                                                           op_label(*k).c_str(), num_in));
+        launch_random(*k, lc, out, num_out, attrs);
+        break;
+    }
+    if (!s) BP_CL_CHECK(clFinish(lc.queue), op_label(*k) + ": launch without a stream");
+  }
+
+  bool has_list_ops() const override { return true; }
+  void list_ops(int32_t d, const bp_op_support** out_list, int32_t* out_count) override {
+    const std::vector<bp_op_support>& table = device(d).info().fp64 ? ops_fp64_ : ops_no_fp64_;
+    *out_list = table.data();
+    *out_count = static_cast<int32_t>(table.size());
+  }
+
+ private:
+  static unsigned long long ull(uint64_t v) { return static_cast<unsigned long long>(v); }
+
+  Device& device(int32_t d) {
+    init();
+    if (d < 0 || static_cast<size_t>(d) >= devices_.size())
+      sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                sdk::format("opencl: device index %d is out of range (%zu device(s))", d,
+                            devices_.size()));
+    return *devices_[static_cast<size_t>(d)];
+  }
+
+  static void check_stream(bp_stream* s, const char* what) {
+    if (!s) sdk::fail(BP_ERROR_INVALID_ARGUMENT, sdk::format("opencl: %s: stream is NULL", what));
+  }
+  static void check_event(bp_event* e, const char* what) {
+    if (!e) sdk::fail(BP_ERROR_INVALID_ARGUMENT, sdk::format("opencl: %s: event is NULL", what));
+  }
+  [[noreturn]] static void mismatch(const char* what, const Device& dev, bp_stream* s) {
+    sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+              sdk::format("opencl: %s on %s with a stream of %s", what, dev.label().c_str(),
+                          s->device->label().c_str()));
+  }
+  static void check_range(const bp_buffer* buf, uint64_t off, uint64_t size, const char* what) {
+    if (!buf) sdk::fail(BP_ERROR_INVALID_ARGUMENT, sdk::format("opencl: %s: buffer is NULL", what));
+    if (off > buf->size || size > buf->size - off)
+      sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                sdk::format("opencl: %s: bytes [%llu, %llu) lie outside a %llu-byte buffer of "
+                            "opencl:%d",
+                            what, ull(off), ull(off + size), ull(buf->size), buf->device));
+  }
+
+  static cl_event retained_marker(bp_event* e) {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    if (e->marker) clRetainEvent(e->marker);
+    return e->marker;
+  }
+  static int64_t host_stamp(bp_event* e) {
+    std::lock_guard<std::mutex> lock(e->mutex);
+    return e->stamp ? e->stamp->ns.load() : 0;
+  }
+
+  static void build_op_table(bool fp64, std::vector<bp_op_support>& table) {
+    for (int32_t i = 0; i < kOpCount; ++i) {
+      const OpInfo& info = op_info(static_cast<Op>(i));
+      for (int32_t dt = 0; dt < BP_DTYPE_COUNT; ++dt) {
+        bp_op_support s{};
+        s.struct_size = sizeof s;
+        s.op = info.name;
+        s.dtype = dt;
+        if (!((info.dtypes >> dt) & 1u)) {
+          s.support = BP_SUPPORT_NO;
+          s.reason = info.reason;
+        } else if (dt == BP_DTYPE_F64 && !fp64) {
+          s.support = BP_SUPPORT_NO;
+          s.reason = kNoFp64Reason;
+        } else {
+          s.support = BP_SUPPORT_YES;
+          s.reason = "";
+        }
+        table.push_back(s);
+      }
+    }
+  }
+
+  std::once_flag init_once_;
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::string reason_;
+  std::vector<std::unique_ptr<DeviceKernels>> kernels_;
+  std::vector<bp_op_support> ops_fp64_, ops_no_fp64_;
+};
+
+}  // namespace
+}  // namespace bp::opencl
+
+BP_SDK_DEFINE_PLUGIN(bp::opencl::OpenclBackend, "opencl", "opencl", "1.0.0")

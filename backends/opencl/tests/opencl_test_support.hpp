@@ -1,0 +1,519 @@
+// Helpers of opencl_plugin_test.cpp: loading the plugin through dlopen and its one exported
+// symbol, host tensors (float64 values over an explicit view: shape, strides, offset) with
+// their upload to device buffers, outputs surrounded by guard elements, launches, and the
+// per-dtype comparison against a float64 reference.
+//
+// Everything runs on the test's thread. The plugin is loaded once per process, never unloaded.
+#pragma once
+
+#include <backplane/half.h>
+#include <backplane/plugin_abi.h>
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace bpt {
+
+// ---- The plugin ------------------------------------------------------------------------------
+
+struct Plugin {
+  void* handle = nullptr;
+  const bp_plugin_api* api = nullptr;
+  std::string error;  // why loading failed, when api is NULL
+  int32_t devices = 0;
+  std::string reason;               // device_count's reason
+  std::vector<bp_stream*> streams;  // one per device
+};
+
+inline Plugin load_plugin() {
+  Plugin p;
+  p.handle = dlopen(BP_OPENCL_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  if (!p.handle) {
+    p.error = std::string("dlopen failed: ") + dlerror();
+    return p;
+  }
+  auto get = reinterpret_cast<bp_plugin_get_api_fn>(dlsym(p.handle, BP_PLUGIN_ENTRY_SYMBOL));
+  if (!get) {
+    p.error = "missing symbol " BP_PLUGIN_ENTRY_SYMBOL;
+    return p;
+  }
+  const bp_plugin_api* api = get(BP_ABI_MAJOR, BP_ABI_MINOR);
+  if (!api) {
+    p.error = "bp_plugin_get_api returned NULL";
+    return p;
+  }
+  if (bp_error* e = api->init()) {
+    p.error = std::string("init failed: ") + e->message;
+    api->error_free(e);
+    return p;
+  }
+  const char* reason = nullptr;
+  p.devices = api->device_count(&reason);
+  p.reason = reason ? reason : "(NULL)";
+  for (int32_t d = 0; d < p.devices; ++d) {
+    bp_stream* s = nullptr;
+    if (bp_error* e = api->stream_create(d, &s)) {
+      p.error = std::string("stream_create failed: ") + e->message;
+      api->error_free(e);
+      return p;
+    }
+    p.streams.push_back(s);
+  }
+  p.api = api;
+  return p;
+}
+
+inline Plugin& plugin() {
+  static Plugin p = load_plugin();
+  return p;
+}
+inline const bp_plugin_api& api() {
+  return *plugin().api;
+}
+inline bp_stream* stream(int32_t d) {
+  return plugin().streams[static_cast<size_t>(d)];
+}
+
+// ---- Errors ----------------------------------------------------------------------------------
+
+// Success for NULL; otherwise a failure carrying the plugin's message. Frees the error.
+inline ::testing::AssertionResult ok(bp_error* e) {
+  if (!e) return ::testing::AssertionSuccess();
+  auto r = ::testing::AssertionFailure()
+           << "code " << e->code << " (" << e->native_name << "): " << e->message;
+  api().error_free(e);
+  return r;
+}
+
+// The error's code and message (and frees it); code 0 for success.
+struct ErrorInfo {
+  int32_t code = 0;
+  std::string message, native;
+};
+inline ErrorInfo take(bp_error* e) {
+  ErrorInfo i;
+  if (!e) return i;
+  i.code = e->code;
+  i.message = e->message;
+  i.native = e->native_name;
+  api().error_free(e);
+  return i;
+}
+
+// ---- Values ----------------------------------------------------------------------------------
+
+inline bool is_float(int32_t dt) {
+  return dt == BP_DTYPE_F32 || dt == BP_DTYPE_F64 || dt == BP_DTYPE_F16 || dt == BP_DTYPE_BF16;
+}
+
+// Wraps an integer to a dtype's range (two's complement), as the kernels do.
+inline int64_t wrap(int32_t dt, int64_t v) {
+  switch (dt) {
+    case BP_DTYPE_I32:
+      return static_cast<int32_t>(static_cast<uint32_t>(v));
+    case BP_DTYPE_U8:
+      return static_cast<uint8_t>(v);
+    case BP_DTYPE_BOOL:
+      return v != 0;
+    default:
+      return v;
+  }
+}
+
+// Float -> integer as the catalogue defines it: truncation, NaN 0, saturation to int64.
+inline int64_t trunc_i64(double v) {
+  if (std::isnan(v)) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return static_cast<int64_t>(v);
+}
+
+// The value a dtype stores for x (rounding for floats, conversion rules for integers).
+inline double quantize(int32_t dt, double x) {
+  switch (dt) {
+    case BP_DTYPE_F32:
+      return static_cast<float>(x);
+    case BP_DTYPE_F64:
+      return x;
+    case BP_DTYPE_F16:
+      return bp_f16_to_float(bp_float_to_f16(static_cast<float>(x)));
+    case BP_DTYPE_BF16:
+      return bp_bf16_to_float(bp_float_to_bf16(static_cast<float>(x)));
+    case BP_DTYPE_BOOL:
+      return x != 0.0 ? 1.0 : 0.0;
+    default:
+      return static_cast<double>(wrap(dt, trunc_i64(x)));
+  }
+}
+
+inline void encode(int32_t dt, double x, unsigned char* p) {
+  auto put = [&](auto v) { std::memcpy(p, &v, sizeof v); };
+  switch (dt) {
+    case BP_DTYPE_F32:
+      put(static_cast<float>(x));
+      break;
+    case BP_DTYPE_F64:
+      put(x);
+      break;
+    case BP_DTYPE_F16:
+      put(bp_float_to_f16(static_cast<float>(x)));
+      break;
+    case BP_DTYPE_BF16:
+      put(bp_float_to_bf16(static_cast<float>(x)));
+      break;
+    case BP_DTYPE_I32:
+      put(static_cast<int32_t>(wrap(dt, trunc_i64(x))));
+      break;
+    case BP_DTYPE_I64:
+      put(trunc_i64(x));
+      break;
+    case BP_DTYPE_U8:
+      put(static_cast<uint8_t>(wrap(dt, trunc_i64(x))));
+      break;
+    default:
+      put(static_cast<uint8_t>(x != 0.0));
+      break;
+  }
+}
+
+inline double decode(int32_t dt, const unsigned char* p) {
+  auto get = [&](auto v) {
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  switch (dt) {
+    case BP_DTYPE_F32:
+      return get(float{});
+    case BP_DTYPE_F64:
+      return get(double{});
+    case BP_DTYPE_F16:
+      return bp_f16_to_float(get(uint16_t{}));
+    case BP_DTYPE_BF16:
+      return bp_bf16_to_float(get(uint16_t{}));
+    case BP_DTYPE_I32:
+      return get(int32_t{});
+    case BP_DTYPE_I64:
+      return static_cast<double>(get(int64_t{}));
+    default:
+      return get(uint8_t{});
+  }
+}
+
+// Fresh random numbers: a new seed per process, printed so a failure can be replayed with
+// BP_TEST_SEED.
+inline std::mt19937_64& rng() {
+  static std::mt19937_64 r = [] {
+    uint64_t seed = std::random_device{}();
+    if (const char* s = std::getenv("BP_TEST_SEED")) seed = std::strtoull(s, nullptr, 10);
+    std::printf("[opencl test] BP_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
+    return std::mt19937_64(seed);
+  }();
+  return r;
+}
+
+enum class Range { kAny, kPositive, kSmall };
+
+// A random value of dtype dt, never zero (except for bool), already quantized.
+inline double random_value(int32_t dt, Range range = Range::kAny) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  double x = u(rng());
+  switch (dt) {
+    case BP_DTYPE_BOOL:
+      return x < 0.5 ? 0.0 : 1.0;
+    case BP_DTYPE_U8:
+      return 1 + std::floor(x * (range == Range::kSmall ? 15 : 250));
+    case BP_DTYPE_I32:
+    case BP_DTYPE_I64: {
+      double m = range == Range::kSmall ? 15 : 1000;
+      double v = 1 + std::floor(x * m);
+      if (range != Range::kPositive && u(rng()) < 0.5) v = -v;
+      return v;
+    }
+    default: {
+      double v = range == Range::kPositive ? 0.25 + 2.75 * x : 0.125 + 1.875 * x;
+      if (range == Range::kAny && u(rng()) < 0.5) v = -v;
+      return quantize(dt, v);
+    }
+  }
+}
+
+// ---- Host and device tensors -----------------------------------------------------------------
+
+// Float64 values of a whole storage plus a view of it. Offset and strides are in elements.
+struct HostTensor {
+  int32_t dtype = BP_DTYPE_F32;
+  std::vector<int64_t> shape, strides;
+  int64_t offset = 0;
+  std::vector<double> storage;
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    return n;
+  }
+  // Value at row-major logical index i of the view.
+  double at(int64_t i) const {
+    int64_t off = offset;
+    for (size_t d = shape.size(); d-- > 0;) {
+      off += (i % shape[d]) * strides[d];
+      i /= shape[d];
+    }
+    return storage[static_cast<size_t>(off)];
+  }
+  std::vector<double> values() const {
+    std::vector<double> v(static_cast<size_t>(numel()));
+    for (int64_t i = 0; i < numel(); ++i) v[static_cast<size_t>(i)] = at(i);
+    return v;
+  }
+};
+
+inline std::vector<int64_t> dense_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> s(shape.size());
+  int64_t e = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    s[d] = e;
+    e *= shape[d];
+  }
+  return s;
+}
+
+// A dense random tensor.
+inline HostTensor random_tensor(int32_t dt, std::vector<int64_t> shape, Range r = Range::kAny) {
+  HostTensor t;
+  t.dtype = dt;
+  t.shape = shape;
+  t.strides = dense_strides(shape);
+  t.storage.resize(static_cast<size_t>(t.numel()));
+  for (double& v : t.storage) v = random_value(dt, r);
+  return t;
+}
+
+// A random tensor of `shape` that is a permuted view of a dense storage (perm[d] = which storage
+// dimension view dimension d walks), starting `offset` elements into the storage.
+inline HostTensor permuted_tensor(int32_t dt, std::vector<int64_t> shape, std::vector<int> perm,
+                                  int64_t offset, Range r = Range::kAny) {
+  std::vector<int64_t> sshape(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) sshape[static_cast<size_t>(perm[d])] = shape[d];
+  std::vector<int64_t> sstr = dense_strides(sshape);
+  HostTensor t;
+  t.dtype = dt;
+  t.shape = shape;
+  t.strides.resize(shape.size());
+  for (size_t d = 0; d < shape.size(); ++d) t.strides[d] = sstr[static_cast<size_t>(perm[d])];
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  t.offset = offset;
+  t.storage.resize(static_cast<size_t>(offset + n));
+  for (double& v : t.storage) v = random_value(dt, r);
+  return t;
+}
+
+// A random tensor broadcast (stride 0) along the dimensions where `bshape` is 1 and `shape` not.
+inline HostTensor broadcast_tensor(int32_t dt, std::vector<int64_t> shape,
+                                   std::vector<int64_t> bshape, Range r = Range::kAny) {
+  HostTensor t = random_tensor(dt, bshape, r);
+  std::vector<int64_t> st = t.strides;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (bshape[d] == 1 && shape[d] != 1) st[d] = 0;
+  t.shape = shape;
+  t.strides = st;
+  return t;
+}
+
+struct DeviceTensor {
+  int32_t device = 0;
+  bp_buffer* buffer = nullptr;
+  uint64_t bytes = 0;
+  bp_tensor_desc desc{};
+  int64_t guard = 0;  // guard elements on each side of a dense output
+
+  DeviceTensor() = default;
+  DeviceTensor(const DeviceTensor&) = delete;
+  DeviceTensor& operator=(const DeviceTensor&) = delete;
+  DeviceTensor(DeviceTensor&& o) noexcept { *this = std::move(o); }
+  DeviceTensor& operator=(DeviceTensor&& o) noexcept {
+    std::swap(device, o.device);
+    std::swap(buffer, o.buffer);
+    std::swap(bytes, o.bytes);
+    std::swap(desc, o.desc);
+    std::swap(guard, o.guard);
+    return *this;
+  }
+  ~DeviceTensor() {
+    if (buffer) {
+      EXPECT_TRUE(ok(api().mem_free(device, stream(device), buffer, bytes)));
+    }
+  }
+};
+
+inline bp_tensor_desc make_desc(bp_buffer* buf, int32_t dtype, const std::vector<int64_t>& shape,
+                                const std::vector<int64_t>& strides, int64_t offset_elems) {
+  bp_tensor_desc d{};
+  d.struct_size = sizeof d;
+  d.buffer = buf;
+  d.dtype = dtype;
+  d.rank = static_cast<int32_t>(shape.size());
+  d.offset = static_cast<uint64_t>(offset_elems) * bp_dtype_size(dtype);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    d.shape[i] = shape[i];
+    d.strides[i] = strides[i];
+  }
+  return d;
+}
+
+// Uploads a host tensor's whole storage and describes its view. Empty storage: NULL buffer.
+inline DeviceTensor upload(int32_t dev, const HostTensor& h) {
+  DeviceTensor t;
+  t.device = dev;
+  size_t es = bp_dtype_size(h.dtype);
+  t.bytes = h.storage.size() * es;
+  EXPECT_TRUE(ok(api().mem_alloc(dev, stream(dev), t.bytes, &t.buffer)));
+  std::vector<unsigned char> bytes(t.bytes);
+  for (size_t i = 0; i < h.storage.size(); ++i) encode(h.dtype, h.storage[i], &bytes[i * es]);
+  if (t.bytes) {
+    EXPECT_TRUE(ok(api().copy_h2d(stream(dev), t.buffer, 0, bytes.data(), t.bytes)));
+  }
+  t.desc = make_desc(h.storage.empty() ? nullptr : t.buffer, h.dtype, h.shape, h.strides, h.offset);
+  return t;
+}
+
+constexpr unsigned char kGuardByte = 0xA5;
+
+// A dense output of `shape` between `guard` guard elements on each side, all bytes kGuardByte.
+inline DeviceTensor make_output(int32_t dev, int32_t dtype, const std::vector<int64_t>& shape,
+                                int64_t guard = 5) {
+  DeviceTensor t;
+  t.device = dev;
+  t.guard = guard;
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  t.bytes = static_cast<uint64_t>(n + 2 * guard) * bp_dtype_size(dtype);
+  EXPECT_TRUE(ok(api().mem_alloc(dev, stream(dev), t.bytes, &t.buffer)));
+  if (t.bytes) {
+    EXPECT_TRUE(ok(api().memset(stream(dev), t.buffer, 0, kGuardByte, t.bytes)));
+  }
+  t.desc = make_desc(t.buffer, dtype, shape, dense_strides(shape), guard);
+  return t;
+}
+
+inline std::vector<unsigned char> read_bytes(const DeviceTensor& t) {
+  std::vector<unsigned char> bytes(t.bytes);
+  if (t.bytes) {
+    EXPECT_TRUE(ok(api().copy_d2h(stream(t.device), bytes.data(), t.buffer, 0, t.bytes)));
+  }
+  EXPECT_TRUE(ok(api().stream_synchronize(stream(t.device))));
+  return bytes;
+}
+
+// The values of a dense output (row-major), checking its guard elements are untouched.
+inline std::vector<double> read_output(const DeviceTensor& t) {
+  std::vector<unsigned char> bytes = read_bytes(t);
+  size_t es = bp_dtype_size(t.desc.dtype);
+  size_t g = static_cast<size_t>(t.guard) * es;
+  size_t n = (t.bytes - 2 * g) / es;
+  for (size_t i = 0; i < g; ++i) {
+    EXPECT_EQ(bytes[i], kGuardByte) << "guard byte " << i << " before the output was written";
+    EXPECT_EQ(bytes[t.bytes - 1 - i], kGuardByte) << "guard byte after the output was written";
+  }
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = decode(t.desc.dtype, &bytes[g + i * es]);
+  return v;
+}
+
+// ---- Launches --------------------------------------------------------------------------------
+
+inline bp_attr int_attr(const char* name, int64_t v) {
+  bp_attr a{};
+  a.struct_size = sizeof a;
+  a.name = name;
+  a.kind = BP_ATTR_INT;
+  a.i = v;
+  return a;
+}
+inline bp_attr float_attr(const char* name, double v) {
+  bp_attr a{};
+  a.struct_size = sizeof a;
+  a.name = name;
+  a.kind = BP_ATTR_FLOAT;
+  a.f = v;
+  return a;
+}
+
+inline bp_error* launch(int32_t dev, const char* op, int32_t dtype,
+                        const std::vector<bp_tensor_desc>& in,
+                        const std::vector<bp_tensor_desc>& out,
+                        const std::vector<bp_attr>& attrs = {}) {
+  bp_kernel* k = nullptr;
+  if (bp_error* e = api().find_kernel(dev, op, dtype, &k)) return e;
+  return api().launch(k, stream(dev), in.data(), static_cast<int32_t>(in.size()), out.data(),
+                      static_cast<int32_t>(out.size()), attrs.data(),
+                      static_cast<int32_t>(attrs.size()));
+}
+
+// ---- Comparison ------------------------------------------------------------------------------
+
+// Relative tolerance ||out - ref|| / ||ref|| per dtype (results rounded once in the dtype).
+inline double tolerance(int32_t dt) {
+  switch (dt) {
+    case BP_DTYPE_F32:
+      return 1e-5;
+    case BP_DTYPE_F64:
+      return 1e-12;
+    case BP_DTYPE_F16:
+      return 2e-3;
+    case BP_DTYPE_BF16:
+      return 1.6e-2;
+    default:
+      return 0;
+  }
+}
+
+// Compares device output with the float64 reference: exactly for integer and bool dtypes,
+// by relative norm (and a looser per-element bound) for floating-point ones. NaN must match
+// NaN.
+inline void expect_close(const std::vector<double>& out, const std::vector<double>& ref, int32_t dt,
+                         const std::string& what, double tol_scale = 1.0) {
+  ASSERT_EQ(out.size(), ref.size()) << what;
+  if (!is_float(dt)) {
+    size_t bad = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (out[i] != ref[i] && bad++ < 5)
+        ADD_FAILURE() << what << ": element " << i << " is " << out[i] << ", expected " << ref[i];
+    }
+    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << out.size() << " elements differ";
+    return;
+  }
+  double num = 0, den = 0, tol = tolerance(dt) * tol_scale;
+  size_t bad = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (std::isnan(ref[i]) || std::isnan(out[i])) {
+      if (std::isnan(ref[i]) != std::isnan(out[i]) && bad++ < 5)
+        ADD_FAILURE() << what << ": element " << i << " is " << out[i] << ", expected " << ref[i];
+      continue;
+    }
+    if (std::isinf(ref[i]) || std::isinf(out[i])) {
+      if (out[i] != ref[i] && bad++ < 5)
+        ADD_FAILURE() << what << ": element " << i << " is " << out[i] << ", expected " << ref[i];
+      continue;
+    }
+    double d = out[i] - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+    if (std::fabs(d) > 16 * tol * std::max(std::fabs(ref[i]), 1.0) && bad++ < 5)
+      ADD_FAILURE() << what << ": element " << i << " is " << out[i] << ", expected " << ref[i];
+  }
+  EXPECT_EQ(bad, 0u) << what;
+  double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  EXPECT_LE(rel, tol) << what << ": relative error " << rel;
+}
+
+}  // namespace bpt
