@@ -1,0 +1,76 @@
+// The CPU allocator (cpu_allocator.hpp).
+#include "cpu_allocator.hpp"
+
+#include "cpu_device.hpp"
+
+#include <backplane/plugin_sdk.hpp>
+
+#include <tbb/scalable_allocator.h>
+
+#include <algorithm>
+
+namespace bp::cpu {
+namespace {
+
+// No address space is this large; such requests fail without asking tbbmalloc, whose size
+// arithmetic (size + alignment + header) must not wrap around.
+constexpr uint64_t kMaxRequest = uint64_t{1} << 56;
+
+void* try_allocate(uint64_t size) {
+  if (size > kMaxRequest) return nullptr;
+  return scalable_aligned_malloc(static_cast<size_t>(std::max<uint64_t>(size, 1)), kAlignment);
+}
+
+}  // namespace
+
+void* CpuAllocator::allocate(uint64_t size) {
+  void* p = try_allocate(size);
+  if (!p && size <= kMaxRequest) {
+    release_cache();  // retry once after returning tbbmalloc's caches to the system
+    p = try_allocate(size);
+  }
+  if (!p) {
+    const uint64_t free_bytes = available_memory();
+    bp::sdk::fail(BP_ERROR_OUT_OF_MEMORY,
+                  bp::sdk::format("cpu:0: out of memory allocating %llu bytes (%.2f GiB); "
+                                  "%llu bytes (%.2f GiB) of host memory are free",
+                                  static_cast<unsigned long long>(size),
+                                  static_cast<double>(size) / (1u << 30),
+                                  static_cast<unsigned long long>(free_bytes),
+                                  static_cast<double>(free_bytes) / (1u << 30)),
+                  "ENOMEM");
+  }
+  const uint64_t now = allocated_.fetch_add(size, std::memory_order_relaxed) + size;
+  num_allocs_.fetch_add(1, std::memory_order_relaxed);
+  uint64_t peak = peak_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+  return p;
+}
+
+void CpuAllocator::deallocate(void* p, uint64_t size) {
+  if (!p) return;
+  scalable_aligned_free(p);
+  allocated_.fetch_sub(size, std::memory_order_relaxed);
+  num_allocs_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+bp_memory_stats CpuAllocator::stats() const {
+  bp_memory_stats s{};
+  s.struct_size = sizeof(s);
+  s.allocated = allocated_.load(std::memory_order_relaxed);
+  s.reserved = s.allocated;
+  s.peak_allocated = std::max(peak_.load(std::memory_order_relaxed), s.allocated);
+  s.num_allocs = num_allocs_.load(std::memory_order_relaxed);
+  return s;
+}
+
+void CpuAllocator::reset_peak() {
+  peak_.store(allocated_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+void CpuAllocator::release_cache() {
+  scalable_allocation_command(TBBMALLOC_CLEAN_ALL_BUFFERS, nullptr);
+}
+
+}  // namespace bp::cpu

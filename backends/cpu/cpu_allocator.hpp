@@ -1,0 +1,43 @@
+// The CPU allocator: 64-byte aligned blocks from oneTBB's scalable allocator (tbbmalloc), with
+// statistics kept in atomics.
+//
+// The block's address is the bp_buffer* handed to the host (Note [CPU buffers] in
+// cpu_plugin.cpp). reserved equals allocated: tbbmalloc's own caches are not visible.
+// Thread-safe: every member may be called from any thread at once.
+#ifndef BACKPLANE_CPU_ALLOCATOR_HPP_
+#define BACKPLANE_CPU_ALLOCATOR_HPP_
+
+#include <backplane/plugin_abi.h>
+
+#include <atomic>
+#include <cstdint>
+
+namespace bp::cpu {
+
+inline constexpr uint64_t kAlignment = 64;
+
+class CpuAllocator {
+ public:
+  // Returns a 64-byte aligned block of `size` bytes; the caller frees it with deallocate(p,
+  // size). size 0 returns a unique block that counts as 0 bytes. Throws bp::sdk::Failure with
+  // BP_ERROR_OUT_OF_MEMORY naming the request and the free memory when tbbmalloc cannot
+  // satisfy it even after releasing its caches.
+  void* allocate(uint64_t size);
+  // Frees a block from allocate; `size` is the size it was requested with. Accepts NULL.
+  void deallocate(void* p, uint64_t size);
+
+  bp_memory_stats stats() const;
+  // Resets peak_allocated to the current allocated.
+  void reset_peak();
+  // Returns tbbmalloc's cached free memory to the system.
+  void release_cache();
+
+ private:
+  std::atomic<uint64_t> allocated_{0};
+  std::atomic<uint64_t> peak_{0};
+  std::atomic<uint64_t> num_allocs_{0};
+};
+
+}  // namespace bp::cpu
+
+#endif  // BACKPLANE_CPU_ALLOCATOR_HPP_

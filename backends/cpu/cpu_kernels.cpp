@@ -1,0 +1,240 @@
+// The CPU backend's kernel registry: op names, the (op, dtype) table with support reasons,
+// launch-time descriptor checks and the serial thresholds.
+#include "cpu_kernels.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace bp::cpu {
+namespace {
+
+constexpr const char* kOpNames[kNumOps] = {
+    "fill",    "copy",    "cast", "add", "sub",    "mul",     "div",     "pow",
+    "maximum", "minimum", "eq",   "ne",  "lt",     "le",      "gt",      "ge",
+    "where",   "neg",     "exp",  "log", "sqrt",   "relu",    "sigmoid", "tanh",
+    "abs",     "sum",     "mean", "max", "matmul", "uniform", "normal"};
+
+// Why (op, dtype) is outside the support matrix; only called for unsupported pairs.
+const char* unsupported_reason(Op op, int32_t dtype) {
+  switch (op) {
+    case Op::kAdd:
+    case Op::kSub:
+    case Op::kMul:
+    case Op::kMaximum:
+    case Op::kMinimum:
+      return "arithmetic on bool is not defined; cast to u8 or a wider type first";
+    case Op::kDiv:
+    case Op::kPow:
+      return "defined for floating dtypes only (f32 f64 f16 bf16); cast to one first";
+    case Op::kNeg:
+    case Op::kAbs:
+    case Op::kRelu:
+      return "defined for signed dtypes only (f32 f64 f16 bf16 i32 i64)";
+    case Op::kExp:
+    case Op::kLog:
+    case Op::kSqrt:
+    case Op::kSigmoid:
+    case Op::kTanh:
+      return "transcendental functions are defined for floating dtypes only";
+    case Op::kSum:
+    case Op::kMax:
+      return dtype == BP_DTYPE_BOOL ? "reductions of bool are not defined; cast to i64 first"
+                                    : "reductions of u8 are not defined; cast to i32 or i64 first";
+    case Op::kMean:
+      return "mean is defined for floating dtypes only";
+    case Op::kMatmul:
+      return "matmul runs on BLAS sgemm/dgemm: floating dtypes only";
+    case Op::kUniform:
+    case Op::kNormal:
+      return "random numbers are produced in floating dtypes only";
+    default:
+      return "not in the support matrix";
+  }
+}
+
+KernelFn family_kernel(Op op, bp_dtype dtype) {
+  switch (op) {
+    case Op::kFill:
+    case Op::kCopy:
+    case Op::kCast:
+      return copy_family(op, dtype);
+    case Op::kSum:
+    case Op::kMean:
+    case Op::kMax:
+      return reduction_family(op, dtype);
+    case Op::kMatmul:
+      return matmul_family(op, dtype);
+    case Op::kUniform:
+    case Op::kNormal:
+      return random_family(op, dtype);
+    default:
+      return elementwise_family(op, dtype);
+  }
+}
+
+struct Registry {
+  CpuKernel kernels[kNumOps][BP_DTYPE_COUNT];
+  bp_op_support support[kNumOps * BP_DTYPE_COUNT];
+
+  Registry() {
+    for (int o = 0; o < kNumOps; ++o) {
+      for (int d = 0; d < BP_DTYPE_COUNT; ++d) {
+        const Op op = static_cast<Op>(o);
+        const bp_dtype dtype = static_cast<bp_dtype>(d);
+        kernels[o][d] = CpuKernel{op, dtype, family_kernel(op, dtype)};
+        const bool yes = kernels[o][d].fn != nullptr;
+        support[o * BP_DTYPE_COUNT + d] = bp_op_support{sizeof(bp_op_support), kOpNames[o], d,
+                                                        yes ? BP_SUPPORT_YES : BP_SUPPORT_NO,
+                                                        yes ? "" : unsupported_reason(op, d)};
+      }
+    }
+  }
+};
+
+const Registry& registry() {
+  static const Registry r;
+  return r;
+}
+
+Thresholds& mutable_thresholds() {
+  // Defaults measured on the development machine (README.md, "Serial thresholds").
+  static Thresholds t{32768, 4096, 32768, 1 << 20};
+  return t;
+}
+
+}  // namespace
+
+const char* op_name(Op op) {
+  const int i = static_cast<int>(op);
+  return (i >= 0 && i < kNumOps) ? kOpNames[i] : "?";
+}
+
+const CpuKernel* find_kernel(const char* op, int32_t dtype) {
+  if (!op) bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT, "cpu:0: find_kernel: op name is NULL");
+  int found = -1;
+  for (int o = 0; o < kNumOps; ++o)
+    if (std::strcmp(op, kOpNames[o]) == 0) found = o;
+  if (found < 0) {
+    std::string all;
+    for (int o = 0; o < kNumOps; ++o) (all += o ? " " : "") += kOpNames[o];
+    bp::sdk::fail(BP_ERROR_UNSUPPORTED,
+                  bp::sdk::format("cpu:0: unknown op '%s' (the cpu backend implements: %s)", op,
+                                  all.c_str()));
+  }
+  if (dtype < 0 || dtype >= BP_DTYPE_COUNT)
+    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                  bp::sdk::format("cpu:0: find_kernel(%s): dtype value %d is not a bp_dtype", op,
+                                  static_cast<int>(dtype)));
+  const Registry& r = registry();
+  const CpuKernel& k = r.kernels[found][dtype];
+  if (!k.fn)
+    bp::sdk::fail(
+        BP_ERROR_UNSUPPORTED,
+        bp::sdk::format("cpu:0: op '%s' is not supported for dtype %s: %s", op,
+                        bp_dtype_name(dtype), r.support[found * BP_DTYPE_COUNT + dtype].reason));
+  return &k;
+}
+
+void list_ops(const bp_op_support** out_list, int32_t* out_count) {
+  *out_list = registry().support;
+  *out_count = kNumOps * BP_DTYPE_COUNT;
+}
+
+std::string describe(const bp_tensor_desc& t) {
+  std::string s = "[";
+  const int rank = (t.rank >= 0 && t.rank <= BP_MAX_RANK) ? t.rank : 0;
+  for (int d = 0; d < rank; ++d) (s += d ? "," : "") += std::to_string(t.shape[d]);
+  s += "] strides [";
+  for (int d = 0; d < rank; ++d) (s += d ? "," : "") += std::to_string(t.strides[d]);
+  s += "] ";
+  s += bp_dtype_name(t.dtype);
+  return s;
+}
+
+void launch_error(const Launch& l, const std::string& what) {
+  bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                bp::sdk::format("cpu:0: %s(%s): %s", op_name(l.kernel.op),
+                                bp_dtype_name(l.kernel.dtype), what.c_str()));
+}
+
+void check_arity(const Launch& l, int32_t num_inputs, int32_t num_outputs) {
+  if (l.num_inputs != num_inputs || l.num_outputs != num_outputs)
+    launch_error(l, bp::sdk::format("expects %d input(s) and %d output(s), got %d and %d",
+                                    num_inputs, num_outputs, l.num_inputs, l.num_outputs));
+}
+
+void check_dtype(const Launch& l, const bp_tensor_desc& t, int32_t dtype, const char* role) {
+  if (t.dtype != dtype)
+    launch_error(l, bp::sdk::format("%s has dtype %s, expected %s", role, bp_dtype_name(t.dtype),
+                                    bp_dtype_name(dtype)));
+}
+
+void check_same_shape(const Launch& l, const bp_tensor_desc& t, const bp_tensor_desc& out,
+                      const char* role) {
+  bool same = t.rank == out.rank;
+  for (int d = 0; same && d < t.rank; ++d) same = t.shape[d] == out.shape[d];
+  if (!same)
+    launch_error(l, bp::sdk::format("%s %s does not match the output %s", role, describe(t).c_str(),
+                                    describe(out).c_str()));
+}
+
+namespace {
+void check_desc(const Launch& l, const bp_tensor_desc& t, const char* kind, int index) {
+  if (t.struct_size < sizeof(bp_tensor_desc))
+    launch_error(l, bp::sdk::format("%s %d: struct_size %zu is smaller than bp_tensor_desc (%zu)",
+                                    kind, index, t.struct_size, sizeof(bp_tensor_desc)));
+  if (t.rank < 0 || t.rank > BP_MAX_RANK)
+    launch_error(l, bp::sdk::format("%s %d: rank %d outside [0, %d]", kind, index,
+                                    static_cast<int>(t.rank), BP_MAX_RANK));
+  if (t.dtype < 0 || t.dtype >= BP_DTYPE_COUNT)
+    launch_error(l, bp::sdk::format("%s %d: dtype value %d is not a bp_dtype", kind, index,
+                                    static_cast<int>(t.dtype)));
+  for (int d = 0; d < t.rank; ++d)
+    if (t.shape[d] < 0 || t.strides[d] < 0)
+      launch_error(l, bp::sdk::format("%s %d: negative size or stride in %s", kind, index,
+                                      describe(t).c_str()));
+  if (!t.buffer && numel(t) != 0)
+    launch_error(l, bp::sdk::format("%s %d: NULL buffer for %s", kind, index, describe(t).c_str()));
+}
+}  // namespace
+
+void run_kernel(const CpuKernel& kernel, const bp_tensor_desc* inputs, int32_t num_inputs,
+                const bp_tensor_desc* outputs, int32_t num_outputs, const bp::sdk::Attrs& attrs) {
+  const Launch l{kernel, inputs, num_inputs, outputs, num_outputs, attrs};
+  if (num_inputs < 0 || num_outputs < 0 || (num_inputs > 0 && !inputs) ||
+      (num_outputs > 0 && !outputs))
+    launch_error(l, "invalid tensor arrays");
+  for (int32_t i = 0; i < num_inputs; ++i) check_desc(l, inputs[i], "input", i);
+  for (int32_t i = 0; i < num_outputs; ++i) check_desc(l, outputs[i], "output", i);
+  kernel.fn(l);
+}
+
+const Thresholds& thresholds() {
+  return mutable_thresholds();
+}
+
+void set_serial_threshold(int64_t cheap_elements) {
+  if (cheap_elements < 1) cheap_elements = 1;
+  Thresholds& t = mutable_thresholds();
+  t.cheap = cheap_elements;
+  t.transcendental = std::max<int64_t>(cheap_elements / 8, 1);
+  t.reduction = cheap_elements;
+  t.bytes = cheap_elements * 32;
+}
+
+void configure_thresholds_from_environment() {
+  const char* env = std::getenv("BACKPLANE_CPU_SERIAL_THRESHOLD");
+  if (!env || !*env) return;
+  char* end = nullptr;
+  const long long v = std::strtoll(env, &end, 10);
+  if (*end != '\0' || v <= 0)
+    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                  bp::sdk::format("cpu: BACKPLANE_CPU_SERIAL_THRESHOLD='%s' is not a positive "
+                                  "integer (elements)",
+                                  env));
+  set_serial_threshold(v);
+}
+
+}  // namespace bp::cpu

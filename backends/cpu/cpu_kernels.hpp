@@ -1,0 +1,155 @@
+// Kernels of the CPU backend: the op catalogue as an enum, the kernel object a bp_kernel*
+// points at, the launch context, and the entry points of each op family.
+//
+// A kernel is resolved once by name (find_kernel) and then launched through a function
+// pointer: launch does no string lookups beyond reading attributes. Kernels run eagerly on the
+// calling thread, parallelised with oneTBB above the serial thresholds of Note [CPU serial
+// thresholds]. All functions here are safe to call from several threads at once; kernels
+// touch no shared state but the tensors they are given.
+#ifndef BACKPLANE_CPU_KERNELS_HPP_
+#define BACKPLANE_CPU_KERNELS_HPP_
+
+#include <backplane/plugin_abi.h>
+#include <backplane/plugin_sdk.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace bp::cpu {
+
+// The op catalogue of plugin_abi.h (Note [Op catalogue]), in catalogue order.
+enum class Op : int32_t {
+  kFill,
+  kCopy,
+  kCast,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMaximum,
+  kMinimum,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kWhere,
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kAbs,
+  kSum,
+  kMean,
+  kMax,
+  kMatmul,
+  kUniform,
+  kNormal,
+  kCount
+};
+inline constexpr int kNumOps = static_cast<int>(Op::kCount);
+
+// Catalogue name of an op ("add").
+const char* op_name(Op op);
+
+struct CpuKernel;
+
+// Everything a kernel sees of one launch. Valid for the duration of the call only.
+struct Launch {
+  const CpuKernel& kernel;
+  const bp_tensor_desc* inputs;
+  int32_t num_inputs;
+  const bp_tensor_desc* outputs;
+  int32_t num_outputs;
+  const bp::sdk::Attrs& attrs;
+};
+
+using KernelFn = void (*)(const Launch&);
+
+// A resolved (op, dtype) implementation. bp_kernel* handles point at these; they are static
+// and live as long as the plugin.
+struct CpuKernel {
+  Op op;
+  bp_dtype dtype;
+  KernelFn fn;
+};
+
+// ---- Registry (cpu_kernels.cpp) ---------------------------------------------------------
+
+// The kernel for (op name, dtype), or throws bp::sdk::Failure: BP_ERROR_UNSUPPORTED naming
+// the op, dtype and reason (unknown op, or a pair the support matrix excludes),
+// BP_ERROR_INVALID_ARGUMENT for a dtype outside bp_dtype.
+const CpuKernel* find_kernel(const char* op, int32_t dtype);
+
+// The full support table: every catalogue op x every dtype, with reasons. Static.
+void list_ops(const bp_op_support** out_list, int32_t* out_count);
+
+// Runs a kernel after checking the descriptors every kernel relies on (rank, non-negative
+// shapes and strides, non-NULL buffers of non-empty tensors). Throws bp::sdk::Failure.
+void run_kernel(const CpuKernel& kernel, const bp_tensor_desc* inputs, int32_t num_inputs,
+                const bp_tensor_desc* outputs, int32_t num_outputs, const bp::sdk::Attrs& attrs);
+
+// ---- Op families: each returns the kernel function for (op, dtype) or nullptr when the
+// support matrix excludes the pair. ----------------------------------------------------------
+KernelFn copy_family(Op op, bp_dtype dtype);         // fill copy cast (cpu_copy.cpp)
+KernelFn elementwise_family(Op op, bp_dtype dtype);  // binary, compare, where, unary
+KernelFn reduction_family(Op op, bp_dtype dtype);    // sum mean max
+KernelFn matmul_family(Op op, bp_dtype dtype);       // matmul
+KernelFn random_family(Op op, bp_dtype dtype);       // uniform normal
+
+// ---- Byte copies (cpu_copy.cpp): memcpy/memset split across threads when large. ----------
+void parallel_memcpy(void* dst, const void* src, uint64_t size);
+void parallel_memset(void* dst, int value, uint64_t size);
+
+// ---- Checks shared by the families (cpu_kernels.cpp) ---------------------------------------
+
+// Throws BP_ERROR_INVALID_ARGUMENT with "cpu:0: <op>(<dtype>): " and `what`.
+[[noreturn]] void launch_error(const Launch& l, const std::string& what);
+// Requires exactly (num_inputs, num_outputs) tensors.
+void check_arity(const Launch& l, int32_t num_inputs, int32_t num_outputs);
+// Requires t.dtype == dtype; `role` names the tensor in the message ("input 1").
+void check_dtype(const Launch& l, const bp_tensor_desc& t, int32_t dtype, const char* role);
+// Requires t to have out's rank and shape.
+void check_same_shape(const Launch& l, const bp_tensor_desc& t, const bp_tensor_desc& out,
+                      const char* role);
+// "[2,3] strides [3,1] f32", for messages.
+std::string describe(const bp_tensor_desc& t);
+
+// Number of elements of a descriptor.
+inline int64_t numel(const bp_tensor_desc& t) {
+  return bp::sdk::numel(t);
+}
+
+// Typed address of element 0 of a descriptor (the buffer handle is the host pointer).
+template <class T>
+inline T* data(const bp_tensor_desc& t) {
+  return reinterpret_cast<T*>(reinterpret_cast<char*>(t.buffer) + t.offset);
+}
+
+// ---- Note [CPU serial thresholds] ----------------------------------------------------------
+// Below these element counts a kernel runs on the calling thread; at or above them it is split
+// into oneTBB tasks of at least half the threshold. The defaults were measured with
+// tests/cpu_threshold_bench.cpp (see README.md). BACKPLANE_CPU_SERIAL_THRESHOLD=<n>, read once
+// at init, replaces the base threshold (the others keep their ratio to it); tests use it to
+// force the parallel paths on small tensors.
+struct Thresholds {
+  int64_t cheap;           // elementwise arithmetic, compare, copy, cast, fill, where
+  int64_t transcendental;  // exp log sigmoid tanh pow, random
+  int64_t reduction;       // input elements of sum mean max
+  int64_t bytes;           // memcpy / memset
+};
+const Thresholds& thresholds();
+// Sets the base threshold (elements) and rescales the others; call before any launch.
+void set_serial_threshold(int64_t cheap_elements);
+// Applies BACKPLANE_CPU_SERIAL_THRESHOLD when set to a positive integer; throws
+// BP_ERROR_INVALID_ARGUMENT naming the variable when it is set to anything else. Called by init.
+void configure_thresholds_from_environment();
+
+}  // namespace bp::cpu
+
+#endif  // BACKPLANE_CPU_KERNELS_HPP_

@@ -1,0 +1,181 @@
+// The CPU backend plugin: the one file that touches the ABI table (through the SDK's
+// BP_SDK_DEFINE_PLUGIN). Device "cpu:0" is every core and the host memory.
+//
+// Note [CPU buffers]
+//   A bp_buffer* is the host address of a 64-byte aligned tbbmalloc block (cpu_allocator.hpp),
+//   so mem_host_pointer returns it unchanged and the host can skip staging copies.
+//
+// Note [CPU streams]
+//   The CPU stream executes eagerly: every memset, copy and launch runs to completion on the
+//   calling thread (and the oneTBB workers it fans out to) before the call returns. Streams
+//   are therefore tokens, stream_synchronize and the waits on events are no-ops, and an event
+//   records the steady_clock time at which everything before it had finished.
+#include "cpu_allocator.hpp"
+#include "cpu_device.hpp"
+#include "cpu_kernels.hpp"
+
+#include <backplane/plugin_abi.h>
+#include <backplane/plugin_sdk.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace bp::cpu {
+namespace {
+
+struct CpuStream {
+  int32_t device;
+};
+
+struct CpuEvent {
+  int32_t device;
+  std::atomic<int64_t> ns{-1};  // steady_clock time of the last record; -1 before one
+};
+
+void check_device(int32_t device, const char* what) {
+  if (device != 0)
+    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                  bp::sdk::format("cpu: %s: device index %d does not exist (the cpu backend "
+                                  "has one device, cpu:0)",
+                                  what, static_cast<int>(device)));
+}
+
+char* address(bp_buffer* buf, uint64_t offset, uint64_t size, const char* what) {
+  if (!buf && size != 0)
+    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                  bp::sdk::format("cpu:0: %s of %llu bytes on a NULL buffer", what,
+                                  static_cast<unsigned long long>(size)));
+  return reinterpret_cast<char*>(buf) + offset;
+}
+
+void check_host(const void* p, uint64_t size, const char* what) {
+  if (!p && size != 0)
+    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                  bp::sdk::format("cpu:0: %s of %llu bytes with a NULL host pointer", what,
+                                  static_cast<unsigned long long>(size)));
+}
+
+class CpuBackend final : public bp::sdk::Backend {
+ public:
+  void init() override { configure_thresholds_from_environment(); }
+
+  int32_t device_count(const char** out_reason) override {
+    *out_reason = "";
+    return 1;
+  }
+
+  void device_properties(int32_t device, bp_device_properties& props) override {
+    check_device(device, "device_properties");
+    fill_device_properties(props);
+  }
+
+  // ---- Streams and events (Note [CPU streams]) ----
+  bp_stream* stream_create(int32_t device) override {
+    check_device(device, "stream_create");
+    return reinterpret_cast<bp_stream*>(new CpuStream{device});
+  }
+  void stream_destroy(bp_stream* stream) override { delete reinterpret_cast<CpuStream*>(stream); }
+  void stream_synchronize(bp_stream*) override {}
+
+  bool has_events() const override { return true; }
+  bool has_event_timing() const override { return true; }
+  bp_event* event_create(int32_t device) override {
+    check_device(device, "event_create");
+    auto* e = new CpuEvent;
+    e->device = device;
+    return reinterpret_cast<bp_event*>(e);
+  }
+  void event_destroy(bp_event* event) override { delete reinterpret_cast<CpuEvent*>(event); }
+  void event_record(bp_event* event, bp_stream*) override {
+    if (!event) bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT, "cpu:0: event_record on a NULL event");
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();
+    reinterpret_cast<CpuEvent*>(event)->ns.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now).count(),
+        std::memory_order_release);
+  }
+  void stream_wait_event(bp_stream*, bp_event*) override {}
+  void event_synchronize(bp_event*) override {}
+  double event_elapsed_ms(bp_event* start, bp_event* end) override {
+    if (!start || !end)
+      bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT, "cpu:0: event_elapsed_ms with a NULL event");
+    const int64_t a = reinterpret_cast<CpuEvent*>(start)->ns.load(std::memory_order_acquire);
+    const int64_t b = reinterpret_cast<CpuEvent*>(end)->ns.load(std::memory_order_acquire);
+    if (a < 0 || b < 0)
+      bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                    bp::sdk::format("cpu:0: event_elapsed_ms: the %s event was never recorded",
+                                    a < 0 ? "start" : "end"));
+    return static_cast<double>(b - a) * 1e-6;
+  }
+
+  // ---- Memory (Note [CPU buffers]) ----
+  bp_buffer* mem_alloc(int32_t device, bp_stream*, uint64_t size) override {
+    check_device(device, "mem_alloc");
+    return reinterpret_cast<bp_buffer*>(allocator_.allocate(size));
+  }
+  void mem_free(int32_t device, bp_stream*, bp_buffer* buf, uint64_t size) override {
+    check_device(device, "mem_free");
+    allocator_.deallocate(buf, size);
+  }
+  bool has_host_pointer() const override { return true; }
+  void* mem_host_pointer(bp_buffer* buf) override { return buf; }
+  void memory_stats(int32_t device, bp_memory_stats& stats) override {
+    check_device(device, "memory_stats");
+    stats = allocator_.stats();
+  }
+  void memory_reset_peak(int32_t device) override {
+    check_device(device, "memory_reset_peak");
+    allocator_.reset_peak();
+  }
+  bool has_empty_cache() const override { return true; }
+  void memory_empty_cache(int32_t device) override {
+    check_device(device, "memory_empty_cache");
+    allocator_.release_cache();
+  }
+
+  // ---- Copies: eager memcpy/memset, parallel when large ----
+  void memset(bp_stream*, bp_buffer* buf, uint64_t offset, int32_t value, uint64_t size) override {
+    parallel_memset(address(buf, offset, size, "memset"), value, size);
+  }
+  void copy_h2d(bp_stream*, bp_buffer* dst, uint64_t dst_off, const void* src,
+                uint64_t size) override {
+    check_host(src, size, "copy_h2d");
+    parallel_memcpy(address(dst, dst_off, size, "copy_h2d"), src, size);
+  }
+  void copy_d2h(bp_stream*, void* dst, bp_buffer* src, uint64_t src_off, uint64_t size) override {
+    check_host(dst, size, "copy_d2h");
+    parallel_memcpy(dst, address(src, src_off, size, "copy_d2h"), size);
+  }
+  void copy_d2d(bp_stream*, bp_buffer* dst, uint64_t dst_off, bp_buffer* src, uint64_t src_off,
+                uint64_t size) override {
+    parallel_memcpy(address(dst, dst_off, size, "copy_d2d"),
+                    address(src, src_off, size, "copy_d2d"), size);
+  }
+
+  // ---- Kernels ----
+  bp_kernel* find_kernel(int32_t device, const char* op, int32_t dtype) override {
+    check_device(device, "find_kernel");
+    return reinterpret_cast<bp_kernel*>(const_cast<CpuKernel*>(cpu::find_kernel(op, dtype)));
+  }
+  void launch(bp_kernel* kernel, bp_stream*, const bp_tensor_desc* inputs, int32_t num_inputs,
+              const bp_tensor_desc* outputs, int32_t num_outputs,
+              const bp::sdk::Attrs& attrs) override {
+    if (!kernel) bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT, "cpu:0: launch of a NULL kernel");
+    run_kernel(*reinterpret_cast<const CpuKernel*>(kernel), inputs, num_inputs, outputs,
+               num_outputs, attrs);
+  }
+
+  bool has_list_ops() const override { return true; }
+  void list_ops(int32_t device, const bp_op_support** out_list, int32_t* out_count) override {
+    check_device(device, "list_ops");
+    cpu::list_ops(out_list, out_count);
+  }
+
+ private:
+  CpuAllocator allocator_;
+};
+
+}  // namespace
+}  // namespace bp::cpu
+
+BP_SDK_DEFINE_PLUGIN(bp::cpu::CpuBackend, "cpu", "cpu", "0.1.0")

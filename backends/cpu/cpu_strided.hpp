@@ -1,0 +1,133 @@
+// Strided iteration for the CPU kernels: N operands that share one shape, each with its own
+// element strides (0 = broadcast), walked in row-major order of the shape.
+//
+// make_layout coalesces the shape first (drops size-1 dimensions, merges dimensions that are
+// contiguous in every operand), so a dense tensor becomes one dimension and kernels see long
+// inner rows. for_each_row hands a kernel one inner row at a time as N element offsets plus a
+// count; the kernel's row loop is where vectorisation happens (see Note [Row loops] in
+// cpu_elementwise.cpp). parallel_for_range splits a linear range across oneTBB workers.
+//
+// Internal to backends/cpu; header-only; no shared state.
+#ifndef BACKPLANE_CPU_STRIDED_HPP_
+#define BACKPLANE_CPU_STRIDED_HPP_
+
+#include "cpu_kernels.hpp"
+
+#include <backplane/plugin_abi.h>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace bp::cpu {
+
+// A coalesced iteration space for N operands. rank >= 1; shape[rank-1] is the inner row.
+template <int N>
+struct Layout {
+  int rank = 1;
+  int64_t numel = 1;
+  int64_t shape[BP_MAX_RANK] = {1};
+  int64_t stride[N][BP_MAX_RANK] = {};
+
+  // Inner (row) stride of operand k.
+  int64_t inner(int k) const { return stride[k][rank - 1]; }
+};
+
+// Builds the layout of `shape` (rank dims) with per-operand strides strides[k][0..rank).
+template <int N>
+Layout<N> make_layout(int rank, const int64_t* shape, const int64_t* const (&strides)[N]) {
+  Layout<N> l;
+  l.rank = 0;
+  l.numel = 1;
+  for (int d = 0; d < rank; ++d) l.numel *= shape[d];
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] == 1) continue;
+    if (l.rank > 0) {
+      bool merge = true;
+      for (int k = 0; k < N; ++k)
+        if (l.stride[k][l.rank - 1] != shape[d] * strides[k][d]) merge = false;
+      if (merge) {
+        l.shape[l.rank - 1] *= shape[d];
+        for (int k = 0; k < N; ++k) l.stride[k][l.rank - 1] = strides[k][d];
+        continue;
+      }
+    }
+    l.shape[l.rank] = shape[d];
+    for (int k = 0; k < N; ++k) l.stride[k][l.rank] = strides[k][d];
+    ++l.rank;
+  }
+  if (l.rank == 0) {  // a scalar, or all dimensions of size 1
+    l.rank = 1;
+    l.shape[0] = l.numel;  // 1, or 0 when some dimension is 0 (never iterated then)
+    for (int k = 0; k < N; ++k) l.stride[k][0] = 0;
+  }
+  return l;
+}
+
+// Layout of N descriptors of the same shape (the shape of ts[0]).
+template <int N>
+Layout<N> make_layout(const bp_tensor_desc* const (&ts)[N]) {
+  const int64_t* strides[N];
+  for (int k = 0; k < N; ++k) strides[k] = ts[k]->strides;
+  const int64_t* const(&s)[N] = strides;
+  return make_layout<N>(ts[0]->rank, ts[0]->shape, s);
+}
+
+// Calls row(off, count) for the rows covering linear elements [begin, end) in row-major
+// order, where off[k] is operand k's element offset of the row's first element and the row's
+// elements are count apart by l.inner(k).
+template <int N, class Row>
+void for_each_row(const Layout<N>& l, int64_t begin, int64_t end, Row&& row) {
+  if (begin >= end) return;
+  const int r = l.rank;
+  const int64_t inner = l.shape[r - 1];
+  int64_t idx[BP_MAX_RANK] = {};
+  int64_t base[N] = {};
+  int64_t rest = begin / inner;
+  int64_t i0 = begin % inner;
+  for (int d = r - 2; d >= 0; --d) {
+    idx[d] = rest % l.shape[d];
+    rest /= l.shape[d];
+    for (int k = 0; k < N; ++k) base[k] += idx[d] * l.stride[k][d];
+  }
+  while (begin < end) {
+    const int64_t count = std::min(inner - i0, end - begin);
+    int64_t off[N];
+    for (int k = 0; k < N; ++k) off[k] = base[k] + i0 * l.stride[k][r - 1];
+    row(static_cast<const int64_t*>(off), count);
+    begin += count;
+    i0 = 0;
+    for (int d = r - 2; d >= 0; --d) {
+      for (int k = 0; k < N; ++k) base[k] += l.stride[k][d];
+      if (++idx[d] < l.shape[d]) break;
+      for (int k = 0; k < N; ++k) base[k] -= l.shape[d] * l.stride[k][d];
+      idx[d] = 0;
+    }
+  }
+}
+
+// Runs body(begin, end) over [0, n): on the calling thread when n < threshold, else split
+// into oneTBB tasks of at least threshold/2 elements.
+template <class Body>
+void parallel_for_range(int64_t n, int64_t threshold, Body&& body) {
+  if (n <= 0) return;
+  if (n < threshold || n < 2) {
+    body(int64_t{0}, n);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(threshold / 2, 1);
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, static_cast<size_t>(grain)),
+                    [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
+}
+
+// for_each_row over the whole layout, split across threads above `threshold` elements.
+template <int N, class Row>
+void parallel_rows(const Layout<N>& l, int64_t threshold, Row&& row) {
+  parallel_for_range(l.numel, threshold, [&](int64_t b, int64_t e) { for_each_row(l, b, e, row); });
+}
+
+}  // namespace bp::cpu
+
+#endif  // BACKPLANE_CPU_STRIDED_HPP_
