@@ -1,0 +1,179 @@
+#include "conformance_catalogue.hpp"
+
+#include <set>
+
+namespace bpc {
+
+namespace {
+
+constexpr uint32_t bit(int32_t d) {
+  return 1u << d;
+}
+constexpr uint32_t kFloat =
+    bit(BP_DTYPE_F32) | bit(BP_DTYPE_F64) | bit(BP_DTYPE_F16) | bit(BP_DTYPE_BF16);
+constexpr uint32_t kSigned = bit(BP_DTYPE_I32) | bit(BP_DTYPE_I64);
+constexpr uint32_t kU8 = bit(BP_DTYPE_U8);
+constexpr uint32_t kBool = bit(BP_DTYPE_BOOL);
+constexpr uint32_t kAll = kFloat | kSigned | kU8 | kBool;
+
+}  // namespace
+
+const std::vector<OpInfo>& catalogue() {
+  static const std::vector<OpInfo> ops = {
+      {"fill", OpKind::fill, kAll},
+      {"copy", OpKind::copy, kAll},
+      {"cast", OpKind::cast, kAll},
+      {"add", OpKind::binary, kFloat | kSigned | kU8},
+      {"sub", OpKind::binary, kFloat | kSigned | kU8},
+      {"mul", OpKind::binary, kFloat | kSigned | kU8},
+      {"div", OpKind::binary, kFloat},
+      {"pow", OpKind::binary, kFloat},
+      {"maximum", OpKind::binary, kFloat | kSigned | kU8},
+      {"minimum", OpKind::binary, kFloat | kSigned | kU8},
+      {"eq", OpKind::compare, kAll},
+      {"ne", OpKind::compare, kAll},
+      {"lt", OpKind::compare, kAll},
+      {"le", OpKind::compare, kAll},
+      {"gt", OpKind::compare, kAll},
+      {"ge", OpKind::compare, kAll},
+      {"where", OpKind::where, kAll},
+      {"neg", OpKind::unary, kFloat | kSigned},
+      {"exp", OpKind::unary, kFloat},
+      {"log", OpKind::unary, kFloat},
+      {"sqrt", OpKind::unary, kFloat},
+      {"relu", OpKind::unary, kFloat | kSigned},
+      {"sigmoid", OpKind::unary, kFloat},
+      {"tanh", OpKind::unary, kFloat},
+      {"abs", OpKind::unary, kFloat | kSigned},
+      {"sum", OpKind::reduce, kFloat | kSigned},
+      {"mean", OpKind::reduce, kFloat},
+      {"max", OpKind::reduce, kFloat | kSigned},
+      {"matmul", OpKind::matmul, kFloat},
+      {"uniform", OpKind::random, kFloat},
+      {"normal", OpKind::random, kFloat},
+  };
+  return ops;
+}
+
+const OpInfo* find_op(const std::string& name) {
+  for (const OpInfo& op : catalogue())
+    if (name == op.name) return &op;
+  return nullptr;
+}
+
+bool defines(const OpInfo& op, int32_t dtype) {
+  return dtype >= 0 && dtype < BP_DTYPE_COUNT && (op.dtypes & bit(dtype)) != 0;
+}
+
+SupportTable SupportTable::build(Context& ctx) {
+  SupportTable st;
+  const bp_plugin_api& t = ctx.t();
+  std::set<std::pair<std::string, int32_t>> seen;
+  if (has_list_ops(ctx.api())) {
+    st.source_ = "list_ops";
+    const bp_op_support* list = nullptr;
+    int32_t n = 0;
+    bp_error* e = t.list_ops(ctx.device(), &list, &n);
+    if (e) {
+      st.problems_.push_back("list_ops failed: " + take_error(ctx.api(), e));
+      n = 0;
+    } else if (n < 0 || (n > 0 && !list)) {
+      st.problems_.push_back(
+          format("list_ops returned count %d with list %p", n, static_cast<const void*>(list)));
+      n = 0;
+    }
+    for (int32_t i = 0; i < n; ++i) {
+      const bp_op_support& s = list[i];
+      if (s.struct_size < offsetof(bp_op_support, reason) + sizeof(s.reason)) {
+        st.problems_.push_back(
+            format("entry %d: struct_size %zu is smaller than the minor-1 "
+                   "bp_op_support (%zu)",
+                   i, s.struct_size, sizeof(bp_op_support)));
+        continue;
+      }
+      if (!s.op) {
+        st.problems_.push_back(format("entry %d: op is NULL", i));
+        continue;
+      }
+      std::string op = s.op;
+      if (s.dtype < 0 || s.dtype >= BP_DTYPE_COUNT) {
+        st.problems_.push_back(
+            format("entry %d (%s): dtype %d is not a bp_dtype", i, op.c_str(), s.dtype));
+        continue;
+      }
+      if (s.support < BP_SUPPORT_YES || s.support > BP_SUPPORT_EXPECTED_FAIL) {
+        st.problems_.push_back(format("entry %d (%s, %s): support %d is not a bp_support", i,
+                                      op.c_str(), bp_dtype_name(s.dtype), s.support));
+        continue;
+      }
+      if (!seen.insert({op, s.dtype}).second) {
+        st.problems_.push_back(
+            format("(%s, %s) is declared twice", op.c_str(), bp_dtype_name(s.dtype)));
+        continue;
+      }
+      std::string reason = s.reason ? s.reason : "";
+      if (!s.reason)
+        st.problems_.push_back(
+            format("(%s, %s): reason is NULL", op.c_str(), bp_dtype_name(s.dtype)));
+      if (s.support != BP_SUPPORT_YES && reason.empty())
+        st.problems_.push_back(
+            format("(%s, %s) is declared %s without a reason", op.c_str(), bp_dtype_name(s.dtype),
+                   s.support == BP_SUPPORT_NO ? "unsupported" : "expected to fail"));
+      if (!find_op(op)) {
+        st.unknown_.push_back({op, s.dtype});
+        continue;
+      }
+      st.entries_[{op, s.dtype}] = Support{s.support, reason, true};
+    }
+  } else {
+    st.source_ = api_minor_note(ctx.api());
+  }
+  // Pairs the declaration leaves out (all of them when probing) are resolved with find_kernel,
+  // which is what the host does for a minor-0 plugin.
+  for (const OpInfo& op : catalogue()) {
+    for (int32_t d = 0; d < BP_DTYPE_COUNT; ++d) {
+      if (st.entries_.count({op.name, d})) continue;
+      bp_kernel* k = nullptr;
+      bp_error* e = t.find_kernel(ctx.device(), op.name, d, &k);
+      std::string prefix = has_list_ops(ctx.api()) ? "not declared by list_ops; " : "";
+      if (e) {
+        st.entries_[{op.name, d}] =
+            Support{BP_SUPPORT_NO, prefix + "find_kernel: " + take_error(ctx.api(), e), false};
+      } else if (!k) {
+        st.entries_[{op.name, d}] = Support{
+            BP_SUPPORT_NO, prefix + "find_kernel returned success with a NULL kernel", false};
+        st.problems_.push_back(format("find_kernel(%s, %s) returned success with a NULL kernel",
+                                      op.name, bp_dtype_name(d)));
+      } else {
+        st.entries_[{op.name, d}] = Support{BP_SUPPORT_YES, "", false};
+      }
+    }
+  }
+  return st;
+}
+
+std::string api_minor_note(const bp_plugin_api* api) {
+  if (api->abi_minor < 1) return "find_kernel probing (minor-0 table has no list_ops)";
+  if (api->struct_size < BP_API_MINOR1_OFFSET + sizeof(api->list_ops))
+    return format("find_kernel probing (struct_size %zu covers only minor-0 slots)",
+                  api->struct_size);
+  return "find_kernel probing (list_ops is NULL)";
+}
+
+Support SupportTable::get(const std::string& op, int32_t dtype) const {
+  auto it = entries_.find({op, dtype});
+  if (it == entries_.end()) return Support{BP_SUPPORT_NO, "not in the catalogue", false};
+  return it->second;
+}
+
+bp_kernel* find_kernel_checked(Context& ctx, const std::string& op, int32_t dtype) {
+  bp_kernel* k = nullptr;
+  ctx.check(ctx.t().find_kernel(ctx.device(), op.c_str(), dtype, &k),
+            format("find_kernel(%s, %s)", op.c_str(), bp_dtype_name(dtype)));
+  if (!k)
+    throw Failure(format("find_kernel(%s, %s) succeeded but returned a NULL kernel", op.c_str(),
+                         bp_dtype_name(dtype)));
+  return k;
+}
+
+}  // namespace bpc
