@@ -1,0 +1,190 @@
+// Devices, streams and events of the CUDA backend.
+//
+// Objects: Runtime (one per plugin: the device list, or why there is none) -> Device (static
+// facts read at init; execution state created on first use: memory pool, cuBLAS handle,
+// staging buffers) -> CudaStream / CudaEvent (what bp_stream* / bp_event* point to).
+//
+// Internal to backends/cuda. Thread-safety is stated per member.
+#ifndef BACKPLANE_CUDA_DEVICE_HPP_
+#define BACKPLANE_CUDA_DEVICE_HPP_
+
+#include "cuda_common.hpp"
+#include "cuda_memory.hpp"
+
+#include <backplane/plugin_abi.h>
+
+#include <cuda_runtime_api.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace bp::cuda {
+
+class Device;
+class Staging;
+
+// Static facts about one GPU, read once by Runtime::init without creating a context.
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  std::string uuid;        // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+  std::string pci_bus_id;  // "0000:17:00.0"
+  uint64_t total_memory = 0;
+  int compute_major = 0, compute_minor = 0;
+  int sm_count = 0;
+};
+
+// What a bp_stream* points to. Created by Device::create_stream, destroyed by
+// Device::destroy_stream. Calls on one stream are serialised by the host (plugin_abi.h), so
+// only `cache` (drained from other threads) needs its own lock.
+struct CudaStream {
+  cudaStream_t stream = nullptr;
+  Device* device = nullptr;
+  int index = 0;  // device index, for use_device
+  BlockCache cache;
+  void* cublas_workspace = nullptr;  // Note [cuBLAS per stream], allocated on first matmul
+  size_t cublas_workspace_bytes = 0;
+};
+
+// What a bp_event* points to.
+struct CudaEvent {
+  cudaEvent_t event = nullptr;
+  int device = 0;
+};
+
+// One GPU. Thread-safe unless a member says otherwise.
+class Device {
+ public:
+  explicit Device(DeviceInfo info);
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const DeviceInfo& info() const { return info_; }
+  int index() const { return info_.index; }
+
+  // Creates the execution state (memory pool, internal stream) on first call; later calls cost
+  // one atomic load. Every entry point that takes a device index calls it.
+  void ensure_ready() {
+    if (!ready_.load(std::memory_order_acquire)) [[unlikely]]
+      make_ready();
+  }
+
+  // Properties with free memory read now (cudaMemGetInfo; creates the context if needed).
+  void properties(bp_device_properties& props);
+
+  // ---- Streams and events (cuda_device.cpp) ----
+  CudaStream* create_stream();
+  // Releases the stream's cached blocks and workspace (stream-ordered) and destroys it.
+  void destroy_stream(CudaStream* s);
+  // The stream used when the host passes a NULL stream (Note [NULL streams]).
+  CudaStream* internal_stream() { return internal_; }
+
+  // ---- Memory (cuda_memory.cpp) ----
+  // A user allocation of `size` bytes ordered on `s`, counted in the statistics. size 0 gives
+  // nullptr. Throws BP_ERROR_OUT_OF_MEMORY after one retry with emptied caches.
+  void* allocate(CudaStream& s, uint64_t size);
+  // Frees a user allocation after the work queued on `s`; `size` is the requested size.
+  void deallocate(CudaStream& s, void* ptr, uint64_t size);
+  // Scratch memory for kernels (CUB temp storage, partial sums): like allocate, not counted.
+  void* allocate_scratch(CudaStream& s, uint64_t size);
+  void free_scratch(CudaStream& s, void* ptr, uint64_t size);
+  void memory_stats(bp_memory_stats& out);
+  void reset_peak();
+  // Drains every stream cache, synchronises the device and trims the pool to zero.
+  void empty_cache();
+
+  // ---- cuBLAS (cuda_matmul.cpp) ----
+  // The device's cuBLAS handle (created on first use) and the lock that serialises its use:
+  // cublasSetStream/cublasSetWorkspace/cublasGemm* must run under cublas_mutex().
+  void* cublas_handle();
+  std::mutex& cublas_mutex() { return cublas_mutex_; }
+  // Destroys the handle (shutdown only; no matmul may run concurrently).
+  void destroy_cublas();
+
+  // ---- Copies (cuda_copy.cpp) ----
+  // The pinned staging chunks of this device (created on first use).
+  Staging& staging();
+  // Frees the staging chunks (shutdown only; no copy may run concurrently).
+  void release_staging();
+
+  // ---- Peer access ----
+  // Enables access from this device to `peer`'s memory (and its pool) once; false when the
+  // hardware cannot. Thread-safe.
+  bool enable_peer_access(Device& peer);
+
+  cudaMemPool_t pool() const { return pool_; }
+
+ private:
+  void make_ready();
+  // Creates a stream and registers it (ensure_ready must have run or be running).
+  CudaStream* new_stream();
+  // Allocates `bytes` from the pool on `s`; retries once after emptying caches on OOM.
+  void* pool_alloc(CudaStream& s, uint64_t bytes, uint64_t requested);
+  // Drains the block caches of every registered stream (stream-ordered frees).
+  void drain_caches();
+
+  DeviceInfo info_;
+  std::atomic<bool> ready_{false};
+  std::mutex ready_mutex_;
+  cudaMemPool_t pool_ = nullptr;
+  CudaStream* internal_ = nullptr;
+
+  MemoryCounters counters_;
+
+  std::mutex streams_mutex_;  // guards streams_
+  std::vector<CudaStream*> streams_;
+
+  std::mutex cublas_mutex_;
+  std::once_flag cublas_once_;
+  void* cublas_ = nullptr;  // cublasHandle_t
+
+  std::once_flag staging_once_;
+  std::unique_ptr<Staging> staging_;
+
+  std::mutex peer_mutex_;
+  std::vector<int8_t> peer_state_;  // per peer: 0 unknown, 1 enabled, -1 impossible
+};
+
+// The plugin's view of the machine. init() runs once (the ABI's init slot).
+class Runtime {
+ public:
+  // Reads the device count and static properties. Never throws for a missing driver or
+  // device: device_count() is then 0 and reason() says why.
+  void init();
+  // Stops helper threads (the ABI's shutdown slot).
+  void shutdown();
+
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  const char* reason() const { return reason_.c_str(); }
+
+  // The device with index d; throws BP_ERROR_INVALID_ARGUMENT naming the valid range.
+  Device& device(int32_t d) {
+    if (d < 0 || d >= static_cast<int32_t>(devices_.size())) [[unlikely]]
+      bad_device(d);
+    return *devices_[static_cast<size_t>(d)];
+  }
+
+ private:
+  [[noreturn]] void bad_device(int32_t d) const;
+
+  std::vector<std::unique_ptr<Device>> devices_;
+  std::string reason_;
+};
+
+// The process-wide runtime (lives as long as the plugin).
+Runtime& runtime();
+
+// Maps a bp_stream* to its CudaStream; throws for NULL (Note [NULL streams]).
+inline CudaStream& stream_of(bp_stream* s) {
+  if (!s) [[unlikely]]
+    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT, "cuda: NULL stream passed where one is required");
+  return *reinterpret_cast<CudaStream*>(s);
+}
+
+}  // namespace bp::cuda
+
+#endif  // BACKPLANE_CUDA_DEVICE_HPP_

@@ -1,0 +1,128 @@
+// The kernel families of the CUDA backend and what a launch hands them.
+//
+// Each op family (elementwise binary/compare/unary/cast, reduction, matmul, random) exposes a
+// resolver that maps (op, dtype) to a LaunchFn, or nullptr when the pair is not supported. The
+// op table (cuda_ops.cpp) calls every resolver once per pair at init, so find_kernel and
+// list_ops agree by construction, and a launch is one indirect call with no lookups.
+//
+// Note [Launch path]
+//   launch -> CudaKernel::fn(args): the LaunchFn is already specialised for (op, dtype). It
+//   validates the descriptors (counts, dtypes, shapes), builds a coalesced iteration plan on
+//   the stack, picks the contiguous or strided kernel and queues it. No heap allocation, no
+//   string compares but the attribute lookups, no device switch when the thread's device is
+//   already current (Note [Current-device cache]), no synchronisation.
+//
+// Internal to backends/cuda. LaunchFns are stateless and may run concurrently on different
+// streams.
+#ifndef BACKPLANE_CUDA_KERNELS_HPP_
+#define BACKPLANE_CUDA_KERNELS_HPP_
+
+#include <backplane/plugin_abi.h>
+#include <backplane/plugin_sdk.hpp>
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace bp::cuda {
+
+class Device;
+struct CudaStream;
+
+// Every op of the catalogue (plugin_abi.h Note [Op catalogue]), in list_ops order.
+enum class Op : int32_t {
+  kFill,
+  kCopy,
+  kCast,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kMaximum,
+  kMinimum,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kWhere,
+  kNeg,
+  kExp,
+  kLog,
+  kSqrt,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kAbs,
+  kSum,
+  kMean,
+  kMax,
+  kMatmul,
+  kUniform,
+  kNormal,
+  kCount
+};
+
+// Catalogue name of an op ("add").
+const char* op_name(Op op);
+
+// Everything a LaunchFn needs; lives on the stack of the launch slot.
+struct LaunchArgs {
+  cudaStream_t stream;
+  CudaStream* s;  // for scratch memory and the cuBLAS workspace
+  Device* device;
+  int sm_count;
+  Op op;
+  int32_t dtype;  // the dtype the kernel was resolved for
+  const bp_tensor_desc* in;
+  int32_t nin;
+  const bp_tensor_desc* out;
+  int32_t nout;
+  const bp::sdk::Attrs* attrs;
+};
+
+using LaunchFn = void (*)(const LaunchArgs&);
+
+// Resolvers, one per family; nullptr = unsupported.
+LaunchFn binary_fn(Op op, int32_t dtype);     // add sub mul div pow maximum minimum
+LaunchFn compare_fn(Op op, int32_t dtype);    // eq ne lt le gt ge where
+LaunchFn unary_fn(Op op, int32_t dtype);      // neg exp log sqrt relu sigmoid tanh abs
+LaunchFn layout_fn(Op op, int32_t dtype);     // fill copy cast
+LaunchFn reduction_fn(Op op, int32_t dtype);  // sum mean max
+LaunchFn matmul_fn(Op op, int32_t dtype);     // matmul
+LaunchFn random_fn(Op op, int32_t dtype);     // uniform normal
+
+// Fills every element of `out` (any strides) with `value` converted to out.dtype per the
+// cast rules; used by reductions of empty ranges (mean -> NaN).
+void fill_tensor(const LaunchArgs& a, const bp_tensor_desc& out, double value);
+
+// ---- Validation helpers shared by the families (cuda_ops.cpp) ----
+
+// Throws BP_ERROR_INVALID_ARGUMENT with `what` (the op and dtype are added by launch).
+[[noreturn]] void invalid(const std::string& what);
+
+// Checks num_inputs/num_outputs.
+void check_arity(const LaunchArgs& a, int32_t nin, int32_t nout);
+// Checks struct_size, rank, non-negative sizes/strides, dtype and (when numel > 0) buffer.
+void check_desc(const bp_tensor_desc& t, int32_t dtype, const char* role);
+// Checks that t has exactly the shape of `ref`.
+void check_same_shape(const bp_tensor_desc& t, const bp_tensor_desc& ref, const char* role);
+
+// Number of elements.
+inline int64_t numel(const bp_tensor_desc& t) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < t.rank; ++d) n *= t.shape[d];
+  return n;
+}
+
+// Typed address of a descriptor's first element.
+template <class T>
+inline T* data_ptr(const bp_tensor_desc& t) {
+  return reinterpret_cast<T*>(reinterpret_cast<char*>(t.buffer) + t.offset);
+}
+
+}  // namespace bp::cuda
+
+#endif  // BACKPLANE_CUDA_KERNELS_HPP_

@@ -1,0 +1,265 @@
+// The CUDA backend's ABI table: the one file that touches bp_plugin_api (through the SDK).
+// Each slot validates its handles and forwards to the Runtime/Device objects; errors become
+// bp_error objects in the SDK.
+#include "cuda_common.hpp"
+#include "cuda_copy.hpp"
+#include "cuda_device.hpp"
+#include "cuda_kernels.hpp"
+#include "cuda_ops.hpp"
+
+#include <backplane/plugin_sdk.hpp>
+
+namespace bp::cuda {
+namespace {
+
+CudaEvent& event_of(bp_event* e) {
+  if (!e) [[unlikely]]
+    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT, "cuda: NULL event");
+  return *reinterpret_cast<CudaEvent*>(e);
+}
+
+char* buffer_at(bp_buffer* buf, uint64_t offset) {
+  return reinterpret_cast<char*>(buf) + offset;
+}
+
+class CudaBackend final : public bp::sdk::Backend {
+ public:
+  void init() override { runtime().init(); }
+  void shutdown() override { runtime().shutdown(); }
+
+  int32_t device_count(const char** out_reason) override {
+    Runtime& rt = runtime();
+    *out_reason = rt.device_count() > 0 ? "" : rt.reason();
+    return rt.device_count();
+  }
+
+  void device_properties(int32_t device, bp_device_properties& props) override {
+    runtime().device(device).properties(props);
+  }
+
+  // ---- Streams and events ----
+
+  bp_stream* stream_create(int32_t device) override {
+    return reinterpret_cast<bp_stream*>(runtime().device(device).create_stream());
+  }
+  void stream_destroy(bp_stream* stream) override {
+    CudaStream& s = stream_of(stream);
+    s.device->destroy_stream(&s);
+  }
+  void stream_synchronize(bp_stream* stream) override {
+    BP_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream).stream));
+  }
+
+  bool has_events() const override { return true; }
+  bool has_event_timing() const override { return true; }
+
+  bp_event* event_create(int32_t device) override {
+    Device& d = runtime().device(device);
+    d.ensure_ready();
+    use_device(device);
+    auto* e = new CudaEvent{nullptr, device};
+    const cudaError_t err = cudaEventCreate(&e->event);  // timing enabled (event_elapsed_ms)
+    if (err != cudaSuccess) {
+      delete e;
+      BP_CUDA_CHECK(err);
+    }
+    return reinterpret_cast<bp_event*>(e);
+  }
+  void event_destroy(bp_event* event) override {
+    if (!event) return;
+    CudaEvent* e = &event_of(event);
+    const cudaError_t err = cudaEventDestroy(e->event);
+    delete e;
+    BP_CUDA_CHECK(err);
+  }
+  void event_record(bp_event* event, bp_stream* stream) override {
+    CudaStream& s = stream_of(stream);
+    use_device(s.index);
+    BP_CUDA_CHECK(cudaEventRecord(event_of(event).event, s.stream));
+  }
+  void stream_wait_event(bp_stream* stream, bp_event* event) override {
+    CudaStream& s = stream_of(stream);
+    use_device(s.index);
+    BP_CUDA_CHECK(cudaStreamWaitEvent(s.stream, event_of(event).event, 0));
+  }
+  void event_synchronize(bp_event* event) override {
+    BP_CUDA_CHECK(cudaEventSynchronize(event_of(event).event));
+  }
+  double event_elapsed_ms(bp_event* start, bp_event* end) override {
+    float ms = 0.0f;
+    BP_CUDA_CHECK(cudaEventElapsedTime(&ms, event_of(start).event, event_of(end).event));
+    return ms;
+  }
+
+  // ---- Memory ----
+
+  bp_buffer* mem_alloc(int32_t device, bp_stream* stream, uint64_t size) override {
+    Device& d = runtime().device(device);
+    d.ensure_ready();
+    if (!stream) {  // Note [NULL streams]
+      CudaStream& s = *d.internal_stream();
+      void* p = d.allocate(s, size);
+      const cudaError_t e = cudaStreamSynchronize(s.stream);
+      if (e != cudaSuccess) {
+        d.deallocate(s, p, size);
+        BP_CUDA_CHECK(e);
+      }
+      return static_cast<bp_buffer*>(p);
+    }
+    CudaStream& s = stream_of(stream);
+    check_stream_device(s, d);
+    return static_cast<bp_buffer*>(d.allocate(s, size));
+  }
+  void mem_free(int32_t device, bp_stream* stream, bp_buffer* buf, uint64_t size) override {
+    Device& d = runtime().device(device);
+    d.ensure_ready();
+    if (!stream) {  // Note [NULL streams]
+      use_device(device);
+      BP_CUDA_CHECK(cudaDeviceSynchronize());
+      d.deallocate(*d.internal_stream(), buf, size);
+      return;
+    }
+    CudaStream& s = stream_of(stream);
+    check_stream_device(s, d);
+    d.deallocate(s, buf, size);
+  }
+  void memory_stats(int32_t device, bp_memory_stats& stats) override {
+    runtime().device(device).memory_stats(stats);
+  }
+  void memory_reset_peak(int32_t device) override { runtime().device(device).reset_peak(); }
+  bool has_empty_cache() const override { return true; }
+  void memory_empty_cache(int32_t device) override { runtime().device(device).empty_cache(); }
+
+  bool has_host_alloc() const override { return true; }
+  void* host_alloc(int32_t device, uint64_t size) override {
+    runtime().device(device).ensure_ready();
+    if (size == 0) return nullptr;
+    use_device(device);
+    void* p = nullptr;
+    const cudaError_t e = cudaHostAlloc(&p, size, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      bp::sdk::fail(BP_ERROR_OUT_OF_MEMORY,
+                    bp::sdk::format("cuda:%d: cannot allocate %llu bytes of pinned host memory "
+                                    "(%s: %s)",
+                                    device, static_cast<unsigned long long>(size),
+                                    cudaGetErrorName(e), cudaGetErrorString(e)),
+                    cudaGetErrorName(e));
+    }
+    return p;
+  }
+  void host_free(int32_t device, void* ptr) override {
+    runtime().device(device);
+    if (!ptr) return;
+    BP_CUDA_CHECK(cudaFreeHost(ptr));
+  }
+
+  // ---- Copies ----
+
+  void memset(bp_stream* stream, bp_buffer* buf, uint64_t offset, int32_t value,
+              uint64_t size) override {
+    if (size == 0) return;
+    CudaStream& s = stream_of(stream);
+    use_device(s.index);
+    BP_CUDA_CHECK(cudaMemsetAsync(buffer_at(buf, offset), value, size, s.stream));
+  }
+  void copy_h2d(bp_stream* stream, bp_buffer* dst, uint64_t dst_off, const void* src,
+                uint64_t size) override {
+    if (size == 0) return;
+    CudaStream& s = stream_of(stream);
+    use_device(s.index);
+    char* d = buffer_at(dst, dst_off);
+    if (size > kStageThreshold && is_pageable(src) &&
+        s.device->staging().h2d(s, d, static_cast<const char*>(src), size))
+      return;
+    BP_CUDA_CHECK(cudaMemcpyAsync(d, src, size, cudaMemcpyHostToDevice, s.stream));
+  }
+  void copy_d2h(bp_stream* stream, void* dst, bp_buffer* src, uint64_t src_off,
+                uint64_t size) override {
+    if (size == 0) return;
+    CudaStream& s = stream_of(stream);
+    use_device(s.index);
+    const char* from = buffer_at(src, src_off);
+    if (size > kStageThreshold && is_pageable(dst) &&
+        s.device->staging().d2h(s, static_cast<char*>(dst), from, size))
+      return;
+    // For pageable dst the driver returns only after the copy completed (plugin_abi.h needs
+    // the data in place when the call returns); pinned dst stays asynchronous.
+    BP_CUDA_CHECK(cudaMemcpyAsync(dst, from, size, cudaMemcpyDeviceToHost, s.stream));
+  }
+  void copy_d2d(bp_stream* stream, bp_buffer* dst, uint64_t dst_off, bp_buffer* src,
+                uint64_t src_off, uint64_t size) override {
+    if (size == 0) return;
+    CudaStream& s = stream_of(stream);
+    use_device(s.index);
+    BP_CUDA_CHECK(cudaMemcpyAsync(buffer_at(dst, dst_off), buffer_at(src, src_off), size,
+                                  cudaMemcpyDeviceToDevice, s.stream));
+  }
+  bool has_copy_peer() const override { return true; }
+  void copy_peer(bp_stream* dst_stream, int32_t dst_device, bp_buffer* dst, uint64_t dst_off,
+                 int32_t src_device, bp_buffer* src, uint64_t src_off, uint64_t size) override {
+    Device& dd = runtime().device(dst_device);
+    Device& sd = runtime().device(src_device);
+    CudaStream& s = stream_of(dst_stream);
+    check_stream_device(s, dd);
+    if (size == 0) return;
+    if (&dd != &sd) {
+      // Direct access both ways where the hardware allows; otherwise the driver stages the
+      // copy through host memory, which cudaMemcpyPeerAsync does by itself.
+      dd.enable_peer_access(sd);
+      sd.enable_peer_access(dd);
+    }
+    use_device(dst_device);
+    BP_CUDA_CHECK(cudaMemcpyPeerAsync(buffer_at(dst, dst_off), dst_device, buffer_at(src, src_off),
+                                      src_device, size, s.stream));
+  }
+
+  // ---- Kernels ----
+
+  bp_kernel* find_kernel(int32_t device, const char* op, int32_t dtype) override {
+    runtime().device(device);
+    const CudaKernel* k = bp::cuda::find_kernel(op, dtype);
+    return reinterpret_cast<bp_kernel*>(const_cast<CudaKernel*>(k));
+  }
+
+  // Note [Launch path] in cuda_kernels.hpp.
+  void launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_desc* inputs,
+              int32_t num_inputs, const bp_tensor_desc* outputs, int32_t num_outputs,
+              const bp::sdk::Attrs& attrs) override {
+    if (!kernel) [[unlikely]]
+      bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT, "cuda: launch with a NULL kernel");
+    const CudaKernel& k = *reinterpret_cast<const CudaKernel*>(kernel);
+    CudaStream& s = stream_of(stream);
+    use_device(s.index);
+    const LaunchArgs args{s.stream, &s,          s.device, s.device->info().sm_count,
+                          k.op,     k.dtype,     inputs,   num_inputs,
+                          outputs,  num_outputs, &attrs};
+    try {
+      k.fn(args);
+    } catch (const bp::sdk::Failure& f) {
+      bp::sdk::fail(f.code(),
+                    bp::sdk::format("cuda:%d: op '%s' (%s): %s", s.index, op_name(k.op),
+                                    bp_dtype_name(k.dtype), f.what()),
+                    f.native_name());
+    }
+  }
+
+  bool has_list_ops() const override { return true; }
+  void list_ops(int32_t device, const bp_op_support** out_list, int32_t* out_count) override {
+    runtime().device(device);
+    bp::cuda::list_ops(out_list, out_count);
+  }
+
+ private:
+  static void check_stream_device(const CudaStream& s, const Device& d) {
+    if (s.device != &d) [[unlikely]]
+      bp::sdk::fail(
+          BP_ERROR_INVALID_ARGUMENT,
+          bp::sdk::format("cuda: stream of cuda:%d used for cuda:%d", s.index, d.index()));
+  }
+};
+
+}  // namespace
+}  // namespace bp::cuda
+
+BP_SDK_DEFINE_PLUGIN(bp::cuda::CudaBackend, "cuda", "cuda", "1.0.0")

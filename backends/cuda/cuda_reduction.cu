@@ -1,0 +1,456 @@
+// Reductions sum, mean, max over any set of dimensions (plugin_abi.h: every dim where
+// out.shape[d] == 1 != in.shape[d] is reduced).
+//
+// Note [CUDA reduction plan]
+//   The input's dimensions split into kept ones (out.shape[d] == in.shape[d]) and reduced ones;
+//   each group is coalesced separately (innermost first), giving n_out outputs of n_red
+//   elements each. Then:
+//   - whole-tensor reduction of a dense input (n_out == 1, one unit-stride reduced dim): CUB's
+//     DeviceReduce (tree reduction, vectorised loads), temp storage from the device's pool;
+//   - inner reduction (the reduced group has the smaller innermost stride): reduce_rows, one
+//     warp per output, lanes walk the row (coalesced when it has unit stride), four loads in
+//     flight, shuffle reduction;
+//   - outer reduction (a kept dim has the smallest stride, e.g. sum over dim 0 of a row-major
+//     matrix): reduce_cols, 32 consecutive outputs per block in x (coalesced), 8 rows of the
+//     reduced range in y, combined through shared memory.
+//   When there are too few outputs to fill the GPU, the reduced range of each output is split
+//   into G chunks: pass 1 writes partial accumulators to scratch memory, pass 2 (the same
+//   kernels over the partials) combines them and writes the output. Results are deterministic.
+//   Accumulators: f32 sums in double on the generic paths and float in CUB's tree (both well
+//   inside 1e-5 relative), f16/bf16 in float, f64 in double, integers in int64 (wrapping to the
+//   output width). max compares in the compute type and propagates NaN. Empty reduced ranges:
+//   sum 0, mean NaN, max is an error.
+#include "cuda_common.hpp"
+#include "cuda_device.hpp"
+#include "cuda_kernels.hpp"
+#include "cuda_plan.hpp"
+#include "cuda_types.cuh"
+
+#include <cub/device/device_reduce.cuh>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace bp::cuda {
+namespace {
+
+constexpr int kRedThreads = 256;
+constexpr int kRedWarps = kRedThreads / 32;
+
+enum class Kind { kSum, kMean, kMax };
+
+// Accumulator of the generic kernels.
+template <int D, Kind K>
+struct AccOf {
+  using type = std::conditional_t<
+      K == Kind::kMax, compute_t<D>,
+      std::conditional_t<
+          std::is_integral_v<compute_t<D>>, int64_t,
+          std::conditional_t<D == BP_DTYPE_F16 || D == BP_DTYPE_BF16, float, double>>>;
+};
+
+template <class A>
+struct SumR {
+  __host__ __device__ static A identity() { return A(0); }
+  __host__ __device__ A operator()(A a, A b) const {
+    if constexpr (std::is_integral_v<A>) {
+      using U = std::make_unsigned_t<A>;
+      return static_cast<A>(static_cast<U>(a) + static_cast<U>(b));
+    } else {
+      return a + b;
+    }
+  }
+};
+
+template <class A>
+struct MaxR {
+  __host__ __device__ static A identity() {
+    if constexpr (std::is_floating_point_v<A>) {
+      return -std::numeric_limits<A>::infinity();
+    } else {
+      return std::numeric_limits<A>::lowest();
+    }
+  }
+  __host__ __device__ A operator()(A a, A b) const { return (a > b || a != a) ? a : b; }
+};
+
+template <class A, Kind K>
+using ReducerOf = std::conditional_t<K == Kind::kMax, MaxR<A>, SumR<A>>;
+
+// Storage (or an accumulator, in pass 2) -> accumulator.
+template <class A, class X>
+__device__ __forceinline__ A to_acc(X x) {
+  if constexpr (std::is_same_v<X, A>) {
+    return x;
+  } else {
+    return static_cast<A>(load(x));
+  }
+}
+
+template <class A, class S>
+struct ToAcc {
+  __device__ A operator()(S x) const { return to_acc<A>(x); }
+};
+
+// Accumulator -> output storage, dividing by `count` for mean.
+template <class S, class A>
+__device__ __forceinline__ S finalize(A acc, double count, int mean) {
+  if constexpr (std::is_floating_point_v<A>) {
+    if (mean) acc = acc / static_cast<A>(count);
+  }
+  return store<S>(static_cast<compute_of_t<S>>(acc));
+}
+
+// The coalesced plan of Note [CUDA reduction plan]; dim 0 innermost.
+struct RedPlan {
+  int krank = 0, rrank = 0;
+  int64_t ksize[kMaxDims] = {}, kin[kMaxDims] = {}, kout[kMaxDims] = {};
+  int64_t rsize[kMaxDims] = {}, rin[kMaxDims] = {};
+  int64_t n_out = 1, n_red = 1;
+
+  __device__ __forceinline__ void kept(int64_t o, int64_t& in_off, int64_t& out_off) const {
+    in_off = 0;
+    out_off = 0;
+    for (int d = 0; d < krank; ++d) {
+      int64_t c = o;
+      if (d != krank - 1) {
+        c = o % ksize[d];
+        o /= ksize[d];
+      }
+      in_off += c * kin[d];
+      out_off += c * kout[d];
+    }
+  }
+  __device__ __forceinline__ int64_t reduced(int64_t r) const {
+    int64_t off = 0;
+    for (int d = 0; d < rrank; ++d) {
+      int64_t c = r;
+      if (d != rrank - 1) {
+        c = r % rsize[d];
+        r /= rsize[d];
+      }
+      off += c * rin[d];
+    }
+    return off;
+  }
+};
+
+template <class A, class R>
+__device__ __forceinline__ A warp_reduce(A v, const R& op) {
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, s));
+  return v;
+}
+
+// One warp per (output, chunk); see Note [CUDA reduction plan].
+template <class X, class A, class R, class O, bool kFinal>
+__global__ void __launch_bounds__(kRedThreads)
+    reduce_rows(const X* in, O* out, RedPlan p, int64_t G, int64_t chunk, double count, int mean) {
+  const R op;
+  const int lane = threadIdx.x & 31;
+  const int64_t nwarps = static_cast<int64_t>(gridDim.x) * kRedWarps;
+  const int64_t total = p.n_out * G;
+  for (int64_t w = static_cast<int64_t>(blockIdx.x) * kRedWarps + (threadIdx.x >> 5); w < total;
+       w += nwarps) {
+    const int64_t o = w / G, g = w - o * G;
+    int64_t in_base, out_off;
+    p.kept(o, in_base, out_off);
+    const int64_t r0 = g * chunk, r1 = min(r0 + chunk, p.n_red);
+    A acc = R::identity();
+    if (p.rrank == 1) {
+      const int64_t s = p.rin[0];
+      const X* base = in + in_base;
+      A acc1 = R::identity(), acc2 = R::identity(), acc3 = R::identity();
+      int64_t r = r0 + lane;
+      for (; r + 96 < r1; r += 128) {
+        const X x0 = base[r * s], x1 = base[(r + 32) * s], x2 = base[(r + 64) * s],
+                x3 = base[(r + 96) * s];
+        acc = op(acc, to_acc<A>(x0));
+        acc1 = op(acc1, to_acc<A>(x1));
+        acc2 = op(acc2, to_acc<A>(x2));
+        acc3 = op(acc3, to_acc<A>(x3));
+      }
+      for (; r < r1; r += 32) acc = op(acc, to_acc<A>(base[r * s]));
+      acc = op(op(acc, acc1), op(acc2, acc3));
+    } else {
+      for (int64_t r = r0 + lane; r < r1; r += 32)
+        acc = op(acc, to_acc<A>(in[in_base + p.reduced(r)]));
+    }
+    acc = warp_reduce(acc, op);
+    if (lane == 0) {
+      if constexpr (kFinal) {
+        out[out_off] = finalize<O>(acc, count, mean);
+      } else {
+        out[w] = acc;
+      }
+    }
+  }
+}
+
+// 32 outputs x 8 reduced rows per block; blockIdx.y is the chunk.
+template <class X, class A, class R, class O, bool kFinal>
+__global__ void __launch_bounds__(kRedThreads)
+    reduce_cols(const X* in, O* out, RedPlan p, int64_t chunk, double count, int mean) {
+  __shared__ A partial[kRedWarps][33];
+  const R op;
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int64_t o = static_cast<int64_t>(blockIdx.x) * 32 + tx;
+  const int64_t g = blockIdx.y;
+  A acc = R::identity();
+  int64_t in_base = 0, out_off = 0;
+  if (o < p.n_out) {
+    p.kept(o, in_base, out_off);
+    const int64_t r0 = g * chunk, r1 = min(r0 + chunk, p.n_red);
+    if (p.rrank == 1) {
+      const int64_t s = p.rin[0];
+      for (int64_t r = r0 + ty; r < r1; r += kRedWarps)
+        acc = op(acc, to_acc<A>(in[in_base + r * s]));
+    } else {
+      for (int64_t r = r0 + ty; r < r1; r += kRedWarps)
+        acc = op(acc, to_acc<A>(in[in_base + p.reduced(r)]));
+    }
+  }
+  partial[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && o < p.n_out) {
+#pragma unroll
+    for (int k = 1; k < kRedWarps; ++k) acc = op(acc, partial[k][tx]);
+    if constexpr (kFinal) {
+      out[out_off] = finalize<O>(acc, count, mean);
+    } else {
+      out[g * p.n_out + o] = acc;
+    }
+  }
+}
+
+template <class A, class S>
+__global__ void finalize_one(const A* acc, S* out, double count, int mean) {
+  *out = finalize<S>(*acc, count, mean);
+}
+
+// Builds the plan; throws when out is not a reduction of in.
+RedPlan make_red_plan(const bp_tensor_desc& in, const bp_tensor_desc& out) {
+  RedPlan p;
+  for (int d = in.rank - 1; d >= 0; --d) {
+    const int64_t n = in.shape[d], m = out.shape[d];
+    if (m == n) {
+      p.n_out *= n;
+      if (n == 1) continue;
+      if (p.krank > 0 && in.strides[d] == p.kin[p.krank - 1] * p.ksize[p.krank - 1] &&
+          out.strides[d] == p.kout[p.krank - 1] * p.ksize[p.krank - 1]) {
+        p.ksize[p.krank - 1] *= n;
+        continue;
+      }
+      p.ksize[p.krank] = n;
+      p.kin[p.krank] = in.strides[d];
+      p.kout[p.krank] = out.strides[d];
+      ++p.krank;
+    } else if (m == 1) {
+      p.n_red *= n;
+      if (p.rrank > 0 && in.strides[d] == p.rin[p.rrank - 1] * p.rsize[p.rrank - 1]) {
+        p.rsize[p.rrank - 1] *= n;
+        continue;
+      }
+      p.rsize[p.rrank] = n;
+      p.rin[p.rrank] = in.strides[d];
+      ++p.rrank;
+    } else {
+      invalid(bp::sdk::format("output shape %s is not a reduction of input shape %s",
+                              shape_string(out.shape, out.rank).c_str(),
+                              shape_string(in.shape, in.rank).c_str()));
+    }
+  }
+  return p;
+}
+
+// Rebases a plan onto partial accumulators laid out densely: [n_out][G] (rows) or [G][n_out]
+// (cols).
+RedPlan partial_plan(const RedPlan& p, int64_t G, bool rows) {
+  RedPlan q = p;
+  int64_t stride = rows ? G : 1;
+  for (int d = 0; d < p.krank; ++d) {
+    q.kin[d] = stride;
+    stride *= p.ksize[d];
+  }
+  q.rrank = 1;
+  q.rsize[0] = G;
+  q.rin[0] = rows ? 1 : p.n_out;
+  q.n_red = G;
+  return q;
+}
+
+template <int D, Kind K>
+void cub_reduce(const LaunchArgs& a, const storage_t<D>* in, storage_t<D>* out, int64_t n) {
+  using S = storage_t<D>;
+  // CUB's tree keeps f32 sums accurate in float; everything else as the generic kernels.
+  using A =
+      std::conditional_t<D == BP_DTYPE_F32 && K != Kind::kMax, float, typename AccOf<D, K>::type>;
+  using R = ReducerOf<A, K>;
+  constexpr bool kDirect = std::is_same_v<A, S> && K != Kind::kMean;
+  const int mean = K == Kind::kMean ? 1 : 0;
+
+  auto run = [&](void* temp, size_t& bytes, A* dst) {
+    if constexpr (std::is_same_v<A, S>) {
+      return cub::DeviceReduce::Reduce(temp, bytes, in, dst, n, R{}, R::identity(), a.stream);
+    } else {
+      return cub::DeviceReduce::TransformReduce(temp, bytes, in, dst, n, R{}, ToAcc<A, S>{},
+                                                R::identity(), a.stream);
+    }
+  };
+  size_t bytes = 0;
+  BP_CUDA_CHECK(run(nullptr, bytes, nullptr));
+  const uint64_t acc_off = (bytes + 255) / 256 * 256;
+  const uint64_t total = acc_off + (kDirect ? 0 : sizeof(A));
+  char* scratch = static_cast<char*>(a.device->allocate_scratch(*a.s, total));
+  try {
+    A* dst = kDirect ? reinterpret_cast<A*>(out) : reinterpret_cast<A*>(scratch + acc_off);
+    BP_CUDA_CHECK(run(scratch, bytes, dst));
+    if constexpr (!kDirect) {
+      finalize_one<A, S><<<1, 1, 0, a.stream>>>(dst, out, static_cast<double>(n), mean);
+      BP_CUDA_CHECK(cudaGetLastError());
+    }
+  } catch (...) {
+    a.device->free_scratch(*a.s, scratch, total);
+    throw;
+  }
+  a.device->free_scratch(*a.s, scratch, total);
+}
+
+template <int D, Kind K>
+void launch_reduce(const LaunchArgs& a) {
+  using S = storage_t<D>;
+  using A = typename AccOf<D, K>::type;
+  using R = ReducerOf<A, K>;
+  check_arity(a, 1, 1);
+  const bp_tensor_desc& in = a.in[0];
+  const bp_tensor_desc& out = a.out[0];
+  check_desc(in, D, "input");
+  check_desc(out, D, "output");
+  if (out.rank != in.rank)
+    invalid(bp::sdk::format("output rank %d differs from input rank %d", out.rank, in.rank));
+  const RedPlan p = make_red_plan(in, out);
+  if (p.n_out == 0) return;
+  if (p.n_red == 0) {
+    if constexpr (K == Kind::kMax) {
+      invalid(bp::sdk::format("max of an empty range (input shape %s)",
+                              shape_string(in.shape, in.rank).c_str()));
+    } else {
+      fill_tensor(a, out, K == Kind::kMean ? std::nan("") : 0.0);
+      return;
+    }
+  }
+  const S* pin = data_ptr<const S>(in);
+  S* pout = data_ptr<S>(out);
+  const double count = static_cast<double>(p.n_red);
+  const int mean = K == Kind::kMean ? 1 : 0;
+
+  if (p.krank == 0 && p.rrank == 1 && p.rin[0] == 1) {
+    cub_reduce<D, K>(a, pin, pout, p.n_red);
+    return;
+  }
+
+  const int64_t sms = std::max(a.sm_count, 1);
+  const bool rows = p.rrank > 0 && (p.krank == 0 || p.rin[0] < p.kin[0]);
+  if (rows) {
+    const int64_t target_warps = sms * 64;
+    int64_t G = 1;
+    if (p.n_out < target_warps / 2)
+      G = std::max<int64_t>(1, std::min(ceil_div(target_warps, p.n_out), ceil_div(p.n_red, 1024)));
+    const int64_t chunk = ceil_div(p.n_red, G);
+    G = ceil_div(p.n_red, chunk);
+    auto grid = [&](int64_t warps) {
+      return static_cast<unsigned>(std::min(ceil_div(warps, kRedWarps), sms * 8));
+    };
+    if (G == 1) {
+      reduce_rows<S, A, R, S, true>
+          <<<grid(p.n_out), kRedThreads, 0, a.stream>>>(pin, pout, p, 1, chunk, count, mean);
+      BP_CUDA_CHECK(cudaGetLastError());
+      return;
+    }
+    const uint64_t bytes = static_cast<uint64_t>(p.n_out * G) * sizeof(A);
+    A* part = static_cast<A*>(a.device->allocate_scratch(*a.s, bytes));
+    reduce_rows<S, A, R, A, false>
+        <<<grid(p.n_out * G), kRedThreads, 0, a.stream>>>(pin, part, p, G, chunk, count, mean);
+    const RedPlan q = partial_plan(p, G, true);
+    reduce_rows<A, A, R, S, true>
+        <<<grid(p.n_out), kRedThreads, 0, a.stream>>>(part, pout, q, 1, G, count, mean);
+    const cudaError_t err = cudaGetLastError();
+    a.device->free_scratch(*a.s, part, bytes);
+    BP_CUDA_CHECK(err);
+    return;
+  }
+
+  const int64_t blocks_x = ceil_div(p.n_out, 32);
+  const int64_t target_blocks = sms * 8;
+  int64_t G = 1;
+  if (blocks_x < target_blocks / 2)
+    G = std::max<int64_t>(
+        1, std::min({ceil_div(target_blocks, blocks_x), ceil_div(p.n_red, 256), int64_t{65535}}));
+  const int64_t chunk = ceil_div(p.n_red, G);
+  G = ceil_div(p.n_red, chunk);
+  if (blocks_x > std::numeric_limits<int32_t>::max())
+    invalid("reduction output too large for one launch");
+  if (G == 1) {
+    reduce_cols<S, A, R, S, true>
+        <<<dim3(static_cast<unsigned>(blocks_x), 1), kRedThreads, 0, a.stream>>>(
+            pin, pout, p, chunk, count, mean);
+    BP_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
+  const uint64_t bytes = static_cast<uint64_t>(p.n_out * G) * sizeof(A);
+  A* part = static_cast<A*>(a.device->allocate_scratch(*a.s, bytes));
+  reduce_cols<S, A, R, A, false><<<dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(G)),
+                                   kRedThreads, 0, a.stream>>>(pin, part, p, chunk, count, mean);
+  const RedPlan q = partial_plan(p, G, false);
+  reduce_cols<A, A, R, S, true>
+      <<<dim3(static_cast<unsigned>(blocks_x), 1), kRedThreads, 0, a.stream>>>(part, pout, q, G,
+                                                                               count, mean);
+  const cudaError_t err = cudaGetLastError();
+  a.device->free_scratch(*a.s, part, bytes);
+  BP_CUDA_CHECK(err);
+}
+
+template <Kind K>
+LaunchFn reduce_for(int32_t dtype) {
+  switch (dtype) {
+    case BP_DTYPE_F32:
+      return &launch_reduce<BP_DTYPE_F32, K>;
+    case BP_DTYPE_F64:
+      return &launch_reduce<BP_DTYPE_F64, K>;
+    case BP_DTYPE_F16:
+      return &launch_reduce<BP_DTYPE_F16, K>;
+    case BP_DTYPE_BF16:
+      return &launch_reduce<BP_DTYPE_BF16, K>;
+    default:
+      break;
+  }
+  if constexpr (K != Kind::kMean) {
+    switch (dtype) {
+      case BP_DTYPE_I32:
+        return &launch_reduce<BP_DTYPE_I32, K>;
+      case BP_DTYPE_I64:
+        return &launch_reduce<BP_DTYPE_I64, K>;
+      default:
+        break;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+LaunchFn reduction_fn(Op op, int32_t dtype) {
+  switch (op) {
+    case Op::kSum:
+      return reduce_for<Kind::kSum>(dtype);
+    case Op::kMean:
+      return reduce_for<Kind::kMean>(dtype);
+    case Op::kMax:
+      return reduce_for<Kind::kMax>(dtype);
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace bp::cuda
