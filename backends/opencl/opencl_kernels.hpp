@@ -151,6 +151,8 @@ struct ClIndex {
   int64_t st[4][BP_MAX_RANK];
   int64_t off[4];
   int32_t rank;
+  int32_t small;   // 1 when the element count fits in 31 bits (32-bit index arithmetic)
+  int32_t contig;  // 1 when every tensor is dense (rank <= 1, unit strides after merging)
   int32_t pad;
 };
 
@@ -200,8 +202,8 @@ class KernelArgs {
 // Enqueues an ND-range; throws naming the kernel and the device on failure.
 void enqueue_kernel(const LaunchContext& lc, cl_kernel k, cl_uint dims, const size_t* global,
                     const size_t* local);
-// Global size of a grid-stride 1-D launch over n items with work-groups of `local`.
-size_t grid_size(uint64_t n, size_t local, const DeviceInfo& info);
+// Global size of a 1-D launch of one work-item per item (n rounded up to whole groups).
+size_t grid_size(uint64_t n, size_t local);
 // The largest power of two <= min(cap, CL_KERNEL_WORK_GROUP_SIZE of k on the device).
 size_t pick_local_size(cl_kernel k, const Device& d, size_t cap);
 // Creates kernel `name` of `program`; throws naming the kernel.

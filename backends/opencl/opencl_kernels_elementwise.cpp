@@ -24,59 +24,55 @@ namespace {
 
 constexpr const char* kElementwiseMacros = R"CLC(
 __kernel void bp_fill(__global T* out, T v, bp_ix ix, long n) {
-  BP_LOOP(i, n) { out[bp_offsets(&ix, i).x] = v; }
+  BP_ITEM(i, n)
+  out[bp_offsets(&ix, i).x] = v;
 }
 
 __kernel void bp_copy(__global T* out, __global const T* a, bp_ix ix, long n) {
-  BP_LOOP(i, n) {
-    long4 o = bp_offsets(&ix, i);
-    out[o.x] = a[o.y];
-  }
+  BP_ITEM(i, n)
+  long4 o = bp_offsets(&ix, i);
+  out[o.x] = a[o.y];
 }
 
 __kernel void bp_where(__global T* out, __global const uchar* c, __global const T* a,
                        __global const T* b, bp_ix ix, long n) {
-  BP_LOOP(i, n) {
-    long4 o = bp_offsets(&ix, i);
-    out[o.x] = c[o.y] ? a[o.z] : b[o.w];
-  }
+  BP_ITEM(i, n)
+  long4 o = bp_offsets(&ix, i);
+  out[o.x] = c[o.y] ? a[o.z] : b[o.w];
 }
 
 #define BP_CAST(NAME, OT, EXPR)                                                \
   __kernel void NAME(__global OT* out, __global const T* a, bp_ix ix, long n) { \
-    BP_LOOP(i, n) {                                                            \
-      long4 o = bp_offsets(&ix, i);                                            \
-      T v = a[o.y];                                                            \
-      C x = LD(v);                                                             \
-      out[o.x] = (EXPR);                                                       \
-    }                                                                          \
+    BP_ITEM(i, n)                                                              \
+    long4 o = bp_offsets(&ix, i);                                              \
+    T v = a[o.y];                                                              \
+    C x = LD(v);                                                               \
+    out[o.x] = (EXPR);                                                         \
   }
 
 #define BP_UNARY(NAME, RESULT)                                                \
   __kernel void NAME(__global T* out, __global const T* a, bp_ix ix, long n) { \
-    BP_LOOP(i, n) {                                                           \
-      long4 o = bp_offsets(&ix, i);                                           \
-      C x = LD(a[o.y]);                                                       \
-      out[o.x] = ST(RESULT);                                                  \
-    }                                                                         \
+    BP_ITEM(i, n)                                                             \
+    long4 o = bp_offsets(&ix, i);                                             \
+    C x = LD(a[o.y]);                                                         \
+    out[o.x] = ST(RESULT);                                                    \
   }
 
-/* mode 0: a OP b; mode 1: a OP s; mode 2: s OP a. In modes 1 and 2, b is a readable dummy. */
-#define BP_BINARY(NAME, OT, RESULT)                                                     \
-  __kernel void NAME(__global OT* out, __global const T* a, __global const T* b, C s,   \
-                     int mode, bp_ix ix, long n) {                                      \
-    BP_LOOP(i, n) {                                                                     \
-      long4 o = bp_offsets(&ix, i);                                                     \
-      C x = LD(a[o.y]);                                                                 \
-      C y = LD(b[o.z]);                                                                 \
-      if (mode == 1) {                                                                  \
-        y = s;                                                                          \
-      } else if (mode == 2) {                                                           \
-        y = x;                                                                          \
-        x = s;                                                                          \
-      }                                                                                 \
-      out[o.x] = (RESULT);                                                              \
-    }                                                                                   \
+/* mode 0: a OP b; mode 1: a OP s; mode 2: s OP a. In modes 1 and 2, b is a (read, unused). */
+#define BP_BINARY(NAME, OT, RESULT)                                                   \
+  __kernel void NAME(__global OT* out, __global const T* a, __global const T* b, C s, \
+                     int mode, bp_ix ix, long n) {                                    \
+    BP_ITEM(i, n)                                                                     \
+    long4 o = bp_offsets(&ix, i);                                                     \
+    C x = LD(a[o.y]);                                                                 \
+    C y = LD(b[o.z]);                                                                 \
+    if (mode == 1) {                                                                  \
+      y = s;                                                                          \
+    } else if (mode == 2) {                                                           \
+      y = x;                                                                          \
+      x = s;                                                                          \
+    }                                                                                 \
+    out[o.x] = (RESULT);                                                              \
   }
 )CLC";
 
@@ -239,7 +235,7 @@ void run_pointwise(bp_kernel& k, const LaunchContext& lc, size_t slot,
   ClIndex ix = make_index(t, offsets, count);
   cl_kernel kernel = k.kernels[slot];
   size_t local = k.local_size[slot];
-  size_t global = grid_size(static_cast<uint64_t>(n), local, lc.device.info());
+  size_t global = grid_size(static_cast<uint64_t>(n), local);
   std::lock_guard<std::mutex> lock(k.mutex);
   KernelArgs args(kernel);
   for (int32_t j = 0; j < count; ++j) args.mem(t[j]->buffer);
@@ -375,9 +371,8 @@ void launch_elementwise(bp_kernel& k, const LaunchContext& lc, const bp_tensor_d
     if (num_in == 1) {
       mode = attrs.i("reverse", 0) ? 2 : 1;
       s = to_compute(*scalar, k.dtype);
-      // b reads a's first element through stride 0: valid memory, never used.
+      // b is a itself: valid memory with a's layout (keeps the dense path), never used.
       dummy = in[0];
-      for (int32_t d = 0; d < dummy.rank; ++d) dummy.strides[d] = 0;
       off[2] = off[1];
     } else {
       std::memset(s.bytes, 0, sizeof s.bytes);

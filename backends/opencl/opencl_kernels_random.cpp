@@ -11,7 +11,7 @@ namespace bp::opencl {
 namespace {
 
 constexpr const char* kRandomTemplate = R"CLC(
-inline uint4 bp_philox4x32_10(ulong counter, ulong seed) {
+uint4 bp_philox4x32_10(ulong counter, ulong seed) {
   uint c0 = (uint)counter, c1 = (uint)(counter >> 32), c2 = 0, c3 = 0;
   uint k0 = (uint)seed, k1 = (uint)(seed >> 32);
   for (int round = 0; round < 10; ++round) {
@@ -30,38 +30,38 @@ inline uint4 bp_philox4x32_10(ulong counter, ulong seed) {
 
 __kernel void bp_uniform(__global T* out, long base, ulong seed, ulong offset, A low, A high, long n) {
   ulong first = offset >> 2, count = ((offset + (ulong)n - 1) >> 2) - first + 1;
+  ulong j = get_global_id(0);
+  if (j >= count) return;
   A span = high - low;
-  for (ulong j = get_global_id(0); j < count; j += get_global_size(0)) {
-    ulong c = first + j;
-    uint4 w4 = bp_philox4x32_10(c, seed);
-    uint w[4] = {w4.x, w4.y, w4.z, w4.w};
-    for (int q = 0; q < 4; ++q) {
-      ulong g = c * 4 + (ulong)q;
-      if (g >= offset && g - offset < (ulong)n) {
-        float u = (float)(w[q] >> 8) * (1.0f / 16777216.0f);
-        A v = low + span * (A)u;
-        out[base + (long)(g - offset)] = ST(v);
-      }
+  ulong c = first + j;
+  uint4 w4 = bp_philox4x32_10(c, seed);
+  uint w[4] = {w4.x, w4.y, w4.z, w4.w};
+  for (int q = 0; q < 4; ++q) {
+    ulong g = c * 4 + (ulong)q;
+    if (g >= offset && g - offset < (ulong)n) {
+      float u = (float)(w[q] >> 8) * (1.0f / 16777216.0f);
+      A v = low + span * (A)u;
+      out[base + (long)(g - offset)] = ST(v);
     }
   }
 }
 
 __kernel void bp_normal(__global T* out, long base, ulong seed, ulong offset, A mean, A stdv, long n) {
   ulong first = offset >> 1, count = ((offset + (ulong)n - 1) >> 1) - first + 1;
-  for (ulong j = get_global_id(0); j < count; j += get_global_size(0)) {
-    ulong c = first + j;
-    uint4 w = bp_philox4x32_10(c, seed);
-    float u1 = (float)((w.x >> 8) + 1u) * (1.0f / 16777216.0f);
-    float u2 = (float)(w.y >> 8) * (1.0f / 16777216.0f);
-    A r = sqrt(BP_MINUS_TWO * log((A)u1));
-    A theta = BP_TWO_PI * (A)u2;
-    for (int q = 0; q < 2; ++q) {
-      ulong g = c * 2 + (ulong)q;
-      if (g >= offset && g - offset < (ulong)n) {
-        A z = q == 0 ? r * cos(theta) : r * sin(theta);
-        A v = mean + stdv * z;
-        out[base + (long)(g - offset)] = ST(v);
-      }
+  ulong j = get_global_id(0);
+  if (j >= count) return;
+  ulong c = first + j;
+  uint4 w = bp_philox4x32_10(c, seed);
+  float u1 = (float)((w.x >> 8) + 1u) * (1.0f / 16777216.0f);
+  float u2 = (float)(w.y >> 8) * (1.0f / 16777216.0f);
+  A r = sqrt(BP_MINUS_TWO * log((A)u1));
+  A theta = BP_TWO_PI * (A)u2;
+  for (int q = 0; q < 2; ++q) {
+    ulong g = c * 2 + (ulong)q;
+    if (g >= offset && g - offset < (ulong)n) {
+      A z = q == 0 ? r * cos(theta) : r * sin(theta);
+      A v = mean + stdv * z;
+      out[base + (long)(g - offset)] = ST(v);
     }
   }
 }
@@ -112,7 +112,7 @@ void launch_random(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* 
   uint64_t counters =
       (offset + static_cast<uint64_t>(n) - 1) / per_counter - offset / per_counter + 1;
   size_t local = k.local_size[0];
-  size_t global = grid_size(counters, local, lc.device.info());
+  size_t global = grid_size(counters, local);
 
   std::lock_guard<std::mutex> lock(k.mutex);
   KernelArgs args(k.kernels[0]);

@@ -40,7 +40,7 @@ typedef struct {
 } bp_rix;
 
 /* (input offset, output offset) of output o. */
-inline long2 bp_kept(const bp_rix* x, long o) {
+long2 bp_kept(const bp_rix* x, long o) {
   long2 r = (long2)(x->in_off, x->out_off);
   long q = o;
   for (int d = x->krank - 1; d >= 0; --d) {
@@ -54,7 +54,7 @@ inline long2 bp_kept(const bp_rix* x, long o) {
 }
 
 /* Input offset of reduced element j, relative to the output's base. */
-inline long bp_red(const bp_rix* x, long j) {
+long bp_red(const bp_rix* x, long j) {
   long r = 0, q = j;
   for (int d = x->rrank - 1; d >= 0; --d) {
     long s = x->rshape[d];
@@ -68,16 +68,23 @@ inline long bp_red(const bp_rix* x, long j) {
 
 constexpr const char* kReductionTemplate = R"CLC(
 __kernel void bp_$OP_rows(__global T* out, __global const T* in, bp_rix rx) {
-  for (long o = get_global_id(0); o < rx.n_out; o += get_global_size(0)) {
-    long2 base = bp_kept(&rx, o);
-    $ACC s = $INIT, c = 0;
+  long o = get_global_id(0);
+  if (o >= rx.n_out) return;
+  long2 base = bp_kept(&rx, o);
+  $ACC s = $INIT, c = 0;
+  if (rx.rrank == 1) {
+    for (long j = 0; j < rx.n_red; ++j) {
+      $ACC v = ($ACC)LD(in[base.x + j * rx.rin[0]]);
+      $ADD;
+    }
+  } else {
     for (long j = 0; j < rx.n_red; ++j) {
       $ACC v = ($ACC)LD(in[base.x + bp_red(&rx, j)]);
       $ADD;
     }
-    $ACC r = $RES;
-    out[base.y] = $FINAL;
   }
+  $ACC r = $RES;
+  out[base.y] = $FINAL;
 }
 
 __kernel void bp_$OP_tree(__global T* out, __global $ACC* partial, __global const T* in,
@@ -88,9 +95,16 @@ __kernel void bp_$OP_tree(__global T* out, __global $ACC* partial, __global cons
   long2 base = bp_kept(&rx, o);
   long j0 = ch * chunk, j1 = min(j0 + chunk, rx.n_red);
   $ACC s = $INIT, c = 0;
-  for (long j = j0 + lid; j < j1; j += L) {
-    $ACC v = ($ACC)LD(in[base.x + bp_red(&rx, j)]);
-    $ADD;
+  if (rx.rrank == 1) {
+    for (long j = j0 + lid; j < j1; j += L) {
+      $ACC v = ($ACC)LD(in[base.x + j * rx.rin[0]]);
+      $ADD;
+    }
+  } else {
+    for (long j = j0 + lid; j < j1; j += L) {
+      $ACC v = ($ACC)LD(in[base.x + bp_red(&rx, j)]);
+      $ADD;
+    }
   }
   scratch[lid] = $RES;
   barrier(CLK_LOCAL_MEM_FENCE);
@@ -283,7 +297,7 @@ void launch_reduction(bp_kernel& k, const LaunchContext& lc, const bp_tensor_des
   const DeviceInfo& info = lc.device.info();
   if (rx.n_red <= 64 || rx.n_out >= 65536) {
     size_t local = k.local_size[0];
-    size_t global = grid_size(static_cast<uint64_t>(rx.n_out), local, info);
+    size_t global = grid_size(static_cast<uint64_t>(rx.n_out), local);
     std::lock_guard<std::mutex> lock(k.mutex);
     KernelArgs(k.kernels[0]).mem(o.buffer).mem(a.buffer).value(rx);
     enqueue_kernel(lc, k.kernels[0], 1, &global, &local);

@@ -36,7 +36,9 @@ struct Plugin {
 
 inline Plugin load_plugin() {
   Plugin p;
-  p.handle = dlopen(BP_OPENCL_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
+  // BP_OPENCL_PLUGIN overrides the path of the plugin built beside this test.
+  const char* path = std::getenv("BP_OPENCL_PLUGIN");
+  p.handle = dlopen(path && *path ? path : BP_OPENCL_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
   if (!p.handle) {
     p.error = std::string("dlopen failed: ") + dlerror();
     return p;
