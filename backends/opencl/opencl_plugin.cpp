@@ -63,7 +63,7 @@ class OpenclBackend final : public sdk::Backend {
   void device_properties(int32_t d, bp_device_properties& p) override {
     Device& dev = device(d);
     const DeviceInfo& info = dev.info();
-    sdk::copy_string(p.name, info.name + " [" + info.version + "]");
+    sdk::copy_string(p.name, info.name + " [" + short_version(info.version) + "]");
     sdk::copy_string(p.vendor, info.vendor);
     sdk::copy_string(p.uuid, info.uuid);
     sdk::copy_string(p.pci_bus_id, info.pci_bus_id);
@@ -371,6 +371,14 @@ class OpenclBackend final : public sdk::Backend {
   }
 
  private:
+  // "OpenCL 3.0 PoCL HSTR: pthread-..." -> "OpenCL 3.0 PoCL": the first three words.
+  static std::string short_version(const std::string& v) {
+    size_t pos = 0;
+    for (int words = 0; words < 3 && pos != std::string::npos; ++words)
+      pos = v.find(' ', pos == 0 && words == 0 ? 0 : pos + 1);
+    return pos == std::string::npos ? v : v.substr(0, pos);
+  }
+
   static unsigned long long ull(uint64_t v) { return static_cast<unsigned long long>(v); }
 
   Device& device(int32_t d) {
