@@ -39,10 +39,15 @@ void expect_region(const std::vector<uint8_t>& payload, uint64_t off, uint64_t n
         throw Failure(format("%s: byte %llu of the %llu-byte region is 0x%02x, expected 0x%02x",
                              what.c_str(), static_cast<unsigned long long>(i - off),
                              static_cast<unsigned long long>(n), payload[i], want));
-      throw Failure(format("%s: byte %s the region (at %lld) was overwritten", what.c_str(),
-                           i < off ? "before" : "after",
-                           i < off ? static_cast<long long>(i) - static_cast<long long>(off)
-                                   : static_cast<long long>(i - off - n)));
+      if (i < off)
+        throw Failure(
+            format("%s: wrote before the start of the region: byte %llu before it "
+                   "was overwritten",
+                   what.c_str(), static_cast<unsigned long long>(off - i)));
+      throw Failure(
+          format("%s: wrote past the end of the region: byte %llu after it was "
+                 "overwritten",
+                 what.c_str(), static_cast<unsigned long long>(i - off - n)));
     }
   }
 }

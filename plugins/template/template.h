@@ -1,0 +1,85 @@
+/*
+ * Internal contract of the template backend: the pieces template_plugin.c puts into the
+ * bp_plugin_api table. Nothing here is exported; the plugin's only exported symbol is
+ * bp_plugin_get_api (template_plugin.c).
+ *
+ * The device is host memory: one device, "template:0"; buffers are 64-byte aligned malloc'd
+ * blocks; streams are eager (every call has finished when it returns), so the optional event
+ * slots are left NULL and the host applies its default (synchronise the stream).
+ *
+ * Thread-safety: every function may be called from several threads at once; the only shared
+ * state, the memory statistics, is guarded by a mutex in template_memory.c.
+ *
+ * Rename "template" (the file names, the TEMPLATE_ prefix and the strings in template_plugin.c)
+ * when you copy this folder to start a new backend (README.md).
+ */
+#ifndef BACKPLANE_TEMPLATE_H_
+#define BACKPLANE_TEMPLATE_H_
+
+#include <backplane/plugin_abi.h>
+
+#include <stdint.h>
+
+#define TEMPLATE_NAME "template" /* plugin name and device type */
+#define TEMPLATE_VERSION "0.1.0"
+
+/* The opaque handles of plugin_abi.h, completed here. */
+struct bp_buffer {
+  unsigned char* data; /* 64-byte aligned; NULL for a 0-byte buffer */
+  uint64_t size;
+};
+struct bp_stream {
+  int32_t device;
+};
+struct bp_kernel {
+  const char* op; /* an entry of the kernel table in template_kernels.c */
+};
+
+/* ---- Errors (template_plugin.c) ---- */
+
+/* Allocates an error object with a printf-formatted message; the caller owns it and frees it
+ * with template_error_free. Never returns NULL: out of memory gives a static object. */
+bp_error* template_error(int32_t code, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+void template_error_free(bp_error* err);
+/* NULL when `device` exists, else BP_ERROR_INVALID_ARGUMENT naming `what`. */
+bp_error* template_check_device(int32_t device, const char* what);
+
+/* ---- Streams and memory (template_memory.c) ---- */
+
+bp_error* template_stream_create(int32_t device, bp_stream** out_stream);
+bp_error* template_stream_destroy(bp_stream* stream);
+bp_error* template_stream_synchronize(bp_stream* stream);
+
+bp_error* template_mem_alloc(int32_t device, bp_stream* stream, uint64_t size, bp_buffer** out_buf);
+bp_error* template_mem_free(int32_t device, bp_stream* stream, bp_buffer* buf, uint64_t size);
+void* template_mem_host_pointer(bp_buffer* buf);
+bp_error* template_memory_stats(int32_t device, bp_memory_stats* out_stats);
+bp_error* template_memory_reset_peak(int32_t device);
+/* Total and currently available host memory in bytes. */
+void template_host_memory(uint64_t* total, uint64_t* available);
+
+bp_error* template_memset(bp_stream* stream, bp_buffer* buf, uint64_t offset, int32_t value,
+                          uint64_t size);
+bp_error* template_copy_h2d(bp_stream* stream, bp_buffer* dst, uint64_t dst_offset, const void* src,
+                            uint64_t size);
+bp_error* template_copy_d2h(bp_stream* stream, void* dst, bp_buffer* src, uint64_t src_offset,
+                            uint64_t size);
+bp_error* template_copy_d2d(bp_stream* stream, bp_buffer* dst, uint64_t dst_offset, bp_buffer* src,
+                            uint64_t src_offset, uint64_t size);
+
+/* ---- Kernels (template_kernels.c) ---- */
+
+/* Builds the list_ops table; called once from init. */
+void template_kernels_init(void);
+bp_error* template_find_kernel(int32_t device, const char* op, int32_t dtype,
+                               bp_kernel** out_kernel);
+bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_desc* inputs,
+                          int32_t num_inputs, const bp_tensor_desc* outputs, int32_t num_outputs,
+                          const bp_attr* attrs, int32_t num_attrs);
+bp_error* template_list_ops(int32_t device, const bp_op_support** out_list, int32_t* out_count);
+
+#endif /* BACKPLANE_TEMPLATE_H_ */

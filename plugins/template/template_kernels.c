@@ -1,0 +1,282 @@
+/*
+ * Kernels of the template backend: fill, copy, add, mul and sum for f32, on strided views
+ * (Note [Op catalogue] in plugin_abi.h). Every other (op, dtype) pair of the catalogue is
+ * declared BP_SUPPORT_NO in list_ops.
+ *
+ * Adding an op: write the loop, add a row to template_kernel_table, and the list_ops entry
+ * follows. Adding a dtype: dispatch on kernel and dtype in template_launch.
+ */
+#include "template.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- The kernel table and list_ops -------------------------------------------------------- */
+
+static struct bp_kernel template_kernel_table[] = {{"fill"}, {"copy"}, {"add"}, {"mul"}, {"sum"}};
+#define TEMPLATE_NUM_KERNELS (sizeof template_kernel_table / sizeof template_kernel_table[0])
+
+/* Every op of the catalogue, so list_ops can declare what is missing. */
+static const char* const template_catalogue[] = {
+    "fill",    "copy",    "cast", "add", "sub",    "mul",     "div",     "pow",
+    "maximum", "minimum", "eq",   "ne",  "lt",     "le",      "gt",      "ge",
+    "where",   "neg",     "exp",  "log", "sqrt",   "relu",    "sigmoid", "tanh",
+    "abs",     "sum",     "mean", "max", "matmul", "uniform", "normal"};
+#define TEMPLATE_CATALOGUE_SIZE (sizeof template_catalogue / sizeof template_catalogue[0])
+
+static bp_op_support template_ops[TEMPLATE_CATALOGUE_SIZE * BP_DTYPE_COUNT];
+
+static struct bp_kernel* template_kernel_named(const char* op) {
+  size_t i;
+  for (i = 0; i < TEMPLATE_NUM_KERNELS; ++i)
+    if (strcmp(template_kernel_table[i].op, op) == 0) return &template_kernel_table[i];
+  return NULL;
+}
+
+void template_kernels_init(void) {
+  size_t i, n = 0;
+  int32_t dt;
+  for (i = 0; i < TEMPLATE_CATALOGUE_SIZE; ++i) {
+    for (dt = 0; dt < BP_DTYPE_COUNT; ++dt) {
+      bp_op_support* s = &template_ops[n++];
+      int yes = dt == BP_DTYPE_F32 && template_kernel_named(template_catalogue[i]) != NULL;
+      s->struct_size = sizeof *s;
+      s->op = template_catalogue[i];
+      s->dtype = dt;
+      s->support = yes ? BP_SUPPORT_YES : BP_SUPPORT_NO;
+      s->reason = yes ? ""
+                      : "the template backend implements fill, copy, add, mul and sum "
+                        "for f32 only";
+    }
+  }
+}
+
+bp_error* template_list_ops(int32_t device, const bp_op_support** out_list, int32_t* out_count) {
+  bp_error* err = template_check_device(device, "list_ops");
+  if (err) return err;
+  *out_list = template_ops;
+  *out_count = (int32_t)(sizeof template_ops / sizeof template_ops[0]);
+  return NULL;
+}
+
+bp_error* template_find_kernel(int32_t device, const char* op, int32_t dtype,
+                               bp_kernel** out_kernel) {
+  struct bp_kernel* k;
+  bp_error* err = template_check_device(device, "find_kernel");
+  if (err) return err;
+  if (dtype < 0 || dtype >= BP_DTYPE_COUNT)
+    return template_error(BP_ERROR_INVALID_ARGUMENT,
+                          TEMPLATE_NAME ":0: find_kernel(%s): %d is not a bp_dtype", op,
+                          (int)dtype);
+  k = template_kernel_named(op);
+  if (!k || dtype != BP_DTYPE_F32)
+    return template_error(BP_ERROR_UNSUPPORTED,
+                          TEMPLATE_NAME
+                          ":0: no kernel for op '%s' with dtype %s (the template "
+                          "backend implements fill, copy, add, mul and sum for "
+                          "f32)",
+                          op, bp_dtype_name(dtype));
+  *out_kernel = k;
+  return NULL;
+}
+
+/* ---- Helpers ---------------------------------------------------------------------------- */
+
+static int64_t template_numel(const bp_tensor_desc* t) {
+  int64_t n = 1;
+  int32_t d;
+  for (d = 0; d < t->rank; ++d) n *= t->shape[d];
+  return n;
+}
+
+/* Element offset of row-major element i of a strided view. */
+static int64_t template_offset_of(const bp_tensor_desc* t, int64_t i) {
+  int64_t off = 0;
+  int32_t d;
+  for (d = t->rank - 1; d >= 0; --d) {
+    off += (i % t->shape[d]) * t->strides[d];
+    i /= t->shape[d];
+  }
+  return off;
+}
+
+static float* template_data(const bp_tensor_desc* t) {
+  return (float*)(t->buffer->data + t->offset);
+}
+
+static const bp_attr* template_attr(const bp_attr* attrs, int32_t n, const char* name) {
+  int32_t i;
+  for (i = 0; i < n; ++i)
+    if (strcmp(attrs[i].name, name) == 0) return &attrs[i];
+  return NULL;
+}
+
+static double template_attr_f(const bp_attr* a) {
+  return a->kind == BP_ATTR_FLOAT ? a->f : (double)a->i;
+}
+
+/* NULL when the descriptor is an f32 tensor of rank <= BP_MAX_RANK whose elements lie in its
+ * buffer (checked at the extremes: strides are non-negative). */
+static bp_error* template_check_tensor(const bp_tensor_desc* t, const char* op, const char* role) {
+  int64_t n, last = 0;
+  int32_t d;
+  if (t->dtype != BP_DTYPE_F32)
+    return template_error(BP_ERROR_INVALID_ARGUMENT,
+                          TEMPLATE_NAME
+                          ":0: %s: %s has dtype %s, "
+                          "expected f32",
+                          op, role, bp_dtype_name(t->dtype));
+  if (t->rank < 0 || t->rank > BP_MAX_RANK)
+    return template_error(BP_ERROR_INVALID_ARGUMENT, TEMPLATE_NAME ":0: %s: %s has rank %d", op,
+                          role, (int)t->rank);
+  n = template_numel(t);
+  if (n == 0) return NULL;
+  for (d = 0; d < t->rank; ++d) last += (t->shape[d] - 1) * t->strides[d];
+  if (!t->buffer || t->offset + (uint64_t)(last + 1) * sizeof(float) > t->buffer->size)
+    return template_error(BP_ERROR_INVALID_ARGUMENT,
+                          TEMPLATE_NAME
+                          ":0: %s: %s (%lld elements at byte offset %llu) lies "
+                          "outside its buffer",
+                          op, role, (long long)n, (unsigned long long)t->offset);
+  return NULL;
+}
+
+/* ---- Kernels ---------------------------------------------------------------------------- */
+
+static void template_fill(const bp_tensor_desc* out, float value) {
+  int64_t i, n = template_numel(out);
+  float* y = n ? template_data(out) : NULL;
+  for (i = 0; i < n; ++i) y[i] = value;
+}
+
+static void template_copy(const bp_tensor_desc* in, const bp_tensor_desc* out) {
+  int64_t i, n = template_numel(out);
+  if (n == 0) return;
+  {
+    const float* x = template_data(in);
+    float* y = template_data(out);
+    for (i = 0; i < n; ++i) y[i] = x[template_offset_of(in, i)];
+  }
+}
+
+/* out = a OP b, or a OP scalar (scalar OP a when reverse). Safe in place: element i of a is
+ * read before element i of out is written. */
+static void template_binary(int is_add, const bp_tensor_desc* a, const bp_tensor_desc* b,
+                            float scalar, int reverse, const bp_tensor_desc* out) {
+  int64_t i, n = template_numel(out);
+  if (n == 0) return;
+  {
+    const float* x = template_data(a);
+    const float* z = b ? template_data(b) : NULL;
+    float* y = template_data(out);
+    for (i = 0; i < n; ++i) {
+      float l = x[template_offset_of(a, i)];
+      float r = z ? z[template_offset_of(b, i)] : scalar;
+      if (!z && reverse) {
+        float t = l;
+        l = r;
+        r = t;
+      }
+      y[i] = is_add ? l + r : l * r;
+    }
+  }
+}
+
+/* Reduces every dimension where out has size 1 and in does not, accumulating in double. */
+static bp_error* template_sum(const bp_tensor_desc* in, const bp_tensor_desc* out) {
+  int64_t i, n_in = template_numel(in), n_out = template_numel(out);
+  int32_t d;
+  double* acc;
+  if (in->rank != out->rank)
+    return template_error(BP_ERROR_INVALID_ARGUMENT,
+                          TEMPLATE_NAME ":0: sum: input rank %d, output rank %d", (int)in->rank,
+                          (int)out->rank);
+  for (d = 0; d < in->rank; ++d)
+    if (out->shape[d] != 1 && out->shape[d] != in->shape[d])
+      return template_error(BP_ERROR_INVALID_ARGUMENT,
+                            TEMPLATE_NAME ":0: sum: output dim %d is %lld, input %lld", (int)d,
+                            (long long)out->shape[d], (long long)in->shape[d]);
+  if (n_out == 0) return NULL;
+  acc = (double*)calloc((size_t)n_out, sizeof *acc);
+  if (!acc)
+    return template_error(BP_ERROR_OUT_OF_MEMORY, TEMPLATE_NAME ":0: sum: out of host memory");
+  {
+    const float* x = n_in ? template_data(in) : NULL;
+    float* y = template_data(out);
+    for (i = 0; i < n_in; ++i) {
+      int64_t rest = i, o = 0, ostride = 1;
+      for (d = in->rank - 1; d >= 0; --d) {
+        int64_t idx = rest % in->shape[d];
+        rest /= in->shape[d];
+        if (out->shape[d] != 1) o += idx * ostride;
+        ostride *= out->shape[d];
+      }
+      acc[o] += x[template_offset_of(in, i)];
+    }
+    for (i = 0; i < n_out; ++i) y[i] = (float)acc[i];
+  }
+  free(acc);
+  return NULL;
+}
+
+bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_desc* inputs,
+                          int32_t num_inputs, const bp_tensor_desc* outputs, int32_t num_outputs,
+                          const bp_attr* attrs, int32_t num_attrs) {
+  const char* op = kernel->op;
+  const bp_tensor_desc* out = outputs;
+  int32_t i;
+  bp_error* err;
+  (void)stream; /* eager: the work is done when launch returns */
+  if (num_outputs != 1)
+    return template_error(BP_ERROR_INVALID_ARGUMENT,
+                          TEMPLATE_NAME
+                          ":0: %s: %d outputs, "
+                          "expected 1",
+                          op, (int)num_outputs);
+  err = template_check_tensor(out, op, "output");
+  if (err) return err;
+  for (i = 0; i < num_inputs; ++i) {
+    err = template_check_tensor(&inputs[i], op, i == 0 ? "input 0" : "input 1");
+    if (err) return err;
+  }
+
+  if (strcmp(op, "fill") == 0) {
+    const bp_attr* v = template_attr(attrs, num_attrs, "value");
+    if (num_inputs != 0 || !v)
+      return template_error(BP_ERROR_INVALID_ARGUMENT,
+                            TEMPLATE_NAME ":0: fill takes no inputs and attr \"value\"");
+    template_fill(out, (float)template_attr_f(v));
+    return NULL;
+  }
+  if (strcmp(op, "sum") == 0) {
+    if (num_inputs != 1)
+      return template_error(BP_ERROR_INVALID_ARGUMENT,
+                            TEMPLATE_NAME ":0: sum takes 1 input, got %d", (int)num_inputs);
+    return template_sum(&inputs[0], out);
+  }
+  if (strcmp(op, "copy") == 0) {
+    if (num_inputs != 1 || inputs[0].rank != out->rank)
+      return template_error(BP_ERROR_INVALID_ARGUMENT,
+                            TEMPLATE_NAME ":0: copy takes 1 input of the output's rank");
+    template_copy(&inputs[0], out);
+    return NULL;
+  }
+  /* add, mul: two inputs, or one and attr "scalar" (attr "reverse" = 1: scalar OP a). */
+  {
+    const bp_attr* s = template_attr(attrs, num_attrs, "scalar");
+    const bp_attr* r = template_attr(attrs, num_attrs, "reverse");
+    int32_t want_inputs = s ? 1 : 2;
+    if (num_inputs != want_inputs)
+      return template_error(BP_ERROR_INVALID_ARGUMENT,
+                            TEMPLATE_NAME ":0: %s takes %d input(s)%s, got %d", op,
+                            (int)want_inputs, s ? " with attr \"scalar\"" : "", (int)num_inputs);
+    for (i = 0; i < num_inputs; ++i)
+      if (inputs[i].rank != out->rank)
+        return template_error(BP_ERROR_INVALID_ARGUMENT,
+                              TEMPLATE_NAME ":0: %s: input %d has rank %d, output %d", op, (int)i,
+                              (int)inputs[i].rank, (int)out->rank);
+    template_binary(strcmp(op, "add") == 0, &inputs[0], s ? NULL : &inputs[1],
+                    s ? (float)template_attr_f(s) : 0.0f, r && r->i == 1, out);
+    return NULL;
+  }
+}
