@@ -110,13 +110,14 @@ class OpNode final : public Node {
       case GradKind::matmul: {
         Tensor a = saved[0], b = saved[1], g1 = g;
         bool av = a.rank() == 1, bv = b.rank() == 1;
-        if (av) {
-          a = a.unsqueeze(0);
-          g1 = g1.unsqueeze(-2);
-        }
+        // b's axis first: for vector @ vector, g is 0-d and gains [1] and then [1, 1].
         if (bv) {
           b = b.unsqueeze(1);
           g1 = g1.unsqueeze(-1);
+        }
+        if (av) {
+          a = a.unsqueeze(0);
+          g1 = g1.unsqueeze(-2);
         }
         Tensor ga = reduce_to(bp::matmul(g1, b.transpose(-2, -1)), a.shape()).reshape(s0);
         Tensor gb = reduce_to(bp::matmul(a.transpose(-2, -1), g1), b.shape()).reshape(in_shapes[1]);
