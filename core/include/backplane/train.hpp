@@ -1,0 +1,230 @@
+// Training: losses, gradient clipping, optimisers (SGD, Adam), a DataLoader over in-memory
+// tensors and a Trainer that runs the loop on the best device (d2l's Trainer with num_gpus).
+//
+// Note [Training on a device]
+//   Everything a step computes stays on the model's device: the loss, the gradients, the
+//   optimiser state and the parameter updates (in place, under NoGradGuard, with add_ / mul_).
+//   Nothing is read back to the host inside a step; the Trainer accumulates the epoch loss on
+//   the device and reads it once per epoch. Optimisers hold the parameter tensors they were
+//   given: build them after moving the model (Module::to replaces the tensors) and after a
+//   lazy model has run once; Trainer::fit does both.
+//
+// Thread-safety: none of these objects may be used from several threads at once.
+#pragma once
+
+#include <backplane/nn.hpp>
+#include <backplane/tensor.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace bp {
+
+namespace nn {
+
+// mean((prediction - target)^2) over all elements, a 0-d tensor on their device. The shapes
+// must be equal (ShapeError otherwise: broadcasting [N] against [N, 1] is a classic silent
+// bug); DeviceMismatch / DTypeError as for any op.
+Tensor mse_loss(const Tensor& prediction, const Tensor& target);
+
+// Mean over the batch of -log softmax(logits)[label], with the log-softmax computed stably
+// (the row maximum is subtracted before exp). logits [N, C] floating; labels [N] of i64 or
+// i32 on the same device, each in [0, C) (a label outside that range selects no class and
+// contributes log-sum-exp alone; it is not checked, which would need a host sync). ShapeError /
+// DTypeError for other shapes and dtypes.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
+
+// Scales the gradients of `parameters` in place so that their global L2 norm is at most
+// `max_norm` (like torch.nn.utils.clip_grad_norm_: coefficient min(1, max_norm / (norm +
+// 1e-6)), applied always, so no host sync). Returns the norm before clipping as a 0-d tensor
+// on the parameters' device (undefined when no parameter has a gradient). Parameters must
+// share one device (DeviceMismatch otherwise).
+Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm);
+
+}  // namespace nn
+
+namespace optim {
+
+// Base of the optimisers: holds the parameters (handles, not copies) and the learning rate.
+class Optimizer {
+ public:
+  explicit Optimizer(std::vector<Tensor> parameters, double lr);
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // Updates every parameter that has a gradient, in place on its device; parameters without
+  // a gradient are skipped.
+  virtual void step() = 0;
+  // Drops every parameter's gradient (the next backward() starts from nothing).
+  void zero_grad();
+  const std::vector<Tensor>& parameters() const noexcept { return params_; }
+  double lr() const noexcept { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+
+ protected:
+  std::vector<Tensor> params_;
+  double lr_;
+};
+
+struct SGDOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;  // L2 penalty added to the gradient
+  bool nesterov = false;      // needs momentum > 0 and dampening == 0
+};
+
+// torch.optim.SGD: d = g + wd * p; with momentum, buf = d on the first step and
+// buf = momentum * buf + (1 - dampening) * d after; d = nesterov ? d + momentum * buf : buf;
+// p -= lr * d. Throws Error for negative hyper-parameters or an invalid nesterov setting.
+class SGD : public Optimizer {
+ public:
+  SGD(std::vector<Tensor> parameters, const SGDOptions& options);
+  void step() override;
+  const SGDOptions& options() const noexcept { return opt_; }
+
+ private:
+  SGDOptions opt_;
+  std::vector<Tensor> momentum_;  // per parameter, created on its first step
+};
+
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // L2 penalty added to the gradient (torch.optim.Adam, not AdamW)
+};
+
+// torch.optim.Adam (amsgrad off): g += wd * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), t counted per parameter.
+// Throws Error for hyper-parameters out of range.
+class Adam : public Optimizer {
+ public:
+  Adam(std::vector<Tensor> parameters, const AdamOptions& options);
+  void step() override;
+  const AdamOptions& options() const noexcept { return opt_; }
+
+ private:
+  AdamOptions opt_;
+  std::vector<Tensor> m_, v_;
+  std::vector<int64_t> t_;
+};
+
+}  // namespace optim
+
+struct Batch {
+  Tensor x, y;
+};
+
+struct DataLoaderOptions {
+  int64_t batch_size = 32;
+  bool shuffle = false;
+  uint64_t seed = 0;       // the shuffle order's seed: one seed gives one sequence of epochs
+  bool drop_last = false;  // drop a last batch smaller than batch_size
+};
+
+// Batches of (inputs[i], targets[i]) over in-memory tensors whose first dimension counts the
+// examples. The tensors are read to host memory once, at construction; each batch is
+// gathered there and created on the device the inputs came from (a Trainer then moves it to
+// its device). Each begin() starts an epoch: with shuffle, a new permutation drawn from a
+// generator seeded once with `seed` (std::mt19937_64 and a Fisher-Yates shuffle, so the order
+// is the same on every platform). ShapeError when the first dimensions differ or a tensor is
+// 0-d, Error for batch_size < 1.
+class DataLoader {
+ public:
+  DataLoader(const Tensor& inputs, const Tensor& targets, const DataLoaderOptions& options = {});
+
+  int64_t size() const noexcept { return n_; }  // examples
+  int64_t num_batches() const noexcept;
+  const DataLoaderOptions& options() const noexcept { return opt_; }
+  // The first batch in data order, without starting an epoch (used to run lazy models once).
+  Batch first_batch() const;
+
+  class Iterator {
+   public:
+    using difference_type = std::ptrdiff_t;
+    using value_type = Batch;
+    Batch operator*() const { return loader_->gather(index_); }
+    Iterator& operator++() {
+      ++index_;
+      return *this;
+    }
+    bool operator==(const Iterator& o) const { return index_ == o.index_; }
+    bool operator!=(const Iterator& o) const { return index_ != o.index_; }
+
+   private:
+    friend class DataLoader;
+    Iterator(const DataLoader* loader, int64_t index) : loader_(loader), index_(index) {}
+    const DataLoader* loader_;
+    int64_t index_;
+  };
+  Iterator begin();  // starts a new epoch
+  Iterator end() const { return Iterator(this, num_batches()); }
+
+ private:
+  struct Source {
+    std::vector<char> bytes;  // row-major host copy
+    Shape row_shape;
+    DType dtype = DType::f32;
+    size_t row_bytes = 0;
+    Device* device = nullptr;
+  };
+  Batch gather(int64_t batch) const;
+  Tensor gather_one(const Source& s, const int64_t* rows, int64_t count) const;
+
+  Source x_, y_;
+  int64_t n_ = 0;
+  DataLoaderOptions opt_;
+  std::vector<int64_t> order_;
+  std::mt19937_64 rng_;
+};
+
+using LossFn = std::function<Tensor(const Tensor& prediction, const Tensor& target)>;
+using OptimizerFactory =
+    std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor> parameters)>;
+
+// Factories for Trainer::fit.
+OptimizerFactory sgd(const optim::SGDOptions& options);
+OptimizerFactory adam(const optim::AdamOptions& options);
+
+struct TrainerOptions {
+  int max_epochs = 10;
+  // Where to train: a device string ("cuda:1", "cpu") when set; otherwise num_gpus == 0 means
+  // cpu:0 and num_gpus >= 1 the first GPU if there is one, else the CPU (like
+  // bp::try_device("cuda:0")). Training runs on that one device; num_gpus > 1 does not split
+  // batches across GPUs (d2l's Trainer in this chapter also uses gpus[0] only).
+  std::string device{};
+  int num_gpus = 1;
+  double gradient_clip_val = 0.0;  // > 0: clip the gradients' global norm to this value
+  // Called after every epoch with its index and mean batch loss (read once from the device).
+  std::function<void(int epoch, double loss)> on_epoch{};
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainerOptions options = {});
+  // The device training runs on (resolved at construction; DeviceError for a bad string).
+  Device& device() const noexcept { return *device_; }
+
+  // Moves `model` to device(), runs a lazy model once on data.first_batch(), builds the
+  // optimiser from model.parameters(), then for max_epochs epochs moves each batch to the
+  // device and runs forward, loss, backward, optional clipping and the optimiser step (Note
+  // [Training on a device]). Returns the mean batch loss of every epoch. Errors from the
+  // model, loss or optimiser propagate; Error when the loader yields no batch.
+  std::vector<double> fit(nn::Module& model, DataLoader& data, const LossFn& loss,
+                          const OptimizerFactory& make_optimizer);
+  // The optimiser of the last fit() (nullptr before).
+  optim::Optimizer* optimizer() const noexcept { return optimizer_.get(); }
+
+ private:
+  TrainerOptions opt_;
+  Device* device_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+};
+
+}  // namespace bp

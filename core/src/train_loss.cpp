@@ -1,0 +1,71 @@
+// Losses and gradient clipping (Note [Training on a device] in train.hpp).
+#include <backplane/train.hpp>
+
+namespace bp::nn {
+
+namespace {
+std::string shape_str(const Tensor& t) {
+  return Dims(std::span<const int64_t>(t.shape())).str();
+}
+}  // namespace
+
+Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
+  if (prediction.shape() != target.shape())
+    throw ShapeError("mse_loss: prediction of shape " + shape_str(prediction) +
+                     " and target of shape " + shape_str(target) +
+                     " differ; reshape one (broadcasting them is almost always a bug)");
+  Tensor d = prediction - target;
+  return (d * d).mean();
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
+  if (logits.rank() != 2)
+    throw ShapeError("cross_entropy: logits must be [batch, classes], got shape " +
+                     shape_str(logits));
+  if (!is_floating(logits.dtype()))
+    throw DTypeError("cross_entropy: logits must be floating, got " +
+                     std::string(dtype_name(logits.dtype())));
+  if (labels.rank() != 1 || labels.size(0) != logits.size(0))
+    throw ShapeError("cross_entropy: labels must be [batch] = [" + std::to_string(logits.size(0)) +
+                     "], got shape " + shape_str(labels));
+  if (labels.dtype() != DType::i64 && labels.dtype() != DType::i32)
+    throw DTypeError("cross_entropy: labels must be i64 or i32 class indices, got " +
+                     std::string(dtype_name(labels.dtype())));
+  int64_t n = logits.size(0), c = logits.size(1);
+  Device& dev = logits.device();
+  // log softmax = z - log(sum(exp(z))) with z = logits - rowmax: exp never overflows. The
+  // maximum is a constant shift (the result does not depend on it), so it carries no gradient.
+  Tensor z = logits - logits.max(1, true).detach();
+  Tensor log_probs = z - z.exp().sum(1, true).log();
+  // One-hot rows by comparing each label with the class indices 0..C-1 (built on the host in
+  // the labels' dtype, so no floating arange is needed on the device).
+  std::vector<int64_t> idx(static_cast<size_t>(c));
+  for (int64_t k = 0; k < c; ++k) idx[static_cast<size_t>(k)] = k;
+  Tensor classes = from_vector(idx, {c}, dev).to(labels.dtype());
+  Tensor one_hot = eq(labels.unsqueeze(1), classes).to(logits.dtype());
+  return -(one_hot * log_probs).sum() / static_cast<double>(n);
+}
+
+Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm) {
+  if (!(max_norm > 0))
+    throw Error("clip_grad_norm_: max_norm must be positive, got " + std::to_string(max_norm));
+  NoGradGuard no_grad;
+  Tensor sq;
+  for (const Tensor& p : parameters) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    Tensor s = (g * g).sum();
+    sq = sq.defined() ? sq + s : s;
+  }
+  if (!sq.defined()) return Tensor();
+  Tensor norm = sq.sqrt();
+  Tensor coef = minimum(max_norm / (norm + 1e-6), 1.0);
+  for (const Tensor& p : parameters) {
+    Tensor g = p.grad();
+    Tensor handle = p;  // a handle to the same tensor
+    if (g.defined()) handle.set_grad(g * coef);
+  }
+  return norm;
+}
+
+}  // namespace bp::nn

@@ -1,0 +1,112 @@
+// Optimisers (Note [Training on a device] in train.hpp): in-place updates on each parameter's
+// device, state created lazily on the first step.
+#include <backplane/train.hpp>
+
+#include <cmath>
+
+namespace bp::optim {
+
+namespace {
+void check_param(const char* opt, const char* name, double v, bool ok) {
+  if (!ok) throw Error(std::string(opt) + ": invalid " + name + " " + std::to_string(v));
+}
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> parameters, double lr)
+    : params_(std::move(parameters)), lr_(lr) {
+  for (size_t k = 0; k < params_.size(); ++k) {
+    const Tensor& p = params_[k];
+    if (!p.defined())
+      throw Error("optimizer: parameter " + std::to_string(k) +
+                  " is undefined (a lazy layer that has not run?)");
+    if (!is_floating(p.dtype()))
+      throw DTypeError("optimizer: parameter " + std::to_string(k) + " is " +
+                       std::string(dtype_name(p.dtype())) + ", not floating");
+  }
+}
+
+void Optimizer::zero_grad() {
+  for (Tensor& p : params_) p.zero_grad();
+}
+
+SGD::SGD(std::vector<Tensor> parameters, const SGDOptions& o)
+    : Optimizer(std::move(parameters), o.lr), opt_(o), momentum_(params_.size()) {
+  check_param("SGD", "lr", o.lr, o.lr >= 0);
+  check_param("SGD", "momentum", o.momentum, o.momentum >= 0);
+  check_param("SGD", "weight_decay", o.weight_decay, o.weight_decay >= 0);
+  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0))
+    throw Error("SGD: nesterov momentum needs momentum > 0 and dampening == 0");
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    Tensor& p = params_[k];
+    Tensor d = p.grad();
+    if (!d.defined()) continue;
+    if (opt_.weight_decay != 0) d = d + p.detach() * opt_.weight_decay;
+    if (opt_.momentum != 0) {
+      Tensor& buf = momentum_[k];
+      if (!buf.defined()) {
+        buf = d.clone();
+      } else {
+        buf.mul_(opt_.momentum);
+        buf.add_(d, 1.0 - opt_.dampening);
+      }
+      d = opt_.nesterov ? d + buf * opt_.momentum : buf;
+    }
+    p.add_(d, -lr_);
+  }
+}
+
+Adam::Adam(std::vector<Tensor> parameters, const AdamOptions& o)
+    : Optimizer(std::move(parameters), o.lr),
+      opt_(o),
+      m_(params_.size()),
+      v_(params_.size()),
+      t_(params_.size(), 0) {
+  check_param("Adam", "lr", o.lr, o.lr >= 0);
+  check_param("Adam", "beta1", o.beta1, o.beta1 >= 0 && o.beta1 < 1);
+  check_param("Adam", "beta2", o.beta2, o.beta2 >= 0 && o.beta2 < 1);
+  check_param("Adam", "eps", o.eps, o.eps >= 0);
+  check_param("Adam", "weight_decay", o.weight_decay, o.weight_decay >= 0);
+}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  for (size_t k = 0; k < params_.size(); ++k) {
+    Tensor& p = params_[k];
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (opt_.weight_decay != 0) g = g + p.detach() * opt_.weight_decay;
+    if (!m_[k].defined()) {
+      m_[k] = zeros_like(p);
+      v_[k] = zeros_like(p);
+    }
+    int64_t t = ++t_[k];
+    m_[k].mul_(opt_.beta1).add_(g, 1.0 - opt_.beta1);
+    v_[k].mul_(opt_.beta2).add_(g * g, 1.0 - opt_.beta2);
+    double bc1 = 1.0 - std::pow(opt_.beta1, static_cast<double>(t));
+    double bc2 = 1.0 - std::pow(opt_.beta2, static_cast<double>(t));
+    Tensor denom = v_[k].sqrt() / std::sqrt(bc2) + opt_.eps;
+    p.add_(m_[k] / denom, -lr_ / bc1);
+  }
+}
+
+}  // namespace bp::optim
+
+namespace bp {
+
+OptimizerFactory sgd(const optim::SGDOptions& options) {
+  return [options](std::vector<Tensor> params) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::SGD>(std::move(params), options);
+  };
+}
+
+OptimizerFactory adam(const optim::AdamOptions& options) {
+  return [options](std::vector<Tensor> params) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::Adam>(std::move(params), options);
+  };
+}
+
+}  // namespace bp
