@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""PyTorch side of bench/train: one SGD training step (zero_grad, forward, cross-entropy,
+backward, step; lr 0.01, momentum 0.9) of Linear(1024,1024)-ReLU-Linear(1024,10) at batch
+256, measured exactly as bench_train measures Backplane (median of single steps each followed
+by a device synchronisation, after warm-up; plus the mean per step when queued). Runs on the
+CPU and, when available, on CUDA.
+
+Standalone:  python3 bench/train/torch_train.py [--iters 300] [--warmup 30]
+bench_train runs it with --machine and reads lines
+    RESULT <device> <median_us> <queued_us> <description>
+"""
+import argparse
+import statistics
+import sys
+import time
+
+
+def bench(torch, device, iters, warmup):
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                              torch.nn.Linear(1024, 10)).to(device)
+    x = torch.randn(256, 1024, device=device)
+    y = (torch.arange(256, device=device) * 7) % 10
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+
+    for _ in range(warmup):
+        step()
+    sync()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        step()
+        sync()
+        times.append((time.perf_counter() - t0) * 1e6)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        step()
+    sync()
+    queued = (time.perf_counter() - t0) * 1e6 / iters
+    return statistics.median(times), queued
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iters", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--machine", action="store_true", help="print RESULT lines for bench_train")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError as e:
+        print(f"UNAVAILABLE torch cannot be imported ({e})")
+        return 0
+    devices = [torch.device("cpu")]
+    if torch.cuda.is_available():
+        devices.insert(0, torch.device("cuda:0"))
+    for d in devices:
+        median, queued = bench(torch, d, args.iters, args.warmup)
+        name = torch.cuda.get_device_name(d) if d.type == "cuda" else \
+            f"CPU, {torch.get_num_threads()} threads"
+        desc = f"torch {torch.__version__} {name}"
+        if args.machine:
+            print(f"RESULT {d.type} {median:.3f} {queued:.3f} {desc}", flush=True)
+        else:
+            print(f"{d.type:6s} median {median:9.1f} us   queued {queued:9.1f} us   ({desc})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
