@@ -12,14 +12,14 @@ void parallel_memcpy(void* dst, const void* src, uint64_t size) {
   if (size == 0 || dst == src) return;
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
-  parallel_for_range(static_cast<int64_t>(size), thresholds().bytes,
+  parallel_for_range(static_cast<int64_t>(size), Cost::kBytes,
                      [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, e - b); });
 }
 
 void parallel_memset(void* dst, int value, uint64_t size) {
   if (size == 0) return;
   char* d = static_cast<char*>(dst);
-  parallel_for_range(static_cast<int64_t>(size), thresholds().bytes,
+  parallel_for_range(static_cast<int64_t>(size), Cost::kBytes,
                      [&](int64_t b, int64_t e) { std::memset(d + b, value, e - b); });
 }
 
@@ -41,7 +41,7 @@ void fill_kernel(const Launch& l) {
   const bp_tensor_desc* ts[1] = {&out};
   const Layout<1> lay = make_layout<1>(ts);
   const int64_t so = lay.inner(0);
-  parallel_rows(lay, thresholds().cheap, [&](const int64_t* off, int64_t n) {
+  parallel_rows(lay, Cost::kCheap, [&](const int64_t* off, int64_t n) {
     T* p = o + off[0];
     if (so == 1) {
       std::fill_n(p, n, v);
@@ -68,7 +68,7 @@ void copy_strided(const bp_tensor_desc& in, const bp_tensor_desc& out) {
   U* po = reinterpret_cast<U*>(o);
   const U* pa = reinterpret_cast<const U*>(a);
   const int64_t so = lay.inner(0), sa = lay.inner(1);
-  parallel_rows(lay, thresholds().cheap, [&](const int64_t* off, int64_t n) {
+  parallel_rows(lay, Cost::kCheap, [&](const int64_t* off, int64_t n) {
     U* q = po + off[0];
     const U* p = pa + off[1];
     if (so == 1 && sa == 1) {
@@ -122,7 +122,7 @@ void cast_strided(const bp_tensor_desc& in, const bp_tensor_desc& out) {
   Dst* po = data<Dst>(out);
   const Src* pa = data<const Src>(in);
   const int64_t so = lay.inner(0), sa = lay.inner(1);
-  parallel_rows(lay, thresholds().cheap, [&](const int64_t* off, int64_t n) {
+  parallel_rows(lay, Cost::kCheap, [&](const int64_t* off, int64_t n) {
     Dst* q = po + off[0];
     const Src* p = pa + off[1];
     if (so == 1 && sa == 1) {

@@ -156,16 +156,13 @@ struct Tanh {
   }
 };
 
-// Which serial threshold an op uses (Note [CPU serial thresholds]).
+// The cost class of an op (Note [CPU serial thresholds]).
 template <class F>
-constexpr bool kTranscendental =
-    std::is_same_v<F, Pow> || std::is_same_v<F, Exp> || std::is_same_v<F, Log> ||
-    std::is_same_v<F, Sigmoid> || std::is_same_v<F, Tanh>;
-
-template <class F>
-int64_t threshold_for() {
-  return kTranscendental<F> ? thresholds().transcendental : thresholds().cheap;
-}
+constexpr Cost kCostOf = (std::is_same_v<F, Pow> || std::is_same_v<F, Exp> ||
+                          std::is_same_v<F, Log> || std::is_same_v<F, Sigmoid> ||
+                          std::is_same_v<F, Tanh>)
+                             ? Cost::kTranscendental
+                             : Cost::kCheap;
 
 // ---- Row loops (Note [Row loops]) ------------------------------------------------------------
 
@@ -209,7 +206,7 @@ compute_t<T> scalar_operand(const Launch& l) {
 
 // Binary op on (a, b) or (a, scalar): storage T in, storage O out, g(C, C) -> compute of O.
 template <class T, class O, class G>
-void run_binary(const Launch& l, const G& g, int64_t threshold) {
+void run_binary(const Launch& l, const G& g, Cost cost) {
   using C = compute_t<T>;
   if (l.num_inputs != 1 && l.num_inputs != 2)
     launch_error(l, bp::sdk::format("expects 2 inputs, or 1 input and attribute 'scalar'; got %d",
@@ -230,7 +227,7 @@ void run_binary(const Launch& l, const G& g, int64_t threshold) {
     const bp_tensor_desc* ts[3] = {&out, &a, &b};
     const Layout<3> lay = make_layout<3>(ts);
     auto f = [&g](T x, T y) { return DType<O>::store(g(DType<T>::load(x), DType<T>::load(y))); };
-    parallel_rows(lay, threshold, [&](const int64_t* off, int64_t n) {
+    parallel_rows(lay, cost, [&](const int64_t* off, int64_t n) {
       binary_row(po + off[0], pa + off[1], pb + off[2], n, lay.inner(0), lay.inner(1), lay.inner(2),
                  f);
     });
@@ -243,12 +240,12 @@ void run_binary(const Launch& l, const G& g, int64_t threshold) {
   const Layout<2> lay = make_layout<2>(ts);
   if (reverse) {
     auto f = [&g, s](T x) { return DType<O>::store(g(s, DType<T>::load(x))); };
-    parallel_rows(lay, threshold, [&](const int64_t* off, int64_t n) {
+    parallel_rows(lay, cost, [&](const int64_t* off, int64_t n) {
       unary_row(po + off[0], pa + off[1], n, lay.inner(0), lay.inner(1), f);
     });
   } else {
     auto f = [&g, s](T x) { return DType<O>::store(g(DType<T>::load(x), s)); };
-    parallel_rows(lay, threshold, [&](const int64_t* off, int64_t n) {
+    parallel_rows(lay, cost, [&](const int64_t* off, int64_t n) {
       unary_row(po + off[0], pa + off[1], n, lay.inner(0), lay.inner(1), f);
     });
   }
@@ -256,12 +253,12 @@ void run_binary(const Launch& l, const G& g, int64_t threshold) {
 
 template <class T, class F>
 void binary_kernel(const Launch& l) {
-  run_binary<T, T>(l, F{}, threshold_for<F>());
+  run_binary<T, T>(l, F{}, kCostOf<F>);
 }
 
 template <class T, class F>
 void compare_kernel(const Launch& l) {
-  run_binary<T, boolean>(l, F{}, thresholds().cheap);
+  run_binary<T, boolean>(l, F{}, Cost::kCheap);
 }
 
 template <class T, class F>
@@ -277,7 +274,7 @@ void unary_kernel(const Launch& l) {
   const bp_tensor_desc* ts[2] = {&out, &a};
   const Layout<2> lay = make_layout<2>(ts);
   auto f = [](T x) { return DType<T>::store(F{}(DType<T>::load(x))); };
-  parallel_rows(lay, threshold_for<F>(), [&](const int64_t* off, int64_t n) {
+  parallel_rows(lay, kCostOf<F>, [&](const int64_t* off, int64_t n) {
     unary_row(po + off[0], pa + off[1], n, lay.inner(0), lay.inner(1), f);
   });
 }
@@ -302,7 +299,7 @@ void where_kernel(const Launch& l) {
   const bp_tensor_desc* ts[4] = {&out, &c, &a, &b};
   const Layout<4> lay = make_layout<4>(ts);
   const int64_t so = lay.inner(0), sc = lay.inner(1), sa = lay.inner(2), sb = lay.inner(3);
-  parallel_rows(lay, thresholds().cheap, [&](const int64_t* off, int64_t n) {
+  parallel_rows(lay, Cost::kCheap, [&](const int64_t* off, int64_t n) {
     T* o = po + off[0];
     const uint8_t* q = pc + off[1];
     const T* x = pa + off[2];

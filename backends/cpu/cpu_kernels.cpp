@@ -98,11 +98,18 @@ const Registry& registry() {
   return r;
 }
 
-Thresholds& mutable_thresholds() {
-  // Defaults measured on the development machine (README.md, "Serial thresholds").
-  static Thresholds t{32768, 4096, 32768, 1 << 20};
-  return t;
-}
+// Defaults measured with tests/cpu_threshold_bench.cpp on a 16-core Xeon (README.md, "Serial
+// thresholds"): where the parallel launch starts to win, and the grain that was fastest.
+constexpr int64_t kCheapSerialBelow = 131072;
+constexpr Parallelism kDefaults[] = {
+    {kCheapSerialBelow, 8192},  // kCheap: elements
+    {16384, 4096},              // kTranscendental: elements
+    {65536, 32768},             // kReduction: input elements
+    {2 << 20, 256 << 10},       // kBytes: bytes
+};
+static_assert(sizeof(kDefaults) / sizeof(kDefaults[0]) == static_cast<size_t>(Cost::kCount));
+
+Parallelism g_parallelism[] = {kDefaults[0], kDefaults[1], kDefaults[2], kDefaults[3]};
 
 }  // namespace
 
@@ -211,17 +218,22 @@ void run_kernel(const CpuKernel& kernel, const bp_tensor_desc* inputs, int32_t n
   kernel.fn(l);
 }
 
-const Thresholds& thresholds() {
-  return mutable_thresholds();
+const Parallelism& parallelism(Cost cost) {
+  return g_parallelism[static_cast<int>(cost)];
+}
+
+void set_parallelism(Cost cost, Parallelism p) {
+  p.serial_below = std::max<int64_t>(p.serial_below, 0);
+  p.grain = std::max<int64_t>(p.grain, 1);
+  g_parallelism[static_cast<int>(cost)] = p;
 }
 
 void set_serial_threshold(int64_t cheap_elements) {
-  if (cheap_elements < 1) cheap_elements = 1;
-  Thresholds& t = mutable_thresholds();
-  t.cheap = cheap_elements;
-  t.transcendental = std::max<int64_t>(cheap_elements / 8, 1);
-  t.reduction = cheap_elements;
-  t.bytes = cheap_elements * 32;
+  const int64_t n = std::max<int64_t>(cheap_elements, 1);
+  for (int c = 0; c < static_cast<int>(Cost::kCount); ++c) {
+    const int64_t serial = std::max<int64_t>(n * kDefaults[c].serial_below / kCheapSerialBelow, 1);
+    set_parallelism(static_cast<Cost>(c), {serial, std::max<int64_t>(serial / 2, 1)});
+  }
 }
 
 void configure_thresholds_from_environment() {

@@ -132,19 +132,28 @@ inline T* data(const bp_tensor_desc& t) {
 }
 
 // ---- Note [CPU serial thresholds] ----------------------------------------------------------
-// Below these element counts a kernel runs on the calling thread; at or above them it is split
-// into oneTBB tasks of at least half the threshold. The defaults were measured with
-// tests/cpu_threshold_bench.cpp (see README.md). BACKPLANE_CPU_SERIAL_THRESHOLD=<n>, read once
-// at init, replaces the base threshold (the others keep their ratio to it); tests use it to
-// force the parallel paths on small tensors.
-struct Thresholds {
-  int64_t cheap;           // elementwise arithmetic, compare, copy, cast, fill, where
-  int64_t transcendental;  // exp log sigmoid tanh pow, random
-  int64_t reduction;       // input elements of sum mean max
-  int64_t bytes;           // memcpy / memset
+// Each kernel belongs to a cost class. Below the class's serial threshold (elements; bytes for
+// kBytes) a launch runs on the calling thread; at or above it, it is split into oneTBB tasks of
+// at least `grain` elements (auto_partitioner). The defaults were measured with
+// tests/cpu_threshold_bench.cpp (README.md, "Serial thresholds"). BACKPLANE_CPU_SERIAL_THRESHOLD
+// =<n>, read once at init, sets the cheap threshold to n, scales the others by their default
+// ratios and sets every grain to half its threshold; the tests use a tiny n to drive even small
+// tensors through the parallel paths.
+enum class Cost : int32_t {
+  kCheap,           // elementwise arithmetic, compare, where, cast, fill, strided copy
+  kTranscendental,  // exp log sigmoid tanh pow, random numbers
+  kReduction,       // sum mean max, counted in input elements
+  kBytes,           // memcpy / memset, counted in bytes
+  kCount
 };
-const Thresholds& thresholds();
-// Sets the base threshold (elements) and rescales the others; call before any launch.
+struct Parallelism {
+  int64_t serial_below;  // run serially when the work is smaller than this
+  int64_t grain;         // minimum work per oneTBB task
+};
+const Parallelism& parallelism(Cost cost);
+// Replaces one class's policy; call before any launch (not synchronised with running kernels).
+void set_parallelism(Cost cost, Parallelism p);
+// The BACKPLANE_CPU_SERIAL_THRESHOLD rule above; call before any launch.
 void set_serial_threshold(int64_t cheap_elements);
 // Applies BACKPLANE_CPU_SERIAL_THRESHOLD when set to a positive integer; throws
 // BP_ERROR_INVALID_ARGUMENT naming the variable when it is set to anything else. Called by init.

@@ -48,7 +48,7 @@ void uniform_kernel(const Launch& l) {
   T* po = data<T>(out);
   const bp_tensor_desc* ts[1] = {&out};
   const Layout<1> lay = make_layout<1>(ts);
-  parallel_for_range(n, thresholds().transcendental, [&](int64_t b, int64_t e) {
+  parallel_for_range(n, Cost::kTranscendental, [&](int64_t b, int64_t e) {
     // Cache the four words of the current counter g / 4.
     uint64_t cached = ~uint64_t{0};
     bp_philox_words w{};
@@ -85,7 +85,7 @@ void normal_kernel(const Launch& l) {
   T* po = data<T>(out);
   const bp_tensor_desc* ts[1] = {&out};
   const Layout<1> lay = make_layout<1>(ts);
-  parallel_for_range(n, thresholds().transcendental, [&](int64_t b, int64_t e) {
+  parallel_for_range(n, Cost::kTranscendental, [&](int64_t b, int64_t e) {
     // Cache the Box-Muller pair (r cos, r sin) of the current counter g / 2.
     uint64_t cached = ~uint64_t{0};
     C z[2] = {C(0), C(0)};

@@ -201,23 +201,23 @@ void store_tile(T* out, const Plan& p, int64_t kb, int64_t ke, const typename R:
 }
 
 template <class R, class T>
-void reduce_inner(const T* in, T* out, const Plan& p, int64_t threshold, int concurrency) {
+void reduce_inner(const T* in, T* out, const Plan& p, const Parallelism& pol, int concurrency) {
   using Acc = typename R::Acc;
   const int64_t so = p.kept.inner(0), si = p.kept.inner(1);
-  if (p.nk >= 2 * concurrency || p.nk * p.nr < threshold) {
-    const int64_t grain = std::max<int64_t>(threshold / std::max<int64_t>(p.nr, 1), 1);
-    parallel_for_range(
-        p.nk, p.nk * p.nr < threshold ? p.nk + 1 : 2 * grain, [&](int64_t kb, int64_t ke) {
-          for_each_row(p.kept, kb, ke, [&](const int64_t* koff, int64_t m) {
-            for (int64_t j = 0; j < m; ++j)
-              out[koff[0] + j * so] =
-                  R::finish(reduce_range<R>(in, koff[1] + j * si, p.reduced, 0, p.nr), p.nr);
-          });
-        });
+  const bool serial = p.nk * p.nr < pol.serial_below;
+  if (serial || p.nk >= 2 * concurrency) {
+    const int64_t grain = std::max<int64_t>(pol.grain / p.nr, 1);  // in outputs
+    parallel_for_range(p.nk, serial ? p.nk + 1 : 0, grain, [&](int64_t kb, int64_t ke) {
+      for_each_row(p.kept, kb, ke, [&](const int64_t* koff, int64_t m) {
+        for (int64_t j = 0; j < m; ++j)
+          out[koff[0] + j * so] =
+              R::finish(reduce_range<R>(in, koff[1] + j * si, p.reduced, 0, p.nr), p.nr);
+      });
+    });
     return;
   }
   // Few outputs, long reductions: split each reduction across threads.
-  const size_t grain = static_cast<size_t>(std::max<int64_t>(threshold / 2, kPairwiseBlock));
+  const size_t grain = static_cast<size_t>(std::max<int64_t>(pol.grain, 1));
   for_each_row(p.kept, 0, p.nk, [&](const int64_t* koff, int64_t m) {
     for (int64_t j = 0; j < m; ++j) {
       const int64_t base = koff[1] + j * si;
@@ -233,27 +233,26 @@ void reduce_inner(const T* in, T* out, const Plan& p, int64_t threshold, int con
 }
 
 template <class R, class T>
-void reduce_outer(const T* in, T* out, const Plan& p, int64_t threshold, int concurrency) {
+void reduce_outer(const T* in, T* out, const Plan& p, const Parallelism& pol, int concurrency) {
   using Acc = typename R::Acc;
   const int64_t tiles = (p.nk + kTile - 1) / kTile;
-  if (tiles >= 2 * concurrency || p.nk * p.nr < threshold) {
-    const int64_t work_per_tile = kTile * std::max<int64_t>(p.nr, 1);
-    const int64_t grain = std::max<int64_t>(threshold / work_per_tile, 1);
-    parallel_for_range(tiles, p.nk * p.nr < threshold ? tiles + 1 : 2 * grain,
-                       [&](int64_t tb, int64_t te) {
-                         Acc acc[kTile];
-                         for (int64_t t = tb; t < te; ++t) {
-                           const int64_t kb = t * kTile, ke = std::min(p.nk, kb + kTile);
-                           for (int64_t j = 0; j < ke - kb; ++j) acc[j] = R::init();
-                           accumulate_tile<R>(in, p, kb, ke, 0, p.nr, acc);
-                           store_tile<R>(out, p, kb, ke, acc);
-                         }
-                       });
+  const bool serial = p.nk * p.nr < pol.serial_below;
+  if (serial || tiles >= 2 * concurrency) {
+    const int64_t grain = std::max<int64_t>(pol.grain / (kTile * p.nr), 1);  // in tiles
+    parallel_for_range(tiles, serial ? tiles + 1 : 0, grain, [&](int64_t tb, int64_t te) {
+      Acc acc[kTile];
+      for (int64_t t = tb; t < te; ++t) {
+        const int64_t kb = t * kTile, ke = std::min(p.nk, kb + kTile);
+        for (int64_t j = 0; j < ke - kb; ++j) acc[j] = R::init();
+        accumulate_tile<R>(in, p, kb, ke, 0, p.nr, acc);
+        store_tile<R>(out, p, kb, ke, acc);
+      }
+    });
     return;
   }
   // Few outputs, long reductions: split the reduced range, one accumulator tile per task.
   const size_t grain =
-      static_cast<size_t>(std::max<int64_t>(threshold / (2 * std::min<int64_t>(p.nk, kTile)), 1));
+      static_cast<size_t>(std::max<int64_t>(pol.grain / std::min<int64_t>(p.nk, kTile), 1));
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t kb = t * kTile, ke = std::min(p.nk, kb + kTile);
     const std::vector<Acc> acc = tbb::parallel_deterministic_reduce(
@@ -287,20 +286,20 @@ void reduction_kernel(const Launch& l) {
     const T v = R::finish(R::init(), 0);
     const bp_tensor_desc* ts[1] = {&out};
     const Layout<1> lay = make_layout<1>(ts);
-    parallel_rows(lay, thresholds().cheap, [&](const int64_t* off, int64_t n) {
+    parallel_rows(lay, Cost::kCheap, [&](const int64_t* off, int64_t n) {
       for (int64_t i = 0; i < n; ++i) po[off[0] + i * lay.inner(0)] = v;
     });
     return;
   }
   const T* pi = data<const T>(in);
   const int concurrency = tbb::this_task_arena::max_concurrency();
-  const int64_t threshold = thresholds().reduction;
+  const Parallelism& pol = parallelism(Cost::kReduction);
   const bool inner =
       p.kept_dims == 0 || (p.reduced_dims > 0 && p.reduced.inner(0) <= p.kept.inner(1));
   if (inner) {
-    reduce_inner<R>(pi, po, p, threshold, concurrency);
+    reduce_inner<R>(pi, po, p, pol, concurrency);
   } else {
-    reduce_outer<R>(pi, po, p, threshold, concurrency);
+    reduce_outer<R>(pi, po, p, pol, concurrency);
   }
 }
 

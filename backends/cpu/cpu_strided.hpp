@@ -108,24 +108,31 @@ void for_each_row(const Layout<N>& l, int64_t begin, int64_t end, Row&& row) {
   }
 }
 
-// Runs body(begin, end) over [0, n): on the calling thread when n < threshold, else split
-// into oneTBB tasks of at least threshold/2 elements.
+// Runs body(begin, end) over [0, n): on the calling thread when n < serial_below, else split
+// into oneTBB tasks of at least `grain` elements.
 template <class Body>
-void parallel_for_range(int64_t n, int64_t threshold, Body&& body) {
+void parallel_for_range(int64_t n, int64_t serial_below, int64_t grain, Body&& body) {
   if (n <= 0) return;
-  if (n < threshold || n < 2) {
+  if (n < serial_below || n <= grain) {
     body(int64_t{0}, n);
     return;
   }
-  const int64_t grain = std::max<int64_t>(threshold / 2, 1);
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, static_cast<size_t>(grain)),
-                    [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, n, static_cast<size_t>(std::max<int64_t>(grain, 1))),
+      [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
 }
 
-// for_each_row over the whole layout, split across threads above `threshold` elements.
+// parallel_for_range with the policy of a cost class (Note [CPU serial thresholds]).
+template <class Body>
+void parallel_for_range(int64_t n, Cost cost, Body&& body) {
+  const Parallelism& p = parallelism(cost);
+  parallel_for_range(n, p.serial_below, p.grain, body);
+}
+
+// for_each_row over the whole layout, split across threads as `cost` says.
 template <int N, class Row>
-void parallel_rows(const Layout<N>& l, int64_t threshold, Row&& row) {
-  parallel_for_range(l.numel, threshold, [&](int64_t b, int64_t e) { for_each_row(l, b, e, row); });
+void parallel_rows(const Layout<N>& l, Cost cost, Row&& row) {
+  parallel_for_range(l.numel, cost, [&](int64_t b, int64_t e) { for_each_row(l, b, e, row); });
 }
 
 }  // namespace bp::cpu
