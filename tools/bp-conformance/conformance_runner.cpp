@@ -94,7 +94,9 @@ ChildExit spawn_child(const std::string& exe, const std::vector<std::string>& ar
     return ex;
   }
   if (pid == 0) {
-    // Only async-signal-safe calls between fork and exec.
+    // Only async-signal-safe calls between fork and exec. Whatever a plugin prints goes to
+    // stderr: the parent's stdout carries the report alone.
+    dup2(STDERR_FILENO, STDOUT_FILENO);
     if (fds[1] == 3) {
       fcntl(3, F_SETFD, 0);
     } else if (dup2(fds[1], 3) < 0) {
