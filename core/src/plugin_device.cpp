@@ -230,38 +230,42 @@ void PluginDevice::synchronize() {
   if (default_stream_.load(std::memory_order_acquire)) default_stream().synchronize();
 }
 
-Kernel& PluginDevice::resolve_kernel(Op op, DType dtype) {
+Kernel* PluginDevice::try_resolve(Op op, DType dtype) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (Kernel* k = kernels_[slot(op, dtype)].load(std::memory_order_relaxed)) return *k;
+  if (Kernel* k = kernels_[slot(op, dtype)].load(std::memory_order_relaxed)) return k;
   bp_kernel* handle = nullptr;
   bp_error* err = api()->find_kernel(index(), std::string(op_name(op)).c_str(),
                                      static_cast<int32_t>(dtype), &handle);
   if (err) {
-    bool unsupported = err->code == BP_ERROR_UNSUPPORTED;
-    if (!unsupported) throw_plugin_error(api(), err, str() + ": find kernel");
+    if (err->code != BP_ERROR_UNSUPPORTED) throw_plugin_error(api(), err, str() + ": find kernel");
     api()->error_free(err);
-    std::string others;
-    for (Device* d : Registry::get().devices()) {
-      if (d == this) continue;
-      if (&static_cast<PluginDevice*>(d)->plugin_ == &plugin_) continue;  // same backend
-      if (d->supports(op, dtype)) others += (others.empty() ? "" : ", ") + d->str();
-    }
-    throw UnsupportedError("op '" + std::string(op_name(op)) + "' with dtype " +
-                           std::string(dtype_name(dtype)) + " is not implemented on " + str() +
-                           " (backend " + backend_ +
-                           "); devices that have it: " + (others.empty() ? "none" : others));
+    return nullptr;
   }
   kernel_store_.push_back(std::make_unique<PluginKernel>(*this, op, dtype, handle));
   Kernel* k = kernel_store_.back().get();
   kernels_[slot(op, dtype)].store(k, std::memory_order_release);
-  return *k;
+  return k;
+}
+
+// Note [Unsupported ops]: the message lists the devices of other backends that have the op;
+// no lock is held while asking them, so two backends lacking the same op cannot deadlock.
+Kernel& PluginDevice::resolve_kernel(Op op, DType dtype) {
+  if (Kernel* k = try_resolve(op, dtype)) return *k;
+  std::string others;
+  for (Device* d : Registry::get().devices()) {
+    if (&static_cast<PluginDevice*>(d)->plugin_ == &plugin_) continue;  // same backend
+    if (d->supports(op, dtype)) others += (others.empty() ? "" : ", ") + d->str();
+  }
+  throw UnsupportedError("op '" + std::string(op_name(op)) + "' with dtype " +
+                         std::string(dtype_name(dtype)) + " is not implemented on " + str() +
+                         " (backend " + backend_ + "); devices that have it: " +
+                         (others.empty() ? "none" : others));
 }
 
 bool PluginDevice::supports(Op op, DType dtype) {
   if (kernels_[slot(op, dtype)].load(std::memory_order_acquire)) return true;
   try {
-    resolve_kernel(op, dtype);
-    return true;
+    return try_resolve(op, dtype) != nullptr;
   } catch (const Error&) {
     return false;
   }

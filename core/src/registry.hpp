@@ -121,7 +121,8 @@ class PluginDevice final : public Device {
   static size_t slot(Op op, DType dtype) {
     return static_cast<size_t>(op) * kNumDTypes + static_cast<size_t>(dtype);
   }
-  Kernel& resolve_kernel(Op op, DType dtype);
+  Kernel& resolve_kernel(Op op, DType dtype);  // throws UnsupportedError
+  Kernel* try_resolve(Op op, DType dtype);     // nullptr when the backend lacks it
 
   Plugin& plugin_;
   std::string backend_;
