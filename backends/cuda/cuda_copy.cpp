@@ -5,6 +5,7 @@
 #include "cuda_device.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <system_error>
 
@@ -16,6 +17,19 @@ namespace {
 
 // Below this a single thread copies faster than waking the pool.
 constexpr size_t kParallelMin = size_t{1} << 20;
+
+// How long an idle worker spins before it sleeps (Note [Host workers]).
+constexpr int kSpinMicros = 200;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#else
+  std::this_thread::yield();
+#endif
+}
 
 // Byte range [begin, end) of part `id` of `parts` over n bytes, split on 4 KiB pages.
 void part_range(size_t n, int parts, int id, size_t& begin, size_t& end) {
@@ -37,43 +51,40 @@ void HostWorkers::start() {
   started_ = true;
   const unsigned hw = std::thread::hardware_concurrency();
   const int total = std::clamp(static_cast<int>(hw / 2), 1, 8);
+  // Workers start from the current generation (no job is posted while submit_mutex_ is held
+  // here), so the first job cannot slip past a thread that starts late.
+  const uint64_t gen0 = generation_.load(std::memory_order_acquire);
   for (int id = 1; id < total; ++id) {
     try {
-      threads_.emplace_back([this, id] { worker(id); });
+      threads_.emplace_back([this, id, gen0] { worker(id, gen0); });
     } catch (const std::system_error&) {
       break;  // fewer threads: still correct
     }
   }
 }
 
-void HostWorkers::worker(int id) {
-  uint64_t seen;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    seen = generation_;
-  }
+void HostWorkers::worker(int id, uint64_t seen) {
   for (;;) {
-    char* dst;
-    const char* src;
-    size_t n;
-    int parts;
-    {
+    uint64_t g = generation_.load(std::memory_order_acquire);
+    const auto spin_end = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+    for (int k = 1; g == seen && !stopping_.load(std::memory_order_relaxed); ++k) {
+      cpu_relax();
+      if (k % 256 == 0 && std::chrono::steady_clock::now() > spin_end) break;
+      g = generation_.load(std::memory_order_acquire);
+    }
+    if (g == seen) {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
-      dst = dst_;
-      src = src_;
-      n = n_;
-      parts = parts_;
+      wake_.wait(lock, [&] {
+        return stopping_.load() || generation_.load(std::memory_order_acquire) != seen;
+      });
+      g = generation_.load(std::memory_order_acquire);
     }
+    if (stopping_.load()) return;
+    seen = g;
     size_t b, e;
-    part_range(n, parts, id, b, e);
-    if (e > b) std::memcpy(dst + b, src + b, e - b);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (--remaining_ == 0) done_.notify_one();
-    }
+    part_range(n_, parts_, id, b, e);
+    if (e > b) std::memcpy(dst_ + b, src_ + b, e - b);
+    remaining_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
@@ -89,28 +100,33 @@ void HostWorkers::memcpy(void* dst, const void* src, size_t n) {
     std::memcpy(dst, src, n);
     return;
   }
+  dst_ = static_cast<char*>(dst);
+  src_ = static_cast<const char*>(src);
+  n_ = n;
+  parts_ = workers + 1;
+  remaining_.store(workers, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    dst_ = static_cast<char*>(dst);
-    src_ = static_cast<const char*>(src);
-    n_ = n;
-    parts_ = workers + 1;
-    remaining_ = workers;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_acq_rel);
   }
   wake_.notify_all();
   size_t b, e;
   part_range(n, workers + 1, 0, b, e);
   if (e > b) std::memcpy(static_cast<char*>(dst) + b, static_cast<const char*>(src) + b, e - b);
-  std::unique_lock<std::mutex> lock(mutex_);
-  done_.wait(lock, [&] { return remaining_ == 0; });
+  for (int k = 1; remaining_.load(std::memory_order_acquire) != 0; ++k) {
+    if (k % 1024 == 0) {
+      std::this_thread::yield();
+    } else {
+      cpu_relax();
+    }
+  }
 }
 
 void HostWorkers::stop() {
   std::lock_guard<std::mutex> submit(submit_mutex_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true);
   }
   wake_.notify_all();
   for (std::thread& t : threads_) t.join();

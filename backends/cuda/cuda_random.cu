@@ -26,21 +26,32 @@ __device__ __forceinline__ double scale_uniform(float u, double lo, double hi) {
   return __dadd_rn(lo, __dmul_rn(__dsub_rn(hi, lo), static_cast<double>(u)));
 }
 
+// One thread per counter c (elements with g = 4c .. 4c+3). `vec` says whether the four
+// outputs of a full counter are one aligned vector (same for every counter).
 template <class S>
 __global__ void __launch_bounds__(kThreads)
     uniform_kernel(S* out, uint64_t n, uint64_t seed, uint64_t offset, compute_of_t<S> lo,
-                   compute_of_t<S> hi) {
+                   compute_of_t<S> hi, int vec) {
   const uint64_t c0 = offset >> 2, c1 = (offset + n - 1) >> 2;
   const uint64_t step = static_cast<uint64_t>(gridDim.x) * kThreads;
   for (uint64_t c = c0 + static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; c <= c1;
        c += step) {
     const bp_philox_words w = bp_philox4x32_10(c, seed);
+    Vec<S, 4> v;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const uint64_t g = c * 4 + static_cast<uint64_t>(j);
-      if (g < offset || g - offset >= n) continue;
       const float u = static_cast<float>(w.w[j] >> 8) * (1.0f / 16777216.0f);
-      out[g - offset] = store<S>(scale_uniform(u, lo, hi));
+      v.v[j] = store<S>(scale_uniform(u, lo, hi));
+    }
+    const uint64_t g0 = c * 4;
+    if (vec && g0 >= offset && g0 - offset + 4 <= n) {
+      *reinterpret_cast<Vec<S, 4>*>(out + (g0 - offset)) = v;
+      continue;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint64_t g = g0 + static_cast<uint64_t>(j);
+      if (g >= offset && g - offset < n) out[g - offset] = v.v[j];
     }
   }
 }
@@ -64,10 +75,11 @@ __device__ __forceinline__ void box_muller(float u1, float u2, C& z0, C& z1) {
   }
 }
 
+// One thread per counter c (elements g = 2c, 2c+1); `vec` as for uniform_kernel.
 template <class S>
 __global__ void __launch_bounds__(kThreads)
     normal_kernel(S* out, uint64_t n, uint64_t seed, uint64_t offset, compute_of_t<S> mean,
-                  compute_of_t<S> stddev) {
+                  compute_of_t<S> stddev, int vec) {
   using C = compute_of_t<S>;
   const uint64_t c0 = offset >> 1, c1 = (offset + n - 1) >> 1;
   const uint64_t step = static_cast<uint64_t>(gridDim.x) * kThreads;
@@ -77,17 +89,26 @@ __global__ void __launch_bounds__(kThreads)
     bp_philox_normal_uniforms(seed, c * 2, &u1, &u2);
     C z[2];
     box_muller(u1, u2, z[0], z[1]);
+    Vec<S, 2> v;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const uint64_t g = c * 2 + static_cast<uint64_t>(j);
-      if (g < offset || g - offset >= n) continue;
-      C v;
+      C x;
       if constexpr (std::is_same_v<C, float>) {
-        v = __fadd_rn(mean, __fmul_rn(stddev, z[j]));
+        x = __fadd_rn(mean, __fmul_rn(stddev, z[j]));
       } else {
-        v = __dadd_rn(mean, __dmul_rn(stddev, z[j]));
+        x = __dadd_rn(mean, __dmul_rn(stddev, z[j]));
       }
-      out[g - offset] = store<S>(v);
+      v.v[j] = store<S>(x);
+    }
+    const uint64_t g0 = c * 2;
+    if (vec && g0 >= offset && g0 - offset + 2 <= n) {
+      *reinterpret_cast<Vec<S, 2>*>(out + (g0 - offset)) = v;
+      continue;
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint64_t g = g0 + static_cast<uint64_t>(j);
+      if (g >= offset && g - offset < n) out[g - offset] = v.v[j];
     }
   }
 }
@@ -113,10 +134,20 @@ uint64_t random_setup(const LaunchArgs& a, int32_t dtype, uint64_t& seed, uint64
   return static_cast<uint64_t>(n);
 }
 
+// About one wave of blocks, each thread looping over counters: measured faster than one
+// counter per thread (2660 vs 2190 GB/s for uniform f32 at 2^26 on the H100).
 unsigned random_grid(const LaunchArgs& a, uint64_t counters) {
   const uint64_t want = (counters + kThreads - 1) / kThreads;
   const uint64_t cap = static_cast<uint64_t>(std::max(a.sm_count, 1)) * 8;
   return static_cast<unsigned>(std::max<uint64_t>(1, std::min(want, cap)));
+}
+
+// Whether out + (g - offset) is aligned to `per` elements for every g multiple of `per`.
+template <class S>
+int vector_ok(const S* out, uint64_t offset, uint64_t per) {
+  const auto addr = reinterpret_cast<uintptr_t>(out);
+  if (addr % sizeof(S) != 0) return 0;
+  return ((addr / sizeof(S) - offset) % per) == 0 ? 1 : 0;
 }
 
 template <int D>
@@ -129,8 +160,9 @@ void launch_uniform(const LaunchArgs& a) {
   const C lo = static_cast<C>(a.attrs->f("low", 0.0));
   const C hi = static_cast<C>(a.attrs->f("high", 1.0));
   const uint64_t counters = ((offset + n - 1) >> 2) - (offset >> 2) + 1;
-  uniform_kernel<S><<<random_grid(a, counters), kThreads, 0, a.stream>>>(data_ptr<S>(a.out[0]), n,
-                                                                         seed, offset, lo, hi);
+  S* out = data_ptr<S>(a.out[0]);
+  uniform_kernel<S><<<random_grid(a, counters), kThreads, 0, a.stream>>>(
+      out, n, seed, offset, lo, hi, vector_ok(out, offset, 4));
   BP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -144,8 +176,9 @@ void launch_normal(const LaunchArgs& a) {
   const C mean = static_cast<C>(a.attrs->f("mean", 0.0));
   const C stddev = static_cast<C>(a.attrs->f("std", 1.0));
   const uint64_t counters = ((offset + n - 1) >> 1) - (offset >> 1) + 1;
-  normal_kernel<S><<<random_grid(a, counters), kThreads, 0, a.stream>>>(data_ptr<S>(a.out[0]), n,
-                                                                        seed, offset, mean, stddev);
+  S* out = data_ptr<S>(a.out[0]);
+  normal_kernel<S><<<random_grid(a, counters), kThreads, 0, a.stream>>>(
+      out, n, seed, offset, mean, stddev, vector_ok(out, offset, 2));
   BP_CUDA_CHECK(cudaGetLastError());
 }
 

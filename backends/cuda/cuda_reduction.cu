@@ -8,8 +8,8 @@
 //   - whole-tensor reduction of a dense input (n_out == 1, one unit-stride reduced dim): CUB's
 //     DeviceReduce (tree reduction, vectorised loads), temp storage from the device's pool;
 //   - inner reduction (the reduced group has the smaller innermost stride): reduce_rows, one
-//     warp per output, lanes walk the row (coalesced when it has unit stride), four loads in
-//     flight, shuffle reduction;
+//     warp per output, lanes walk the row (16-byte vector loads when it has unit stride,
+//     coalesced scalar loads otherwise), several loads in flight, shuffle reduction;
 //   - outer reduction (a kept dim has the smallest stride, e.g. sum over dim 0 of a row-major
 //     matrix): reduce_cols, 32 consecutive outputs per block in x (coalesced), 8 rows of the
 //     reduced range in y, combined through shared memory.
@@ -143,6 +143,39 @@ __device__ __forceinline__ A warp_reduce(A v, const R& op) {
   return v;
 }
 
+// Lane `lane`'s share of row[r0, r1) (unit stride): scalars up to the first 16-byte boundary,
+// then 16-byte vectors, two in flight per lane, then the scalar tail.
+template <class A, class X, class R>
+__device__ __forceinline__ A reduce_unit_row(const X* row, int64_t r0, int64_t r1, int lane,
+                                             const R& op) {
+  constexpr int V = 16 / sizeof(X);
+  using XV = Vec<X, V>;
+  A acc = R::identity(), acc1 = R::identity();
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(row + r0);
+  const int64_t head =
+      addr % sizeof(X) != 0 ? r1 - r0 : static_cast<int64_t>((16 - addr % 16) % 16 / sizeof(X));
+  const int64_t ra = min(r0 + head, r1);
+  for (int64_t r = r0 + lane; r < ra; r += 32) acc = op(acc, to_acc<A>(row[r]));
+  const int64_t nv = (r1 - ra) / V;
+  const XV* vrow = reinterpret_cast<const XV*>(row + ra);
+  int64_t v = lane;
+  for (; v + 32 < nv; v += 64) {
+    const XV x0 = vrow[v], x1 = vrow[v + 32];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      acc = op(acc, to_acc<A>(x0.v[k]));
+      acc1 = op(acc1, to_acc<A>(x1.v[k]));
+    }
+  }
+  if (v < nv) {
+    const XV x0 = vrow[v];
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc = op(acc, to_acc<A>(x0.v[k]));
+  }
+  for (int64_t r = ra + nv * V + lane; r < r1; r += 32) acc = op(acc, to_acc<A>(row[r]));
+  return op(acc, acc1);
+}
+
 // One warp per (output, chunk); see Note [CUDA reduction plan].
 template <class X, class A, class R, class O, bool kFinal>
 __global__ void __launch_bounds__(kRedThreads)
@@ -158,7 +191,9 @@ __global__ void __launch_bounds__(kRedThreads)
     p.kept(o, in_base, out_off);
     const int64_t r0 = g * chunk, r1 = min(r0 + chunk, p.n_red);
     A acc = R::identity();
-    if (p.rrank == 1) {
+    if (p.rrank == 1 && p.rin[0] == 1) {
+      acc = reduce_unit_row<A>(in + in_base, r0, r1, lane, op);
+    } else if (p.rrank == 1) {
       const int64_t s = p.rin[0];
       const X* base = in + in_base;
       A acc1 = R::identity(), acc2 = R::identity(), acc3 = R::identity();

@@ -21,6 +21,12 @@ struct bool8 {
   uint8_t v;
 };
 
+// N elements of T loaded or stored as one aligned vector (16 bytes at most).
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
 // TypeOf<dtype>: S is the storage type, C the compute type. f16/bf16 compute in float and
 // round once on store; u8 computes in int32 and wraps on store (like C's promotions).
 template <int D>

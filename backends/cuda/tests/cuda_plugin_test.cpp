@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <string>
 
 namespace bp_cuda_test {
@@ -703,7 +704,8 @@ TEST(CudaPlugin, HostDeviceCopiesWithGuards) {
       std::memcpy(src, data.data(), size);
       check(api()->copy_h2d(stream(), dev.get(), kGuard - 3, src, size), "copy_h2d");
       if (!pinned) {
-        // Pageable source: reusable as soon as copy_h2d returns (plugin_abi.h contract).
+        // Pageable source: this plugin has copied it (into pinned chunks or the driver's
+        // staging buffers) by the time copy_h2d returns, so it may be overwritten at once.
         std::memset(src, 0, size);
       } else {
         sync();
@@ -754,6 +756,61 @@ TEST(CudaPlugin, PeerCopy) {
   }
   check(api()->stream_synchronize(s1), "sync s1");
   check(api()->stream_destroy(s1), "stream_destroy");
+}
+
+TEST(CudaPlugin, KernelsAlternateBetweenDevices) {
+  BP_REQUIRE_GPU();
+  if (plugin().count < 2) GTEST_SKIP() << "needs two devices";
+  // Devices come in PCI bus order (as nvidia-smi lists them), with distinct UUIDs.
+  std::vector<std::string> buses, uuids;
+  for (int32_t d = 0; d < plugin().count; ++d) {
+    bp_device_properties p{};
+    p.struct_size = sizeof p;
+    check(api()->device_properties(d, &p), "device_properties");
+    buses.push_back(p.pci_bus_id);
+    uuids.push_back(p.uuid);
+  }
+  EXPECT_TRUE(std::is_sorted(buses.begin(), buses.end()));
+  EXPECT_EQ(std::set<std::string>(uuids.begin(), uuids.end()).size(), uuids.size());
+  // The same thread launches on cuda:0 and cuda:1 in turn (Note [Current-device cache]).
+  const int n = 4099;
+  std::vector<float> host(n);
+  for (int i = 0; i < n; ++i) host[static_cast<size_t>(i)] = static_cast<float>(uniform(-3, 3));
+  bp_stream* s[2] = {stream(), nullptr};
+  check(api()->stream_create(1, &s[1]), "stream_create(1)");
+  {
+    std::unique_ptr<DevBuf> in[2], out[2];
+    bp_kernel* k[2] = {nullptr, nullptr};
+    for (int d = 0; d < 2; ++d) {
+      in[d] = std::make_unique<DevBuf>(n * 4, d, s[d]);
+      out[d] = std::make_unique<DevBuf>(n * 4, d, s[d]);
+      check(api()->copy_h2d(s[d], in[d]->get(), 0, host.data(), n * 4), "copy_h2d");
+      check(api()->find_kernel(d, "neg", BP_DTYPE_F32, &k[d]), "find_kernel");
+    }
+    for (int round = 0; round < 3; ++round) {
+      for (int d = 0; d < 2; ++d) {
+        bp_tensor_desc ti{}, to{};
+        ti.struct_size = to.struct_size = sizeof ti;
+        ti.dtype = to.dtype = BP_DTYPE_F32;
+        ti.rank = to.rank = 1;
+        ti.shape[0] = to.shape[0] = n;
+        ti.strides[0] = to.strides[0] = 1;
+        // Round 1 runs in place on the input, so later rounds see the sign flipped.
+        ti.buffer = in[d]->get();
+        to.buffer = round == 1 ? in[d]->get() : out[d]->get();
+        check(api()->launch(k[d], s[d], &ti, 1, &to, 1, nullptr, 0), "launch");
+      }
+    }
+    for (int d = 0; d < 2; ++d) {
+      std::vector<float> back(n);
+      check(api()->copy_d2h(s[d], back.data(), out[d]->get(), 0, n * 4), "copy_d2h");
+      check(api()->stream_synchronize(s[d]), "sync");
+      // out = neg(neg(x)) = x after the in-place round.
+      EXPECT_EQ(back, host) << "cuda:" << d;
+    }
+  }
+  check(api()->stream_synchronize(s[1]), "sync");
+  check(api()->stream_destroy(s[1]), "stream_destroy");
 }
 
 // ---- Memory ----------------------------------------------------------------------------------
@@ -906,6 +963,26 @@ TEST(CudaPlugin, PrintTimings) {
     std::printf("1-element add x%d (%s): %.2f us/op\n", iters,
                 pass ? "with alloc+free" : "launch only", seconds_since(t0) / iters * 1e6);
   }
+  // The plugin's own cost per launch: the same loop on empty tensors queues no kernel.
+  {
+    bp_tensor_desc e = a.desc();
+    e.buffer = nullptr;
+    e.shape[0] = 0;
+    const bp_tensor_desc ein[2] = {e, e};
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i)
+      check(api()->launch(add, stream(), ein, 2, &e, 1, nullptr, 0), "launch");
+    std::printf("empty add x%d (plugin overhead, no kernel): %.3f us/op\n", iters,
+                seconds_since(t0) / iters * 1e6);
+    const auto t1 = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      bp_buffer* buf = nullptr;
+      check(api()->mem_alloc(0, stream(), 4, &buf), "mem_alloc");
+      check(api()->mem_free(0, stream(), buf, 4), "mem_free");
+    }
+    std::printf("4-byte mem_alloc + mem_free x%d: %.3f us/op\n", iters,
+                seconds_since(t1) / iters * 1e6);
+  }
   // Bandwidth of add and sum at 2^26 f32, timed with events.
   const int64_t n = int64_t{1} << 26;
   auto big = [&](int dt) {
@@ -952,10 +1029,15 @@ TEST(CudaPlugin, PrintTimings) {
   std::printf("sum f32 [8192, 8192] over dim 0: %.0f GB/s (read)\n", bytes / ms / 1e6);
   ms = time_ms([&] { launch("uniform", BP_DTYPE_F32, {}, {&z}, {attr_i("seed", 3)}); }, 10);
   std::printf("uniform f32 2^26: %.0f GB/s (write)\n", bytes / ms / 1e6);
+  ms = time_ms([&] { launch("normal", BP_DTYPE_F32, {}, {&z}, {attr_i("seed", 3)}); }, 10);
+  std::printf("normal f32 2^26: %.0f GB/s (write)\n", bytes / ms / 1e6);
   Tensor tr = x;
   tr.shape = {8192, 8192};
   tr.strides = {1, 8192};
-  ms = time_ms([&] { launch("copy", BP_DTYPE_F32, {&tr}, {&z}); }, 10);
+  Tensor zt = z;
+  zt.shape = {8192, 8192};
+  zt.strides = {8192, 1};
+  ms = time_ms([&] { launch("copy", BP_DTYPE_F32, {&tr}, {&zt}); }, 10);
   std::printf("transpose-copy f32 8192^2: %.0f GB/s (read+write)\n", 2 * bytes / ms / 1e6);
   // Matmul.
   for (int tf32 = 0; tf32 < 2; ++tf32) {
