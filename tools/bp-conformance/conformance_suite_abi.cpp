@@ -90,7 +90,9 @@ int32_t count_devices(Context& c, const char** reason = nullptr) {
 // Checks an error object's fields; returns a description. Frees it.
 std::string check_error_object(Context& c, bp_error* e, int32_t want_code, const char* must_name,
                                const std::string& what) {
-  if (!e) throw Failure(what + ": returned success, expected " + error_code_name(want_code));
+  if (!e)
+    throw Failure(what + ": returned success, expected " +
+                  (want_code ? error_code_name(want_code) : std::string("an error")));
   std::string problems;
   if (e->struct_size < sizeof(bp_error))
     problems += format("struct_size %zu < %zu; ", e->struct_size, sizeof(bp_error));
@@ -175,11 +177,12 @@ void build_abi_suite(Context& ctx, std::vector<TestCase>& out) {
     BPC_REQUIRE(error_free)
     BPC_REQUIRE(init)
     BPC_REQUIRE(device_count)
-    BPC_REQUIRE(device_properties) BPC_REQUIRE(stream_create) BPC_REQUIRE(stream_destroy)
-        BPC_REQUIRE(stream_synchronize) BPC_REQUIRE(mem_alloc) BPC_REQUIRE(mem_free)
-            BPC_REQUIRE(memory_stats) BPC_REQUIRE(memory_reset_peak) BPC_REQUIRE(memset)
-                BPC_REQUIRE(copy_h2d) BPC_REQUIRE(copy_d2h) BPC_REQUIRE(copy_d2d)
-                    BPC_REQUIRE(find_kernel) BPC_REQUIRE(launch)
+    BPC_REQUIRE(device_properties)
+    BPC_REQUIRE(stream_create) BPC_REQUIRE(stream_destroy) BPC_REQUIRE(stream_synchronize)
+        BPC_REQUIRE(mem_alloc) BPC_REQUIRE(mem_free) BPC_REQUIRE(memory_stats)
+            BPC_REQUIRE(memory_reset_peak) BPC_REQUIRE(memset) BPC_REQUIRE(copy_h2d)
+                BPC_REQUIRE(copy_d2h) BPC_REQUIRE(copy_d2d) BPC_REQUIRE(find_kernel)
+                    BPC_REQUIRE(launch)
 #undef BPC_REQUIRE
                         if (!missing.empty()) throw Failure("required slots are NULL: " + missing);
     int events = !!t.event_create + !!t.event_destroy + !!t.event_record + !!t.stream_wait_event +
