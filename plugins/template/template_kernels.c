@@ -149,13 +149,15 @@ static void template_fill(const bp_tensor_desc* out, float value) {
   for (i = 0; i < n; ++i) y[i] = value;
 }
 
+/* copy writes through the output's strides: its output may be a slice of a larger tensor
+ * (Note [Op catalogue]); every other op's output is dense. */
 static void template_copy(const bp_tensor_desc* in, const bp_tensor_desc* out) {
   int64_t i, n = template_numel(out);
   if (n == 0) return;
   {
     const float* x = template_data(in);
     float* y = template_data(out);
-    for (i = 0; i < n; ++i) y[i] = x[template_offset_of(in, i)];
+    for (i = 0; i < n; ++i) y[template_offset_of(out, i)] = x[template_offset_of(in, i)];
   }
 }
 

@@ -185,24 +185,31 @@ int64_t HostTensor::numel() const {
   return count(shape);
 }
 
-std::vector<double> HostTensor::logical() const {
-  int64_t n = numel();
-  std::vector<double> out(static_cast<size_t>(n));
+std::vector<int64_t> view_offsets(const HostTensor& t) {
+  int64_t n = t.numel();
+  std::vector<int64_t> out(static_cast<size_t>(n));
   if (n == 0) return out;
-  size_t rank = shape.size();
+  size_t rank = t.shape.size();
   std::vector<int64_t> idx(rank, 0);
-  int64_t pos = offset;
+  int64_t pos = t.offset;
   for (int64_t i = 0; i < n; ++i) {
-    out[static_cast<size_t>(i)] = storage[static_cast<size_t>(pos)];
+    out[static_cast<size_t>(i)] = pos;
     for (size_t d = rank; d-- > 0;) {
-      if (++idx[d] < shape[d]) {
-        pos += strides[d];
+      if (++idx[d] < t.shape[d]) {
+        pos += t.strides[d];
         break;
       }
-      pos -= strides[d] * (shape[d] - 1);
+      pos -= t.strides[d] * (t.shape[d] - 1);
       idx[d] = 0;
     }
   }
+  return out;
+}
+
+std::vector<double> HostTensor::logical() const {
+  std::vector<int64_t> offs = view_offsets(*this);
+  std::vector<double> out(offs.size());
+  for (size_t i = 0; i < offs.size(); ++i) out[i] = storage[static_cast<size_t>(offs[i])];
   return out;
 }
 

@@ -56,6 +56,8 @@ struct HostTensor {
 };
 
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
+// Storage element offsets of a view's elements, in row-major order of the view.
+std::vector<int64_t> view_offsets(const HostTensor& t);
 int64_t count(const std::vector<int64_t>& shape);
 std::string shape_str(const std::vector<int64_t>& shape);
 

@@ -307,12 +307,37 @@ void run_fill(Context& ctx, const OpInfo& op, int32_t dt, const std::vector<int6
 
 // ---- copy ---------------------------------------------------------------------------------
 
+// A strided output view of `shape` for copy (Note [Op catalogue]: copy may write into any
+// non-overlapping strided view): "strided_output" is a slice of padded rows starting 3 elements
+// into its storage, "transposed_output" a permuted view. Storage outside the view must keep
+// its guard pattern.
+DeviceTensor strided_output(Context& ctx, int32_t dt, const std::vector<int64_t>& shape,
+                            bool transposed, std::vector<int64_t>* offsets) {
+  HostTensor layout;
+  Rng unused(0);
+  if (transposed)
+    layout = random_permuted(unused, dt, shape, {2, 0, 1}, Range{});
+  else
+    layout = random_padded(unused, dt, shape, 4, 3, Range{});
+  *offsets = view_offsets(layout);
+  DeviceTensor d;
+  d.dtype = dt;
+  d.shape = shape;
+  d.storage_elems = static_cast<int64_t>(layout.storage.size());
+  d.view_offset = layout.offset;
+  size_t es = bp_dtype_size(dt);
+  d.buffer = GuardedBuffer(ctx, layout.storage.size() * es);
+  d.desc = make_desc(d.buffer.get(), d.buffer.offset() + static_cast<uint64_t>(layout.offset) * es,
+                     dt, shape, layout.strides);
+  return d;
+}
+
 void run_copy(Context& ctx, const OpInfo& op, int32_t dt, const std::string& variant) {
   const std::string what = what_of(ctx, op, dt, variant);
   Rng rng = rng_for(ctx, op, dt, variant);
   Range r = default_range(dt);
   HostTensor in;
-  if (variant == "contiguous")
+  if (variant == "contiguous" || variant == "strided_output" || variant == "transposed_output")
     in = random_dense(rng, dt, kShape, r);
   else if (variant == "strided")
     in = random_permuted(rng, dt, kBcastShape, {2, 0, 1}, r);
@@ -327,10 +352,40 @@ void run_copy(Context& ctx, const OpInfo& op, int32_t dt, const std::string& var
   else
     in = random_permuted(rng, dt, kLargeShape, {1, 0}, r);
   DeviceTensor din = upload(ctx, in);
-  DeviceTensor out = make_output(ctx, dt, in.shape);
-  std::string full = what + ": " + describe_launch(op.name, {&in}, in.shape, dt);
+  const bool strided_out = variant == "strided_output" || variant == "transposed_output";
+  std::vector<int64_t> offsets;
+  DeviceTensor out =
+      strided_out ? strided_output(ctx, dt, in.shape, variant == "transposed_output", &offsets)
+                  : make_output(ctx, dt, in.shape);
+  std::string full =
+      what + ": " +
+      describe_launch(
+          op.name, {&in}, in.shape, dt,
+          strided_out ? "output strides " + shape_str(std::vector<int64_t>(
+                                                out.desc.strides, out.desc.strides + out.desc.rank))
+                      : "");
   run_kernel(ctx, op.name, dt, {din.desc}, out.desc, {}, full);
-  expect_close(read_dense(out, full), in.logical(), dt, 0.0, full);
+  if (!strided_out) {
+    expect_close(read_dense(out, full), in.logical(), dt, 0.0, full);
+    return;
+  }
+  std::vector<uint8_t> bytes = out.buffer.read_checked(full);
+  const size_t es = bp_dtype_size(dt);
+  std::vector<bool> in_view(static_cast<size_t>(out.storage_elems), false);
+  std::vector<double> got(offsets.size());
+  for (size_t i = 0; i < offsets.size(); ++i) {
+    in_view[static_cast<size_t>(offsets[i])] = true;
+    got[i] = load_value(bytes.data(), dt, static_cast<size_t>(offsets[i]));
+  }
+  expect_close(got, in.logical(), dt, 0.0, full);
+  for (size_t e = 0; e < in_view.size(); ++e) {
+    if (in_view[e]) continue;
+    for (size_t b = e * es; b < (e + 1) * es; ++b)
+      if (bytes[b] != guard_byte(GuardedBuffer::kGuard + b))
+        throw Failure(full + format(": wrote storage element %zu, which is outside the output "
+                                    "view",
+                                    e));
+  }
 }
 
 // ---- cast ---------------------------------------------------------------------------------
@@ -427,8 +482,8 @@ void elementwise_cases(const OpInfo& op, int32_t dt, CaseList& out) {
           {"large", [p, dt](Context& c) { run_fill(c, *p, dt, kLargeShape, false, "large"); }});
       break;
     case OpKind::copy:
-      for (const char* v :
-           {"contiguous", "strided", "broadcast", "offset", "rank0", "empty", "large"})
+      for (const char* v : {"contiguous", "strided", "broadcast", "offset", "strided_output",
+                            "transposed_output", "rank0", "empty", "large"})
         out.push_back({v, [p, dt, v](Context& c) { run_copy(c, *p, dt, v); }});
       break;
     case OpKind::cast: {
