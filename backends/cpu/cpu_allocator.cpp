@@ -5,9 +5,24 @@
 
 #include <backplane/plugin_sdk.hpp>
 
+#include <stdlib.h>
 #include <tbb/scalable_allocator.h>
 
 #include <algorithm>
+
+// Note [CPU allocator under AddressSanitizer]
+//   ASan cannot see inside tbbmalloc's blocks, so an out-of-bounds kernel access to a device
+//   buffer would go unnoticed. Sanitizer builds therefore take buffers from posix_memalign,
+//   which ASan poisons around exactly the requested bytes, and refuse requests above the
+//   physical memory up front (ASan aborts, rather than returning NULL, on impossible sizes).
+//   There is no cache then, and release_cache does nothing.
+#if defined(__SANITIZE_ADDRESS__)
+#define BP_CPU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BP_CPU_ASAN 1
+#endif
+#endif
 
 namespace bp::cpu {
 namespace {
@@ -18,7 +33,22 @@ constexpr uint64_t kMaxRequest = uint64_t{1} << 56;
 
 void* try_allocate(uint64_t size) {
   if (size > kMaxRequest) return nullptr;
-  return scalable_aligned_malloc(static_cast<size_t>(std::max<uint64_t>(size, 1)), kAlignment);
+  const size_t bytes = static_cast<size_t>(std::max<uint64_t>(size, 1));
+#ifdef BP_CPU_ASAN
+  void* p = nullptr;
+  if (size > total_memory() || posix_memalign(&p, kAlignment, bytes) != 0) return nullptr;
+  return p;
+#else
+  return scalable_aligned_malloc(bytes, kAlignment);
+#endif
+}
+
+void release(void* p) {
+#ifdef BP_CPU_ASAN
+  free(p);
+#else
+  scalable_aligned_free(p);
+#endif
 }
 
 }  // namespace
@@ -50,7 +80,7 @@ void* CpuAllocator::allocate(uint64_t size) {
 
 void CpuAllocator::deallocate(void* p, uint64_t size) {
   if (!p) return;
-  scalable_aligned_free(p);
+  release(p);
   allocated_.fetch_sub(size, std::memory_order_relaxed);
   num_allocs_.fetch_sub(1, std::memory_order_relaxed);
 }
@@ -70,7 +100,16 @@ void CpuAllocator::reset_peak() {
 }
 
 void CpuAllocator::release_cache() {
+#ifndef BP_CPU_ASAN
+  // tbbmalloc (oneTBB 2021.8) dereferences uninitialised state when asked to clean before it
+  // has served any allocation (seen when ASan's runtime is loaded), so make sure it has.
+  static const bool initialised = [] {
+    scalable_free(scalable_malloc(1));
+    return true;
+  }();
+  (void)initialised;
   scalable_allocation_command(TBBMALLOC_CLEAN_ALL_BUFFERS, nullptr);
+#endif
 }
 
 }  // namespace bp::cpu

@@ -3,6 +3,8 @@
 //
 // The block's address is the bp_buffer* handed to the host (Note [CPU buffers] in
 // cpu_plugin.cpp). reserved equals allocated: tbbmalloc's own caches are not visible.
+// AddressSanitizer builds use posix_memalign instead (Note [CPU allocator under
+// AddressSanitizer] in cpu_allocator.cpp).
 // Thread-safe: every member may be called from any thread at once.
 #ifndef BACKPLANE_CPU_ALLOCATOR_HPP_
 #define BACKPLANE_CPU_ALLOCATOR_HPP_

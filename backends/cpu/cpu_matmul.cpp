@@ -178,7 +178,8 @@ void matmul_kernel(const Launch& l) {
     const Mat<T> mb{pb + bi * b.strides[0], K, N, b.strides[1], b.strides[2]};
     matmul_one(ma, mb, po + bi * out.strides[0], out.strides[1], out.strides[2]);
   };
-  // Small matrices: OpenBLAS runs them on the calling thread, so spread the batch over TBB.
+  // OpenBLAS runs a gemm of at most 64^3 multiply-adds on the calling thread (its
+  // SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD), so a batch of those is spread over oneTBB.
   constexpr int64_t kSmallFlops = 64 * 64 * 64;
   if (B > 1 && M * N * K <= kSmallFlops) {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, B), [&](const tbb::blocked_range<int64_t>& r) {

@@ -76,8 +76,8 @@ Layout<N> make_layout(const bp_tensor_desc* const (&ts)[N]) {
 }
 
 // Calls row(off, count) for the rows covering linear elements [begin, end) in row-major
-// order, where off[k] is operand k's element offset of the row's first element and the row's
-// elements are count apart by l.inner(k).
+// order: off[k] is operand k's element offset of the row's first element, the row has `count`
+// elements, and consecutive ones are l.inner(k) elements apart in operand k.
 template <int N, class Row>
 void for_each_row(const Layout<N>& l, int64_t begin, int64_t end, Row&& row) {
   if (begin >= end) return;
