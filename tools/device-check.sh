@@ -37,8 +37,8 @@ if has tests; then
     [ -x "$t" ] && step "$(basename "$t")" "$t" --gtest_brief=1
   done
 fi
-if has conformance && [ -x "$build/tools/bp-conformance" ]; then
-  step conformance "$build/tools/bp-conformance" --json "$out/conformance.json" \
+if has conformance && [ -x "$build/bin/bp-conformance" ]; then
+  step conformance "$build/bin/bp-conformance" --json "$out/conformance.json" \
     --junit "$out/conformance.xml"
 fi
 has bench && step bench python3 bench/compare.py --bp "$build/bin/bp-bench" --json "$out/bench.json"

@@ -190,8 +190,9 @@ typedef struct bp_op_support {
  *   normal      -> out           attrs "seed", "offset" (INT), "mean", "std" (FLOAT)
  *               Random numbers follow Note [Philox stream] in backplane/philox.h exactly, so
  *               one seed gives the same values on every device.
- * Outputs are always dense (row-major contiguous) and never alias inputs unless the host
- * says so with attr "inplace" (INT 1), where out and a describe the same memory.
+ * Outputs are dense (row-major contiguous) for every op but copy, whose output may be any
+ * non-overlapping strided view (writing into a slice). Outputs never alias inputs unless the
+ * host says so with attr "inplace" (INT 1), where out and input 0 describe the same memory.
  */
 
 /* ---- The table ---------------------------------------------------------------------------- */
