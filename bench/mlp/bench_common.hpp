@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -59,6 +60,10 @@ inline std::vector<TorchResult> run_torch(const std::string& python, const std::
   std::vector<TorchResult> out;
   std::string cmd =
       python + " '" + script + "' --machine --iters " + std::to_string(iters) + " 2>&1";
+  if (!std::filesystem::exists(script)) {
+    note = "script " + script + " not found (pass --torch-script)";
+    return out;
+  }
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) {
     note = "could not start " + python;
@@ -122,8 +127,17 @@ struct Args {
   int iters = 300, warmup = 30;
   bool torch = true;
   std::string python = "python3";
+  std::string torch_script;          // --torch-script; empty: the default below
   std::vector<std::string> devices;  // empty: every device
 };
+
+// The PyTorch script: --torch-script, else the path baked in at build time, else the same
+// path relative to the working folder (a build copied to another machine, run from the repo).
+inline std::string find_script(const Args& a, const std::string& baked, const std::string& rel) {
+  if (!a.torch_script.empty()) return a.torch_script;
+  if (std::filesystem::exists(baked)) return baked;
+  return rel;
+}
 
 inline Args parse_args(int argc, char** argv, const char* usage) {
   Args a;
@@ -145,6 +159,8 @@ inline Args parse_args(int argc, char** argv, const char* usage) {
       a.torch = false;
     else if (s == "--python")
       a.python = value();
+    else if (s == "--torch-script")
+      a.torch_script = value();
     else if (s == "--device")
       a.devices.push_back(value());
     else {

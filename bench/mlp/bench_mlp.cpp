@@ -1,7 +1,8 @@
 // Forward of Linear(1024,1024)-ReLU-Linear(1024,10) at batch 256 on every device, against
 // PyTorch on the same machine (bench/mlp/torch_mlp.py, run when python3 has torch).
 //
-//   bench_mlp [--iters 300] [--warmup 30] [--device cuda:0]... [--no-torch] [--python python3]
+//   bp-bench-mlp [--iters 300] [--warmup 30] [--device cuda:0]... [--no-torch] [--python python3]
+//        [--torch-script PATH]
 #include "bench_common.hpp"
 
 #include <backplane/nn.hpp>
@@ -9,7 +10,8 @@
 int main(int argc, char** argv) try {
   bench::Args args = bench::parse_args(
       argc, argv,
-      "usage: bench_mlp [--iters N] [--warmup N] [--device D]... [--no-torch] [--python PY]\n");
+      "usage: bp-bench-mlp [--iters N] [--warmup N] [--device D]... [--no-torch] [--python PY]\n"
+      "       [--torch-script PATH]\n");
   std::vector<bench::Row> rows;
   for (bp::Device* d : bench::selected_devices(args)) {
     bp::manual_seed(0);
@@ -30,7 +32,9 @@ int main(int argc, char** argv) try {
   std::string note = "skipped (--no-torch)";
   if (args.torch) {
     note.clear();
-    torch = bench::run_torch(args.python, BP_TORCH_MLP_SCRIPT, args.iters, note);
+    torch = bench::run_torch(
+        args.python, bench::find_script(args, BP_TORCH_MLP_SCRIPT, "bench/mlp/torch_mlp.py"),
+        args.iters, note);
   }
   for (bench::Row& r : rows) r.torch = bench::torch_for(torch, bp::device(r.device));
   bench::print_table("MLP forward: Linear(1024,1024)-ReLU-Linear(1024,10), batch 256, f32", rows,

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch side of bench/mlp: forward of Linear(1024,1024)-ReLU-Linear(1024,10) at batch 256,
-measured exactly as bench_mlp measures Backplane (median of many single forwards, each
+measured exactly as bp-bench-mlp measures Backplane (median of many single forwards, each
 followed by a device synchronisation, after warm-up; plus the mean per forward when many are
 queued and synchronised once). Runs on the CPU and, when available, on CUDA.
 
 Standalone:  python3 bench/mlp/torch_mlp.py [--iters 300] [--warmup 30]
-bench_mlp runs it with --machine and reads lines
+bp-bench-mlp runs it with --machine and reads lines
     RESULT <device> <median_us> <queued_us> <description>
 """
 import argparse
@@ -42,7 +42,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--machine", action="store_true", help="print RESULT lines for bench_mlp")
+    ap.add_argument("--machine", action="store_true", help="print RESULT lines for bp-bench-mlp")
     args = ap.parse_args()
     try:
         import torch

@@ -2,7 +2,8 @@
 // zero_grad, forward, cross-entropy, backward, SGD update (lr 0.01, momentum 0.9), against
 // PyTorch on the same machine (bench/train/torch_train.py, run when python3 has torch).
 //
-//   bench_train [--iters 300] [--warmup 30] [--device cuda:0]... [--no-torch] [--python python3]
+//   bp-bench-train [--iters 300] [--warmup 30] [--device cuda:0]... [--no-torch] [--python python3]
+//        [--torch-script PATH]
 #include "bench_common.hpp"
 
 #include <backplane/nn.hpp>
@@ -11,7 +12,8 @@
 int main(int argc, char** argv) try {
   bench::Args args = bench::parse_args(
       argc, argv,
-      "usage: bench_train [--iters N] [--warmup N] [--device D]... [--no-torch] [--python PY]\n");
+      "usage: bp-bench-train [--iters N] [--warmup N] [--device D]... [--no-torch] [--python PY]\n"
+      "       [--torch-script PATH]\n");
   std::vector<bench::Row> rows;
   for (bp::Device* d : bench::selected_devices(args)) {
     bp::manual_seed(0);
@@ -40,7 +42,9 @@ int main(int argc, char** argv) try {
   std::string note = "skipped (--no-torch)";
   if (args.torch) {
     note.clear();
-    torch = bench::run_torch(args.python, BP_TORCH_TRAIN_SCRIPT, args.iters, note);
+    torch = bench::run_torch(
+        args.python, bench::find_script(args, BP_TORCH_TRAIN_SCRIPT, "bench/train/torch_train.py"),
+        args.iters, note);
   }
   for (bench::Row& r : rows) r.torch = bench::torch_for(torch, bp::device(r.device));
   bench::print_table(

@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """PyTorch side of bench/train: one SGD training step (zero_grad, forward, cross-entropy,
 backward, step; lr 0.01, momentum 0.9) of Linear(1024,1024)-ReLU-Linear(1024,10) at batch
-256, measured exactly as bench_train measures Backplane (median of single steps each followed
+256, measured exactly as bp-bench-train measures Backplane (median of single steps each followed
 by a device synchronisation, after warm-up; plus the mean per step when queued). Runs on the
 CPU and, when available, on CUDA.
 
 Standalone:  python3 bench/train/torch_train.py [--iters 300] [--warmup 30]
-bench_train runs it with --machine and reads lines
+bp-bench-train runs it with --machine and reads lines
     RESULT <device> <median_us> <queued_us> <description>
 """
 import argparse
@@ -52,7 +52,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--machine", action="store_true", help="print RESULT lines for bench_train")
+    ap.add_argument("--machine", action="store_true", help="print RESULT lines for bp-bench-train")
     args = ap.parse_args()
     try:
         import torch

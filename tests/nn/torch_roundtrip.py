@@ -3,6 +3,7 @@
 
     python3 -m pip install torch safetensors numpy      # if needed
     python3 tests/nn/torch_roundtrip.py --tool build/bin/nn_interop_tool [--device cuda:0]
+    python3 tests/nn/torch_roundtrip.py build        (the same, with build/bin/nn_interop_tool)
 
 Checks, each printed as PASS/FAIL:
   1. Backplane writes a file on --device (nn_interop_tool write): safetensors.torch.load_file
@@ -46,10 +47,18 @@ def torch_dtypes(torch):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tool", required=True, help="path to nn_interop_tool")
+    ap.add_argument("build", nargs="?", default="", help="build folder holding bin/nn_interop_tool")
+    ap.add_argument("--tool", default="", help="path to nn_interop_tool")
     ap.add_argument("--device", default="", help="Backplane device (default: cuda:0, else cpu:0)")
     ap.add_argument("--workdir", default="", help="where to write the files (default: a temp dir)")
     args = ap.parse_args()
+    if not args.tool:
+        if not args.build:
+            ap.error("give --tool PATH or a build folder")
+        args.tool = os.path.join(args.build, "bin", "nn_interop_tool")
+    if not os.access(args.tool, os.X_OK):
+        print(f"FAIL  {args.tool} is not an executable (build the nn_interop_tool target)")
+        return 1
 
     import torch
     from safetensors.torch import load_file, save_file
