@@ -19,13 +19,13 @@ configure() {
     -DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DBP_BUILD_FUZZ=ON -DBP_SANITIZE=address,fuzzer-no-link \
     -DBP_BUILD_CUDA=OFF -DBP_BUILD_OPENCL=OFF -DBP_BUILD_BENCH=OFF -DBP_BUILD_EXAMPLES=OFF \
-    -DBP_BUILD_TESTS="$1" >"$build.configure.log" 2>&1 ||
-    { cat "$build.configure.log"; exit 1; }
+    -DBP_BUILD_TESTS="$1" >"$build/configure.log" 2>&1 ||
+    { cat "$build/configure.log"; exit 1; }
 }
 
 # Only what the target needs. The top-level CMakeLists adds tests/ (and so tests/fuzz) only
 # with BP_BUILD_TESTS=ON; where that is so, configure with it on (nothing else gets built).
-mkdir -p "$(dirname "$build")"
+mkdir -p "$build"
 configure OFF
 if ! ninja -C "$build" -t targets all 2>/dev/null | grep -q '^fuzz_safetensors:'; then
   configure ON
