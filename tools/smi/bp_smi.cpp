@@ -24,6 +24,15 @@ const char* status_name(bp::PluginReport::Status s) {
   return "?";
 }
 
+// The default device, or why it cannot be resolved (a bad BACKPLANE_DEVICE, say).
+std::string default_device_or_error() {
+  try {
+    return bp::default_device().str();
+  } catch (const bp::Error& e) {
+    return std::string("error: ") + e.what();
+  }
+}
+
 std::string mib(uint64_t bytes) {
   return std::to_string(bytes >> 20) + "MiB";
 }
@@ -77,6 +86,7 @@ int print_json() {
                                                        std::to_string(p.compute_minor)},
                             {"cores", p.cores}});
   }
+  j["default_device"] = default_device_or_error();
   std::cout << j.dump(2) << "\n";
   return 0;
 }
@@ -112,6 +122,7 @@ int print_table() {
                   p.pci_bus_id.c_str(), p.compute_major, p.compute_minor, p.cores, p.uuid.c_str());
   }
   if (rows.empty()) std::printf("  (none)\n");
+  std::printf("\nDefault device: %s\n", default_device_or_error().c_str());
   return 0;
 }
 
