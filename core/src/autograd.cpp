@@ -119,8 +119,11 @@ class OpNode final : public Node {
           a = a.unsqueeze(0);
           g1 = g1.unsqueeze(-2);
         }
-        Tensor ga = reduce_to(bp::matmul(g1, b.transpose(-2, -1)), a.shape()).reshape(s0);
-        Tensor gb = reduce_to(bp::matmul(a.transpose(-2, -1), g1), b.shape()).reshape(in_shapes[1]);
+        // Only the gradients some input needs (a first layer's input usually needs none).
+        Tensor ga, gb;
+        if (next[0]) ga = reduce_to(bp::matmul(g1, b.transpose(-2, -1)), a.shape()).reshape(s0);
+        if (next[1])
+          gb = reduce_to(bp::matmul(a.transpose(-2, -1), g1), b.shape()).reshape(in_shapes[1]);
         return {ga, gb};
       }
       case GradKind::add_scalar:

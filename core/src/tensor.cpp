@@ -614,10 +614,12 @@ Tensor ones_like(const Tensor& t) {
 }
 
 Tensor arange(int64_t n, Device& device, DType dtype) {
-  std::vector<double> v(static_cast<size_t>(std::max<int64_t>(n, 0)));
-  for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<double>(k);
-  Tensor t = from_vector(v, {static_cast<int64_t>(v.size())}, device);
-  return t.to(dtype);
+  // Built on the host in the requested dtype, so devices without f64 need no cast.
+  size_t count = static_cast<size_t>(std::max<int64_t>(n, 0));
+  std::vector<char> bytes(count * dtype_size(dtype));
+  for (size_t k = 0; k < count; ++k)
+    store_from_double(bytes.data(), dtype, k, static_cast<double>(k));
+  return from_bytes(bytes.data(), bytes.size(), {static_cast<int64_t>(count)}, dtype, device);
 }
 Tensor arange(int64_t n, DType dtype) {
   return arange(n, default_device(), dtype);

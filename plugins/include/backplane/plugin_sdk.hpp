@@ -202,8 +202,8 @@ class Backend {
   virtual void copy_d2d(bp_stream* s, bp_buffer* dst, uint64_t dst_off, bp_buffer* src,
                         uint64_t src_off, uint64_t size) = 0;
   virtual bool has_copy_peer() const { return false; }
-  virtual void copy_peer(bp_stream*, int32_t, bp_buffer*, uint64_t, int32_t, bp_buffer*,
-                         uint64_t, uint64_t) {}
+  virtual void copy_peer(bp_stream*, int32_t, bp_buffer*, uint64_t, int32_t, bp_buffer*, uint64_t,
+                         uint64_t) {}
 
   // Returns nullptr (or throws BP_ERROR_UNSUPPORTED) when the op/dtype is not implemented.
   virtual bp_kernel* find_kernel(int32_t device, const char* op, int32_t dtype) = 0;
@@ -256,7 +256,9 @@ struct Table {
     };
     t.device_properties = [](int32_t d, bp_device_properties* p) {
       return run([&] {
-        if (!p) fail(BP_ERROR_INVALID_ARGUMENT, "device_properties: out_props is NULL");
+        if (!p || p->struct_size < sizeof(size_t))
+          fail(BP_ERROR_INVALID_ARGUMENT,
+               "device_properties: out_props is NULL or its struct_size is not set");
         bp_device_properties full{};
         full.struct_size = sizeof(full);
         get().device_properties(d, full);
@@ -269,9 +271,7 @@ struct Table {
       return run([&] { *out = get().stream_create(d); });
     };
     t.stream_destroy = [](bp_stream* s) { return run([&] { get().stream_destroy(s); }); };
-    t.stream_synchronize = [](bp_stream* s) {
-      return run([&] { get().stream_synchronize(s); });
-    };
+    t.stream_synchronize = [](bp_stream* s) { return run([&] { get().stream_synchronize(s); }); };
     if (b.has_events()) {
       t.event_create = [](int32_t d, bp_event** out) {
         return run([&] { *out = get().event_create(d); });
@@ -309,6 +309,9 @@ struct Table {
     }
     t.memory_stats = [](int32_t d, bp_memory_stats* out) {
       return run([&] {
+        if (!out || out->struct_size < sizeof(size_t))
+          fail(BP_ERROR_INVALID_ARGUMENT,
+               "memory_stats: out_stats is NULL or its struct_size is not set");
         bp_memory_stats full{};
         full.struct_size = sizeof(full);
         get().memory_stats(d, full);
@@ -337,7 +340,9 @@ struct Table {
       return run([&] { get().copy_d2h(s, dst, src, off, n); });
     };
     t.copy_d2d = [](bp_stream* s, bp_buffer* dst, uint64_t doff, bp_buffer* src, uint64_t soff,
-                    uint64_t n) { return run([&] { get().copy_d2d(s, dst, doff, src, soff, n); }); };
+                    uint64_t n) {
+      return run([&] { get().copy_d2d(s, dst, doff, src, soff, n); });
+    };
     if (b.has_copy_peer()) {
       t.copy_peer = [](bp_stream* s, int32_t dd, bp_buffer* dst, uint64_t doff, int32_t sd,
                        bp_buffer* src, uint64_t soff, uint64_t n) {
@@ -348,8 +353,8 @@ struct Table {
       return run([&] {
         bp_kernel* k = get().find_kernel(d, op, dtype);
         if (!k)
-          fail(BP_ERROR_UNSUPPORTED, format("%s: no kernel for op '%s' with dtype %s", *kName, op,
-                                            bp_dtype_name(dtype)));
+          fail(BP_ERROR_UNSUPPORTED,
+               format("%s: no kernel for op '%s' with dtype %s", *kName, op, bp_dtype_name(dtype)));
         *out = k;
       });
     };
@@ -368,25 +373,25 @@ struct Table {
 }  // namespace bp::sdk
 
 // Defines the plugin's entry symbol for backend class `Class`.
-#define BP_SDK_DEFINE_PLUGIN(Class, kNameLit, kTypeLit, kVersionLit)                         \
-  namespace {                                                                                \
-  const char* const bp_sdk_plugin_name = kNameLit;                                           \
-  bp::sdk::Backend& bp_sdk_backend() {                                                       \
-    static Class* instance = new Class(); /* never destroyed: lives as long as the .so */    \
-    return *instance;                                                                        \
-  }                                                                                          \
-  }                                                                                          \
-  extern "C" BP_PLUGIN_EXPORT const bp_plugin_api* bp_plugin_get_api(uint32_t host_major,    \
-                                                                     uint32_t host_minor) {  \
-    /* The host compares versions and reports a mismatch with both numbers. */             \
-    (void)host_major;                                                                        \
-    (void)host_minor;                                                                        \
-    static bp_plugin_api table = [] {                                                        \
-      bp_plugin_api t{};                                                                     \
-      bp::sdk::Table<bp_sdk_backend, &bp_sdk_plugin_name>::build(t, kTypeLit, kVersionLit);  \
-      return t;                                                                              \
-    }();                                                                                     \
-    return &table;                                                                           \
+#define BP_SDK_DEFINE_PLUGIN(Class, kNameLit, kTypeLit, kVersionLit)                        \
+  namespace {                                                                               \
+  const char* const bp_sdk_plugin_name = kNameLit;                                          \
+  bp::sdk::Backend& bp_sdk_backend() {                                                      \
+    static Class* instance = new Class(); /* never destroyed: lives as long as the .so */   \
+    return *instance;                                                                       \
+  }                                                                                         \
+  }                                                                                         \
+  extern "C" BP_PLUGIN_EXPORT const bp_plugin_api* bp_plugin_get_api(uint32_t host_major,   \
+                                                                     uint32_t host_minor) { \
+    /* The host compares versions and reports a mismatch with both numbers. */              \
+    (void)host_major;                                                                       \
+    (void)host_minor;                                                                       \
+    static bp_plugin_api table = [] {                                                       \
+      bp_plugin_api t{};                                                                    \
+      bp::sdk::Table<bp_sdk_backend, &bp_sdk_plugin_name>::build(t, kTypeLit, kVersionLit); \
+      return t;                                                                             \
+    }();                                                                                    \
+    return &table;                                                                          \
   }
 
 #endif  // BACKPLANE_PLUGIN_SDK_HPP_
