@@ -100,7 +100,9 @@ KernelFn copy_family(Op op, bp_dtype dtype);         // fill copy cast (cpu_copy
 KernelFn elementwise_family(Op op, bp_dtype dtype);  // binary, compare, where, unary
 KernelFn reduction_family(Op op, bp_dtype dtype);    // sum mean max
 KernelFn matmul_family(Op op, bp_dtype dtype);       // matmul
-KernelFn random_family(Op op, bp_dtype dtype);       // uniform normal
+// Makes OpenBLAS single-threaded: oneTBB owns the cores (Note [One thread pool]).
+void configure_blas_threads();
+KernelFn random_family(Op op, bp_dtype dtype);  // uniform normal
 
 // ---- Byte copies (cpu_copy.cpp): memcpy/memset split across threads when large. ----------
 void parallel_memcpy(void* dst, const void* src, uint64_t size);

@@ -8,14 +8,22 @@
 //   either reading valid, and BLAS needs a leading dimension of at least the row length, so
 //   the layout is chosen per operand and anything BLAS cannot describe (a broadcast row, an
 //   overlapping view) is first packed into a dense scratch matrix. A column-major output is
-//   produced as the row-major product out^T = b^T a^T. Batches run one gemm per matrix; many
-//   small matrices run in parallel with oneTBB while large ones use OpenBLAS's own threads.
+//   produced as the row-major product out^T = b^T a^T. Batches run one gemm per matrix.
+//
+// Note [One thread pool]
+//   OpenBLAS's own pthreads busy-wait between calls; next to oneTBB's workers (and any other
+//   load) they oversubscribe the cores, which made a 100x100 product take milliseconds. So
+//   OpenBLAS runs single-threaded (set once in init) and all parallelism comes from oneTBB:
+//   many small matrices are spread over the batch, and one large product is split into
+//   blocks of output rows (or columns, when there are few rows), each a single-threaded gemm
+//   over the full K.
 #include "cpu_kernels.hpp"
 #include "cpu_types.hpp"
 
 #include <cblas.h>
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include <algorithm>
 #include <climits>
@@ -173,15 +181,34 @@ void matmul_kernel(const Launch& l) {
                         bp_dtype_name(l.kernel.dtype), describe(a).c_str(), describe(b).c_str()));
   const T* pa = data<const T>(a);
   const T* pb = data<const T>(b);
+  const int64_t ors = out.strides[1], ocs = out.strides[2];
   auto one = [&](int64_t bi) {
     const Mat<T> ma{pa + bi * a.strides[0], M, K, a.strides[1], a.strides[2]};
     const Mat<T> mb{pb + bi * b.strides[0], K, N, b.strides[1], b.strides[2]};
-    matmul_one(ma, mb, po + bi * out.strides[0], out.strides[1], out.strides[2]);
+    T* o = po + bi * out.strides[0];
+    // Note [One thread pool]: split a large product into blocks of output rows or columns.
+    constexpr int64_t kSerialFlops = 64 * 64 * 64, kMinBlock = 32;
+    if (M * N * K <= kSerialFlops || (M < 2 * kMinBlock && N < 2 * kMinBlock)) {
+      matmul_one(ma, mb, o, ors, ocs);
+      return;
+    }
+    const int64_t workers = std::max(1, tbb::this_task_arena::max_concurrency());
+    const bool by_rows = M >= N || M >= 2 * kMinBlock * workers;
+    const int64_t extent = by_rows ? M : N;
+    const int64_t block = std::max(kMinBlock, (extent + 2 * workers - 1) / (2 * workers));
+    tbb::parallel_for(tbb::blocked_range<int64_t>(0, extent, block),
+                      [&](const tbb::blocked_range<int64_t>& r) {
+                        const int64_t lo = r.begin(), len = r.end() - r.begin();
+                        if (by_rows) {
+                          const Mat<T> rows{ma.p + lo * ma.rs, len, K, ma.rs, ma.cs};
+                          matmul_one(rows, mb, o + lo * ors, ors, ocs);
+                        } else {
+                          const Mat<T> cols{mb.p + lo * mb.cs, K, len, mb.rs, mb.cs};
+                          matmul_one(ma, cols, o + lo * ocs, ors, ocs);
+                        }
+                      });
   };
-  // OpenBLAS runs a gemm of at most 64^3 multiply-adds on the calling thread (its
-  // SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD), so a batch of those is spread over oneTBB.
-  constexpr int64_t kSmallFlops = 64 * 64 * 64;
-  if (B > 1 && M * N * K <= kSmallFlops) {
+  if (B > 1 && M * N * K <= 64 * 64 * 64) {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, B), [&](const tbb::blocked_range<int64_t>& r) {
       for (int64_t bi = r.begin(); bi < r.end(); ++bi) one(bi);
     });
@@ -191,6 +218,10 @@ void matmul_kernel(const Launch& l) {
 }
 
 }  // namespace
+
+void configure_blas_threads() {
+  openblas_set_num_threads(1);
+}
 
 KernelFn matmul_family(Op op, bp_dtype dtype) {
   if (op != Op::kMatmul) return nullptr;

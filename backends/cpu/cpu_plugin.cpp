@@ -58,7 +58,10 @@ void check_host(const void* p, uint64_t size, const char* what) {
 
 class CpuBackend final : public bp::sdk::Backend {
  public:
-  void init() override { configure_thresholds_from_environment(); }
+  void init() override {
+    configure_thresholds_from_environment();
+    configure_blas_threads();  // Note [One thread pool] in cpu_matmul.cpp
+  }
 
   int32_t device_count(const char** out_reason) override {
     *out_reason = "";
