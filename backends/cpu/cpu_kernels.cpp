@@ -11,10 +11,10 @@ namespace bp::cpu {
 namespace {
 
 constexpr const char* kOpNames[kNumOps] = {
-    "fill",    "copy",    "cast", "add", "sub",    "mul",     "div",     "pow",
-    "maximum", "minimum", "eq",   "ne",  "lt",     "le",      "gt",      "ge",
-    "where",   "neg",     "exp",  "log", "sqrt",   "relu",    "sigmoid", "tanh",
-    "abs",     "sum",     "mean", "max", "matmul", "uniform", "normal"};
+#define BP_OP_X_NAME(name, Name) #name,
+    BP_OP_CATALOGUE(BP_OP_X_NAME)
+#undef BP_OP_X_NAME
+};
 
 // Why (op, dtype) is outside the support matrix; only called for unsupported pairs.
 const char* unsupported_reason(Op op, int32_t dtype) {

@@ -9,6 +9,7 @@
 #ifndef BACKPLANE_CPU_KERNELS_HPP_
 #define BACKPLANE_CPU_KERNELS_HPP_
 
+#include <backplane/op_catalogue.h>
 #include <backplane/plugin_abi.h>
 #include <backplane/plugin_sdk.hpp>
 
@@ -19,38 +20,10 @@ namespace bp::cpu {
 
 // The op catalogue of plugin_abi.h (Note [Op catalogue]), in catalogue order.
 enum class Op : int32_t {
-  kFill,
-  kCopy,
-  kCast,
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kPow,
-  kMaximum,
-  kMinimum,
-  kEq,
-  kNe,
-  kLt,
-  kLe,
-  kGt,
-  kGe,
-  kWhere,
-  kNeg,
-  kExp,
-  kLog,
-  kSqrt,
-  kRelu,
-  kSigmoid,
-  kTanh,
-  kAbs,
-  kSum,
-  kMean,
-  kMax,
-  kMatmul,
-  kUniform,
-  kNormal,
-  kCount
+#define BP_OP_X_ENUM(name, Name) k##Name,
+  BP_OP_CATALOGUE(BP_OP_X_ENUM)
+#undef BP_OP_X_ENUM
+      kCount
 };
 inline constexpr int kNumOps = static_cast<int>(Op::kCount);
 

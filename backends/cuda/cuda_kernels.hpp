@@ -17,6 +17,7 @@
 #ifndef BACKPLANE_CUDA_KERNELS_HPP_
 #define BACKPLANE_CUDA_KERNELS_HPP_
 
+#include <backplane/op_catalogue.h>
 #include <backplane/plugin_abi.h>
 #include <backplane/plugin_sdk.hpp>
 
@@ -31,38 +32,10 @@ struct CudaStream;
 
 // Every op of the catalogue (plugin_abi.h Note [Op catalogue]), in list_ops order.
 enum class Op : int32_t {
-  kFill,
-  kCopy,
-  kCast,
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kPow,
-  kMaximum,
-  kMinimum,
-  kEq,
-  kNe,
-  kLt,
-  kLe,
-  kGt,
-  kGe,
-  kWhere,
-  kNeg,
-  kExp,
-  kLog,
-  kSqrt,
-  kRelu,
-  kSigmoid,
-  kTanh,
-  kAbs,
-  kSum,
-  kMean,
-  kMax,
-  kMatmul,
-  kUniform,
-  kNormal,
-  kCount
+#define BP_OP_X_ENUM(name, Name) k##Name,
+  BP_OP_CATALOGUE(BP_OP_X_ENUM)
+#undef BP_OP_X_ENUM
+      kCount
 };
 
 // Catalogue name of an op ("add").

@@ -15,10 +15,10 @@ namespace {
 constexpr int kNumOps = static_cast<int>(Op::kCount);
 
 constexpr std::array<const char*, kNumOps> kOpNames = {
-    "fill",    "copy",    "cast", "add", "sub",    "mul",     "div",     "pow",
-    "maximum", "minimum", "eq",   "ne",  "lt",     "le",      "gt",      "ge",
-    "where",   "neg",     "exp",  "log", "sqrt",   "relu",    "sigmoid", "tanh",
-    "abs",     "sum",     "mean", "max", "matmul", "uniform", "normal"};
+#define BP_OP_X_NAME(name, Name) #name,
+    BP_OP_CATALOGUE(BP_OP_X_NAME)
+#undef BP_OP_X_NAME
+};
 static_assert(kOpNames[kNumOps - 1] != nullptr, "kOpNames must name every Op");
 
 LaunchFn resolve(Op op, int32_t dtype) {

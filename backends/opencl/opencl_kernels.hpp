@@ -8,6 +8,8 @@
 #include "opencl_device.hpp"
 #include "opencl_program.hpp"
 
+#include <backplane/op_catalogue.h>
+
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -17,38 +19,10 @@ namespace bp::opencl {
 
 // The op catalogue of plugin_abi.h, Note [Op catalogue].
 enum class Op : int32_t {
-  kFill,
-  kCopy,
-  kCast,
-  kAdd,
-  kSub,
-  kMul,
-  kDiv,
-  kPow,
-  kMaximum,
-  kMinimum,
-  kEq,
-  kNe,
-  kLt,
-  kLe,
-  kGt,
-  kGe,
-  kWhere,
-  kNeg,
-  kExp,
-  kLog,
-  kSqrt,
-  kRelu,
-  kSigmoid,
-  kTanh,
-  kAbs,
-  kSum,
-  kMean,
-  kMax,
-  kMatmul,
-  kUniform,
-  kNormal,
-  kCount
+#define BP_OP_X_ENUM(name, Name) k##Name,
+  BP_OP_CATALOGUE(BP_OP_X_ENUM)
+#undef BP_OP_X_ENUM
+      kCount
 };
 inline constexpr int32_t kOpCount = static_cast<int32_t>(Op::kCount);
 

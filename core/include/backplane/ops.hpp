@@ -1,6 +1,8 @@
-// The op catalogue as the host sees it (Note [Op catalogue] in plugin_abi.h). Op ids index
-// the per-device kernel cache, so adding an op appends to this enum and to kOpNames.
+// The op catalogue as the host sees it (Note [Op catalogue] in plugin_abi.h), generated from
+// backplane/op_catalogue.h. Op ids index the per-device kernel cache.
 #pragma once
+
+#include <backplane/op_catalogue.h>
 
 #include <array>
 #include <cstdint>
@@ -10,46 +12,19 @@
 namespace bp {
 
 enum class Op : int32_t {
-  fill,
-  copy,
-  cast,
-  add,
-  sub,
-  mul,
-  div,
-  pow,
-  maximum,
-  minimum,
-  eq,
-  ne,
-  lt,
-  le,
-  gt,
-  ge,
-  where,
-  neg,
-  exp,
-  log,
-  sqrt,
-  relu,
-  sigmoid,
-  tanh,
-  abs,
-  sum,
-  mean,
-  max,
-  matmul,
-  uniform,
-  normal,
-  count_
+#define BP_OP_X_ENUM(name, Name) name,
+  BP_OP_CATALOGUE(BP_OP_X_ENUM)
+#undef BP_OP_X_ENUM
+      count_
 };
 inline constexpr int kNumOps = static_cast<int>(Op::count_);
+static_assert(kNumOps == BP_OP_COUNT, "op catalogue and Op disagree");
 
 inline constexpr std::array<std::string_view, kNumOps> kOpNames = {
-    "fill",    "copy",    "cast", "add", "sub",    "mul",     "div",     "pow",
-    "maximum", "minimum", "eq",   "ne",  "lt",     "le",      "gt",      "ge",
-    "where",   "neg",     "exp",  "log", "sqrt",   "relu",    "sigmoid", "tanh",
-    "abs",     "sum",     "mean", "max", "matmul", "uniform", "normal"};
+#define BP_OP_X_NAME(name, Name) #name,
+    BP_OP_CATALOGUE(BP_OP_X_NAME)
+#undef BP_OP_X_NAME
+};
 
 inline constexpr std::string_view op_name(Op op) {
   return kOpNames[static_cast<int>(op)];
