@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <tbb/scalable_allocator.h>
 
+#include <sys/mman.h>
+
 #include <algorithm>
 
 // Note [CPU allocator under AddressSanitizer]
@@ -31,6 +33,18 @@ namespace {
 // arithmetic (size + alignment + header) must not wrap around.
 constexpr uint64_t kMaxRequest = uint64_t{1} << 56;
 
+// Note [Huge pages]: a fresh large block is first touched by the kernel that writes it; with
+// 4 KiB pages those page faults cost about half the bandwidth of an elementwise op on a new
+// output. Transparent huge pages (in "madvise" mode on most distributions) cut the faults
+// 512-fold, as NumPy does for its large arrays.
+void advise_huge_pages(void* p, size_t bytes) {
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (!p || bytes < 2 * kHuge) return;
+  uintptr_t begin = (reinterpret_cast<uintptr_t>(p) + kHuge - 1) & ~(kHuge - 1);
+  uintptr_t end = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(kHuge - 1);
+  if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
 void* try_allocate(uint64_t size) {
   if (size > kMaxRequest) return nullptr;
   const size_t bytes = static_cast<size_t>(std::max<uint64_t>(size, 1));
@@ -39,7 +53,9 @@ void* try_allocate(uint64_t size) {
   if (size > total_memory() || posix_memalign(&p, kAlignment, bytes) != 0) return nullptr;
   return p;
 #else
-  return scalable_aligned_malloc(bytes, kAlignment);
+  void* p = scalable_aligned_malloc(bytes, kAlignment);
+  advise_huge_pages(p, bytes);
+  return p;
 #endif
 }
 

@@ -78,32 +78,23 @@ bool wanted(const std::string& metric) {
 void bench_elementwise(bp::Device& d) {
   const int64_t n = g_quick ? (1 << 22) : (1 << 26);
   const double mb = n * 4.0;
+  const std::string size = " f32 2^" + std::to_string(63 - __builtin_clzll(n));
   auto a = bp::rand({n}, d), b = bp::rand({n}, d);
-  int reps = g_quick ? 5 : 20;
-  if (wanted("add")) {
-    double ms = time_ms(
-        d, [&] { auto c = a + b; }, reps);
-    emit("add f32 2^" + std::to_string(63 - __builtin_clzll(n)), d, 3 * mb / ms / 1e6, "GB/s");
-  }
-  if (wanted("exp")) {
-    double ms = time_ms(
-        d, [&] { auto c = a.exp(); }, reps);
-    emit("exp f32 2^" + std::to_string(63 - __builtin_clzll(n)), d, 2 * mb / ms / 1e6, "GB/s");
-  }
-  if (wanted("mul")) {
-    double ms = time_ms(
-        d, [&] { auto c = a * b; }, reps);
-    emit("mul f32 2^" + std::to_string(63 - __builtin_clzll(n)), d, 3 * mb / ms / 1e6, "GB/s");
-  }
-  if (wanted("sum")) {
-    double ms = time_ms(
-        d, [&] { auto c = a.sum(); }, reps);
-    emit("sum f32 2^" + std::to_string(63 - __builtin_clzll(n)), d, mb / ms / 1e6, "GB/s");
-  }
-  if (wanted("norm")) {
-    double ms = time_ms(
-        d, [&] { auto c = a.norm(); }, reps);
-    emit("norm f32 2^" + std::to_string(63 - __builtin_clzll(n)), d, mb / ms / 1e6, "GB/s");
+  const int reps = g_quick ? 5 : 20;
+  struct Case {
+    const char* name;
+    double bytes_per_element;  // read + written, in units of one f32 array
+    std::function<void()> fn;
+  } cases[] = {
+      {"add", 3, [&] { auto c = a + b; }},     {"exp", 2, [&] { auto c = a.exp(); }},
+      {"mul", 3, [&] { auto c = a * b; }},     {"sum", 1, [&] { auto c = a.sum(); }},
+      {"norm", 1, [&] { auto c = a.norm(); }},
+  };
+  for (const Case& c : cases) {
+    std::string metric = c.name + size;
+    if (!wanted(metric)) continue;
+    double ms = time_ms(d, c.fn, reps);
+    emit(metric, d, c.bytes_per_element * mb / ms / 1e6, "GB/s");
   }
 }
 
