@@ -32,7 +32,7 @@ namespace bp::cuda {
 
 constexpr int kThreads = 256;
 
-// Placeholder type of an unused input slot.
+// The type standing in for an unused input slot.
 struct None {
   uint8_t unused;
 };

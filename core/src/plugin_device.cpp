@@ -258,8 +258,8 @@ Kernel& PluginDevice::resolve_kernel(Op op, DType dtype) {
   }
   throw UnsupportedError("op '" + std::string(op_name(op)) + "' with dtype " +
                          std::string(dtype_name(dtype)) + " is not implemented on " + str() +
-                         " (backend " + backend_ + "); devices that have it: " +
-                         (others.empty() ? "none" : others));
+                         " (backend " + backend_ +
+                         "); devices that have it: " + (others.empty() ? "none" : others));
 }
 
 bool PluginDevice::supports(Op op, DType dtype) {

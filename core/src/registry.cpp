@@ -86,7 +86,8 @@ const char* missing_required_slot(const bp_plugin_api* a) {
 #define BP_REQUIRE(slot) \
   if (!a->slot) return #slot;
   BP_REQUIRE(error_free)
-  BP_REQUIRE(init) BP_REQUIRE(device_count) BP_REQUIRE(device_properties) BP_REQUIRE(stream_create)
+  BP_REQUIRE(init)
+  BP_REQUIRE(device_count) BP_REQUIRE(device_properties) BP_REQUIRE(stream_create)
       BP_REQUIRE(stream_destroy) BP_REQUIRE(stream_synchronize) BP_REQUIRE(mem_alloc)
           BP_REQUIRE(mem_free) BP_REQUIRE(memory_stats) BP_REQUIRE(memory_reset_peak)
               BP_REQUIRE(memset) BP_REQUIRE(copy_h2d) BP_REQUIRE(copy_d2h) BP_REQUIRE(copy_d2d)

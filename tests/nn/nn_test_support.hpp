@@ -7,6 +7,8 @@
 #include <backplane/backplane.hpp>
 #include <backplane/nn.hpp>
 
+#include "../device/device_params.hpp"
+
 #include <unistd.h>
 #include <cctype>
 #include <cmath>
@@ -20,18 +22,9 @@
 
 namespace nntest {
 
-inline std::vector<std::string> device_strings() {
-  std::vector<std::string> out;
-  const char* only = std::getenv("BP_TEST_DEVICES");
-  for (bp::Device* d : bp::devices()) {
-    if (only && *only) {
-      std::string list = std::string(",") + only + ",";
-      if (list.find("," + d->str() + ",") == std::string::npos) continue;
-    }
-    out.push_back(d->str());
-  }
-  return out;
-}
+// Device parameterisation and random data shared with the device tests.
+using bptest::device_strings;
+using bptest::random_values;
 
 // Every ordered pair (source, destination) of devices, the same device included.
 inline std::vector<std::tuple<std::string, std::string>> device_pairs() {
@@ -54,15 +47,6 @@ inline std::string param_name(const ::testing::TestParamInfo<std::string>& info)
 inline std::string pair_name(
     const ::testing::TestParamInfo<std::tuple<std::string, std::string>>& info) {
   return sanitize(std::get<0>(info.param)) + "_to_" + sanitize(std::get<1>(info.param));
-}
-
-// Fresh random values in [lo, hi): a new seed on every run, never all zeros.
-inline std::vector<double> random_values(size_t n, double lo = -2.0, double hi = 2.0) {
-  static std::mt19937_64 rng(std::random_device{}());
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<double> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
 }
 
 // Values as f32 stores them.

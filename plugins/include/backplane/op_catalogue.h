@@ -9,6 +9,7 @@
 #ifndef BACKPLANE_OP_CATALOGUE_H_
 #define BACKPLANE_OP_CATALOGUE_H_
 
+/* clang-format off */
 #define BP_OP_CATALOGUE(X)                                                                   \
   X(fill, Fill) X(copy, Copy) X(cast, Cast)                                                  \
   X(add, Add) X(sub, Sub) X(mul, Mul) X(div, Div) X(pow, Pow) X(maximum, Maximum)            \
@@ -19,6 +20,7 @@
   X(sum, Sum) X(mean, Mean) X(max, Max)                                                      \
   X(matmul, Matmul)                                                                          \
   X(uniform, Uniform) X(normal, Normal)
+/* clang-format on */
 
 /* Number of ops in the catalogue. */
 #define BP_OP_X_COUNT(name, Name) +1

@@ -101,16 +101,16 @@ typedef struct bp_buffer bp_buffer; /* a device allocation; address it with a by
  * are copied into the fixed arrays, NUL-terminated. */
 typedef struct bp_device_properties {
   size_t struct_size;
-  char name[256];       /* "NVIDIA H100 80GB HBM3", "AMD EPYC 9654 (16 threads)" */
-  char vendor[64];      /* "NVIDIA", "GenuineIntel", ... */
-  char uuid[64];        /* "GPU-xxxxxxxx-..." or "" */
-  char pci_bus_id[32];  /* "0000:17:00.0" or "" */
+  char name[256];      /* "NVIDIA H100 80GB HBM3", "AMD EPYC 9654 (16 threads)" */
+  char vendor[64];     /* "NVIDIA", "GenuineIntel", ... */
+  char uuid[64];       /* "GPU-xxxxxxxx-..." or "" */
+  char pci_bus_id[32]; /* "0000:17:00.0" or "" */
   uint64_t total_memory;
   uint64_t free_memory;
   int32_t compute_major; /* compute capability, or 0 */
   int32_t compute_minor;
-  int32_t cores;        /* multiprocessors / compute units / CPU threads */
-  int32_t supports_f64; /* non-zero when f64 kernels exist on this device */
+  int32_t cores;          /* multiprocessors / compute units / CPU threads */
+  int32_t supports_f64;   /* non-zero when f64 kernels exist on this device */
   int32_t unified_memory; /* non-zero when device buffers are host memory (CPU) */
 } bp_device_properties;
 
@@ -150,8 +150,8 @@ typedef struct bp_attr {
 /* Support status of one (op, dtype) pair, as declared by the plugin (minor 1). */
 typedef enum bp_support {
   BP_SUPPORT_YES = 0,
-  BP_SUPPORT_NO = 1,            /* unsupported: reported as such by conformance, never a pass */
-  BP_SUPPORT_EXPECTED_FAIL = 2  /* implemented but known wrong; conformance flags a pass */
+  BP_SUPPORT_NO = 1,           /* unsupported: reported as such by conformance, never a pass */
+  BP_SUPPORT_EXPECTED_FAIL = 2 /* implemented but known wrong; conformance flags a pass */
 } bp_support;
 
 typedef struct bp_op_support {
@@ -314,14 +314,19 @@ typedef const bp_plugin_api* (*bp_plugin_get_api_fn)(uint32_t host_abi_major,
 static inline size_t bp_dtype_size(int32_t dtype) {
   switch (dtype) {
     case BP_DTYPE_F64:
-    case BP_DTYPE_I64: return 8;
+    case BP_DTYPE_I64:
+      return 8;
     case BP_DTYPE_F32:
-    case BP_DTYPE_I32: return 4;
+    case BP_DTYPE_I32:
+      return 4;
     case BP_DTYPE_F16:
-    case BP_DTYPE_BF16: return 2;
+    case BP_DTYPE_BF16:
+      return 2;
     case BP_DTYPE_U8:
-    case BP_DTYPE_BOOL: return 1;
-    default: return 0;
+    case BP_DTYPE_BOOL:
+      return 1;
+    default:
+      return 0;
   }
 }
 
