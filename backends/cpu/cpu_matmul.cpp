@@ -14,14 +14,14 @@
 //   OpenBLAS's own pthreads busy-wait between calls; next to oneTBB's workers (and any other
 //   load) they oversubscribe the cores, which made a 100x100 product take milliseconds. So
 //   OpenBLAS runs single-threaded (set once in init) and all parallelism comes from oneTBB:
-//   many small matrices are spread over the batch, and one large product is split into
-//   blocks of output rows (or columns, when there are few rows), each a single-threaded gemm
-//   over the full K.
+//   many small matrices are spread over the batch, and one large product is split into 2-D
+//   tiles of the output, each a single-threaded gemm over the full K.
 #include "cpu_kernels.hpp"
 #include "cpu_types.hpp"
 
 #include <cblas.h>
 #include <tbb/blocked_range.h>
+#include <tbb/blocked_range2d.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -186,27 +186,31 @@ void matmul_kernel(const Launch& l) {
     const Mat<T> ma{pa + bi * a.strides[0], M, K, a.strides[1], a.strides[2]};
     const Mat<T> mb{pb + bi * b.strides[0], K, N, b.strides[1], b.strides[2]};
     T* o = po + bi * out.strides[0];
-    // Note [One thread pool]: split a large product into blocks of output rows or columns.
-    constexpr int64_t kSerialFlops = 64 * 64 * 64, kMinBlock = 32;
-    if (M * N * K <= kSerialFlops || (M < 2 * kMinBlock && N < 2 * kMinBlock)) {
+    // Note [One thread pool]: split a large product into 2-D tiles of the output, each a
+    // single-threaded gemm over the full K. Tiles stay at least 128 on a side so that the
+    // operand packing each gemm does is small next to its arithmetic.
+    constexpr int64_t kSerialFlops = 64 * 64 * 64, kMinTile = 128;
+    const int64_t workers = std::max(1, tbb::this_task_arena::max_concurrency());
+    int64_t tm = M, tn = N;
+    auto tiles = [&] { return ((M + tm - 1) / tm) * ((N + tn - 1) / tn); };
+    while (tiles() < workers && std::max(tm, tn) >= 2 * kMinTile) {
+      if (tm >= tn)
+        tm = (tm + 1) / 2;
+      else
+        tn = (tn + 1) / 2;
+    }
+    if (M * N * K <= kSerialFlops || tiles() == 1) {
       matmul_one(ma, mb, o, ors, ocs);
       return;
     }
-    const int64_t workers = std::max(1, tbb::this_task_arena::max_concurrency());
-    const bool by_rows = M >= N || M >= 2 * kMinBlock * workers;
-    const int64_t extent = by_rows ? M : N;
-    const int64_t block = std::max(kMinBlock, (extent + 2 * workers - 1) / (2 * workers));
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, extent, block),
-                      [&](const tbb::blocked_range<int64_t>& r) {
-                        const int64_t lo = r.begin(), len = r.end() - r.begin();
-                        if (by_rows) {
-                          const Mat<T> rows{ma.p + lo * ma.rs, len, K, ma.rs, ma.cs};
-                          matmul_one(rows, mb, o + lo * ors, ors, ocs);
-                        } else {
-                          const Mat<T> cols{mb.p + lo * mb.cs, K, len, mb.rs, mb.cs};
-                          matmul_one(ma, cols, o + lo * ocs, ors, ocs);
-                        }
-                      });
+    tbb::parallel_for(tbb::blocked_range2d<int64_t>(0, M, tm, 0, N, tn), [&](const tbb::
+                                                                                 blocked_range2d<
+                                                                                     int64_t>& r) {
+      const int64_t i0 = r.rows().begin(), j0 = r.cols().begin();
+      const Mat<T> rows{ma.p + i0 * ma.rs, static_cast<int64_t>(r.rows().size()), K, ma.rs, ma.cs};
+      const Mat<T> cols{mb.p + j0 * mb.cs, K, static_cast<int64_t>(r.cols().size()), mb.rs, mb.cs};
+      matmul_one(rows, cols, o + i0 * ors + j0 * ocs, ors, ocs);
+    });
   };
   if (B > 1 && M * N * K <= 64 * 64 * 64) {
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, B), [&](const tbb::blocked_range<int64_t>& r) {
