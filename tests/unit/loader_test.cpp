@@ -18,7 +18,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kFixtures = BP_FIXTURE_DIR;
+// Build-tree paths, or the same layout next to this test binary when the tree was copied
+// elsewhere (a bundle run on another machine): <build>/bin/bp_unit_tests.
+std::string build_path(const std::string& baked, const std::string& relative) {
+  if (fs::exists(baked)) return baked;
+  fs::path build = fs::canonical("/proc/self/exe").parent_path().parent_path();
+  return (build / relative).string();
+}
+const std::string kFixtures = build_path(BP_FIXTURE_DIR, "tests/fixtures/plugins");
+const std::string kSmi = build_path(BP_SMI, "tools/bp-smi");
+const std::string kProbe = build_path(BP_PROBE, "bin/bp_loader_probe");
+const std::string kPluginDir = build_path(BP_PLUGIN_DIR, "lib/backplane/plugins");
 
 std::string fixture(const std::string& name) {
   return kFixtures + "/libbackplane-" + name + ".so";
@@ -41,7 +51,7 @@ nlohmann::json smi(const std::string& env) {
   std::string cmd =
       "env -u BACKPLANE_PLUGIN_PATH -u BACKPLANE_PLUGINS -u BACKPLANE_DEVICE "
       "-u BACKPLANE_CONFIG " +
-      env + " " + BP_SMI + " --json";
+      env + " " + kSmi + " --json";
   std::string out = run(cmd);
   try {
     return nlohmann::json::parse(out);
@@ -136,7 +146,7 @@ TEST(Registry, BrokenPluginsNeverStopTheOthers) {
 TEST(Registry, SearchOrderPutsEnvironmentFirstAndShadowsLaterCopies) {
   fs::path tmp = fs::temp_directory_path() / ("bp-shadow-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
-  fs::copy_file(std::string(BP_PLUGIN_DIR) + "/libbackplane-cpu.so", tmp / "libbackplane-cpu.so",
+  fs::copy_file(kPluginDir + "/libbackplane-cpu.so", tmp / "libbackplane-cpu.so",
                 fs::copy_options::overwrite_existing);
   nlohmann::json j = smi("BACKPLANE_PLUGIN_PATH=" + tmp.string());
   const auto& plugins = j["plugins"];
@@ -203,7 +213,7 @@ TEST(Registry, ConfigFileAddsPluginPathsAndEnvironmentWins) {
 TEST(Registry, OlderMinorPluginComputesThroughTheHost) {
   // ABI 1.0, no events, no list_ops: the host's documented defaults apply.
   std::string out =
-      run("env BACKPLANE_PLUGIN_PATH=" + fixture("oldminor") + " " + BP_PROBE + " oldminor:0");
+      run("env BACKPLANE_PLUGIN_PATH=" + fixture("oldminor") + " " + kProbe + " oldminor:0");
   EXPECT_EQ(out, "device=oldminor:0 values=6.75 6.75 6.75 6.75 6.75 \n");
 }
 
@@ -224,7 +234,7 @@ TEST(Registry, UnsupportedOpIsNamed) {
 // On a machine without an NVIDIA driver (CI), the CUDA plugin loads, reports 0 devices with
 // the reason, and asking for cuda:0 quotes that reason.
 TEST(Registry, CudaWithoutDriverReportsReason) {
-  if (!fs::exists(std::string(BP_PLUGIN_DIR) + "/libbackplane-cuda.so"))
+  if (!fs::exists(kPluginDir + "/libbackplane-cuda.so"))
     GTEST_SKIP() << "the CUDA plugin is not built";
   if (bp::num_devices("cuda") > 0) GTEST_SKIP() << "this machine has a CUDA device";
   bp::Availability a = bp::is_available("cuda");
