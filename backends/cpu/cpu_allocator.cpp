@@ -51,6 +51,7 @@ void* try_allocate(uint64_t size) {
 #ifdef BP_CPU_ASAN
   void* p = nullptr;
   if (size > total_memory() || posix_memalign(&p, kAlignment, bytes) != 0) return nullptr;
+  advise_huge_pages(p, bytes);
   return p;
 #else
   void* p = scalable_aligned_malloc(bytes, kAlignment);
