@@ -1,3 +1,4 @@
+#include <backplane/dtype_io.h>
 #include <backplane/half.h>
 #include <backplane/dtype.hpp>
 #include <backplane/errors.hpp>
@@ -26,44 +27,8 @@ DType dtype_from_name(std::string_view name) {
 }
 
 double load_as_double(const void* data, DType t, size_t i) {
-  const char* p = static_cast<const char*>(data);
-  switch (t) {
-    case DType::f32: {
-      float v;
-      std::memcpy(&v, p + 4 * i, 4);
-      return v;
-    }
-    case DType::f64: {
-      double v;
-      std::memcpy(&v, p + 8 * i, 8);
-      return v;
-    }
-    case DType::f16: {
-      uint16_t v;
-      std::memcpy(&v, p + 2 * i, 2);
-      return bp_f16_to_float(v);
-    }
-    case DType::bf16: {
-      uint16_t v;
-      std::memcpy(&v, p + 2 * i, 2);
-      return bp_bf16_to_float(v);
-    }
-    case DType::i32: {
-      int32_t v;
-      std::memcpy(&v, p + 4 * i, 4);
-      return v;
-    }
-    case DType::i64: {
-      int64_t v;
-      std::memcpy(&v, p + 8 * i, 8);
-      return static_cast<double>(v);
-    }
-    case DType::u8:
-      return static_cast<uint8_t>(p[i]);
-    case DType::boolean:
-      return p[i] != 0 ? 1.0 : 0.0;
-  }
-  return 0.0;
+  double v = bp_load_element(data, static_cast<int32_t>(t), i);
+  return t == DType::boolean ? (v != 0.0 ? 1.0 : 0.0) : v;
 }
 
 void store_from_double(void* data, DType t, size_t i, double v) {

@@ -1,5 +1,6 @@
 #include "conformance_data.hpp"
 
+#include <backplane/dtype_io.h>
 #include <backplane/half.h>
 
 #include <algorithm>
@@ -54,44 +55,7 @@ void store_value(uint8_t* base, int32_t dt, size_t i, double v) {
 }
 
 double load_value(const uint8_t* base, int32_t dt, size_t i) {
-  switch (dt) {
-    case BP_DTYPE_F32: {
-      float f;
-      std::memcpy(&f, base + 4 * i, 4);
-      return f;
-    }
-    case BP_DTYPE_F64: {
-      double d;
-      std::memcpy(&d, base + 8 * i, 8);
-      return d;
-    }
-    case BP_DTYPE_F16: {
-      uint16_t h;
-      std::memcpy(&h, base + 2 * i, 2);
-      return bp_f16_to_float(h);
-    }
-    case BP_DTYPE_BF16: {
-      uint16_t h;
-      std::memcpy(&h, base + 2 * i, 2);
-      return bp_bf16_to_float(h);
-    }
-    case BP_DTYPE_I32: {
-      int32_t x;
-      std::memcpy(&x, base + 4 * i, 4);
-      return x;
-    }
-    case BP_DTYPE_I64: {
-      int64_t x;
-      std::memcpy(&x, base + 8 * i, 8);
-      return static_cast<double>(x);
-    }
-    case BP_DTYPE_U8:
-      return base[i];
-    case BP_DTYPE_BOOL:
-      return base[i];  // a byte other than 0/1 shows up as a mismatch
-    default:
-      return 0;
-  }
+  return bp_load_element(base, dt, i);
 }
 
 double round_to(int32_t dt, double v) {

@@ -8,6 +8,7 @@
 #ifndef BACKPLANE_CPU_TEST_SUPPORT_HPP_
 #define BACKPLANE_CPU_TEST_SUPPORT_HPP_
 
+#include <backplane/dtype_io.h>
 #include <backplane/half.h>
 #include <backplane/plugin_abi.h>
 
@@ -219,40 +220,7 @@ inline void encode(bp_dtype d, double v, void* dst) {
 }
 
 inline double decode(bp_dtype d, const void* src) {
-  switch (d) {
-    case BP_DTYPE_F32: {
-      float f;
-      std::memcpy(&f, src, 4);
-      return f;
-    }
-    case BP_DTYPE_F64: {
-      double f;
-      std::memcpy(&f, src, 8);
-      return f;
-    }
-    case BP_DTYPE_F16: {
-      uint16_t h;
-      std::memcpy(&h, src, 2);
-      return bp_f16_to_float(h);
-    }
-    case BP_DTYPE_BF16: {
-      uint16_t h;
-      std::memcpy(&h, src, 2);
-      return bp_bf16_to_float(h);
-    }
-    case BP_DTYPE_I32: {
-      int32_t i;
-      std::memcpy(&i, src, 4);
-      return i;
-    }
-    case BP_DTYPE_I64: {
-      int64_t i;
-      std::memcpy(&i, src, 8);
-      return static_cast<double>(i);
-    }
-    default:
-      return *static_cast<const uint8_t*>(src);
-  }
+  return bp_load_element(src, d, 0);
 }
 
 // Value distributions for test data. Floats are drawn in double and rounded to the dtype, so

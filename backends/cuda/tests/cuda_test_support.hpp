@@ -6,6 +6,7 @@
 #ifndef BACKPLANE_CUDA_TEST_SUPPORT_HPP_
 #define BACKPLANE_CUDA_TEST_SUPPORT_HPP_
 
+#include <backplane/dtype_io.h>
 #include <backplane/half.h>
 #include <backplane/plugin_abi.h>
 
@@ -162,44 +163,7 @@ inline void encode(int dt, double v, void* p) {
 }
 
 inline double decode(int dt, const void* p) {
-  switch (dt) {
-    case BP_DTYPE_F32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case BP_DTYPE_F64: {
-      double d;
-      std::memcpy(&d, p, 8);
-      return d;
-    }
-    case BP_DTYPE_F16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return bp_f16_to_float(h);
-    }
-    case BP_DTYPE_BF16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return bp_bf16_to_float(h);
-    }
-    case BP_DTYPE_I32: {
-      int32_t x;
-      std::memcpy(&x, p, 4);
-      return x;
-    }
-    case BP_DTYPE_I64: {
-      int64_t x;
-      std::memcpy(&x, p, 8);
-      return static_cast<double>(x);
-    }
-    case BP_DTYPE_U8:
-      return *static_cast<const uint8_t*>(p);
-    case BP_DTYPE_BOOL:
-      return *static_cast<const uint8_t*>(p) != 0 ? 1.0 : 0.0;
-    default:
-      throw std::runtime_error("decode: bad dtype");
-  }
+  return bp_load_element(p, dt, 0);
 }
 
 // v rounded to what dtype dt can hold.

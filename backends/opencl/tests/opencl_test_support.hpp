@@ -6,6 +6,7 @@
 // Everything runs on the test's thread. The plugin is loaded once per process, never unloaded.
 #pragma once
 
+#include <backplane/dtype_io.h>
 #include <backplane/half.h>
 #include <backplane/plugin_abi.h>
 
@@ -188,26 +189,7 @@ inline void encode(int32_t dt, double x, unsigned char* p) {
 }
 
 inline double decode(int32_t dt, const unsigned char* p) {
-  auto get = [&](auto v) {
-    std::memcpy(&v, p, sizeof v);
-    return v;
-  };
-  switch (dt) {
-    case BP_DTYPE_F32:
-      return get(float{});
-    case BP_DTYPE_F64:
-      return get(double{});
-    case BP_DTYPE_F16:
-      return bp_f16_to_float(get(uint16_t{}));
-    case BP_DTYPE_BF16:
-      return bp_bf16_to_float(get(uint16_t{}));
-    case BP_DTYPE_I32:
-      return get(int32_t{});
-    case BP_DTYPE_I64:
-      return static_cast<double>(get(int64_t{}));
-    default:
-      return get(uint8_t{});
-  }
+  return bp_load_element(p, dt, 0);
 }
 
 // Fresh random numbers: a new seed per process, printed so a failure can be replayed with
