@@ -17,11 +17,13 @@
 //   buffer would go unnoticed. Sanitizer builds therefore take buffers from posix_memalign,
 //   which ASan poisons around exactly the requested bytes, and refuse requests above the
 //   physical memory up front (ASan aborts, rather than returning NULL, on impossible sizes).
-//   There is no cache then, and release_cache does nothing.
-#if defined(__SANITIZE_ADDRESS__)
+//   There is no cache then, and release_cache does nothing. ThreadSanitizer builds do the
+//   same: TSan cannot see tbbmalloc hand a block freed by one thread to another, and would
+//   report the new owner's writes as races with the old owner's.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define BP_CPU_ASAN 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define BP_CPU_ASAN 1
 #endif
 #endif

@@ -38,14 +38,16 @@ struct DeviceInfo {
 };
 
 // What a bp_stream* points to. Created by Device::create_stream, destroyed by
-// Device::destroy_stream. Calls on one stream are serialised by the host (plugin_abi.h), so
-// only `cache` (drained from other threads) needs its own lock.
+// Device::destroy_stream. Several threads may use one stream at once (Note [Stream threading]
+// in plugin_abi.h): `stream`, `device` and `index` never change after creation, `cache` has its
+// own lock, and the cuBLAS workspace is set up and used under the device's cublas_mutex.
 struct CudaStream {
   cudaStream_t stream = nullptr;
   Device* device = nullptr;
   int index = 0;  // device index, for use_device
   BlockCache cache;
-  void* cublas_workspace = nullptr;  // Note [cuBLAS per stream], allocated on first matmul
+  // Note [cuBLAS per stream]: allocated on the first matmul; guarded by cublas_mutex().
+  void* cublas_workspace = nullptr;
   size_t cublas_workspace_bytes = 0;
 };
 

@@ -13,8 +13,10 @@
 //   One cuBLAS handle per device, used under the device's cublas_mutex: each launch sets the
 //   stream and that stream's own workspace (cublasSetStream resets the workspace to the
 //   handle's default, which would otherwise be shared by concurrent GEMMs on different
-//   streams). The workspace is allocated from the pool on the first matmul of a stream and
-//   freed when the stream is destroyed.
+//   streams). The workspace is allocated from the pool on the first matmul of a stream, under
+//   the same lock: several threads may make their first matmul on one stream at once (Note
+//   [Stream threading] in plugin_abi.h), and a check-then-set outside the lock let each of
+//   them allocate a workspace and all but one leak. It is freed when the stream is destroyed.
 //
 // f32 uses CUBLAS_COMPUTE_32F (full fp32) unless attr "allow_tf32" is 1
 // (CUBLAS_COMPUTE_32F_FAST_TF32); f16/bf16 accumulate in fp32 (CUBLAS_COMPUTE_32F); f64 in
@@ -170,12 +172,12 @@ void launch_matmul(const LaunchArgs& a) {
   Device& dev = *a.device;
   cublasHandle_t h = static_cast<cublasHandle_t>(dev.cublas_handle());
   CudaStream& s = *a.s;
-  if (!s.cublas_workspace) {
+  std::lock_guard<std::mutex> lock(dev.cublas_mutex());
+  if (!s.cublas_workspace) {  // Note [cuBLAS per stream]: set up under the lock
     const size_t bytes = workspace_bytes(dev);
     s.cublas_workspace = dev.allocate_scratch(s, bytes);
     s.cublas_workspace_bytes = bytes;
   }
-  std::lock_guard<std::mutex> lock(dev.cublas_mutex());
   BP_CUBLAS_CHECK(cublasSetStream(h, a.stream));
   BP_CUBLAS_CHECK(cublasSetWorkspace(h, s.cublas_workspace, s.cublas_workspace_bytes));
   const bool fits = std::max({M, N, K, ob.ld, oa.ld, oc.ld, batch}) <= INT_MAX;

@@ -53,8 +53,12 @@ inline uint64_t class_bytes(int cls) {
   return (uint64_t{1} << k) + static_cast<uint64_t>(j) * (uint64_t{1} << (k - 2));
 }
 
-// Freed blocks of one stream (Note [Small-block cache]). Thread-safe: take/put come from the
-// thread that owns the stream, drain may come from another thread (empty_cache, OOM retry).
+// Freed blocks of one stream (Note [Small-block cache]). Thread-safe: a stream has no owning
+// thread (Note [Stream threading] in plugin_abi.h), so take and put come from every thread
+// that allocates or frees on the stream, and drain from any thread (stream_destroy,
+// empty_cache, the out-of-memory retry); every member runs under the cache's own lock. Reuse
+// stays stream-ordered whichever thread takes a block: the free that parked it was queued on
+// the stream before the take, so the new owner's work runs after the old owner's.
 class BlockCache {
  public:
   static constexpr int kPerClass = 16;

@@ -11,7 +11,7 @@ namespace bp {
 // ---- Buffer ----------------------------------------------------------------------------------
 
 Buffer::~Buffer() {
-  static_cast<detail::PluginDevice*>(device_)->release(handle_, size_);
+  static_cast<detail::PluginDevice*>(device_)->release(handle_, size_, stream_.get());
 }
 
 void* Buffer::host_pointer() const noexcept {
@@ -54,14 +54,18 @@ std::string format_bytes(uint64_t n) {
 
 // ---- Stream / Event --------------------------------------------------------------------------
 
-PluginStream::~PluginStream() {
-  if (bp_error* e = dev_.api()->stream_destroy(s_)) dev_.api()->error_free(e);
+// The ABI destroys a stream only after its work is finished: synchronise first. Errors have
+// nobody to go to from a destructor and are dropped.
+StreamHandle::~StreamHandle() {
+  const bp_plugin_api* api = dev.api();
+  if (bp_error* e = api->stream_synchronize(s)) api->error_free(e);
+  if (bp_error* e = api->stream_destroy(s)) api->error_free(e);
 }
 Device& PluginStream::device() const {
   return dev_;
 }
 void PluginStream::synchronize() {
-  check(dev_.api(), dev_.api()->stream_synchronize(s_), "stream synchronize", &dev_);
+  check(dev_.api(), dev_.api()->stream_synchronize(h_->s), "stream synchronize", &dev_);
 }
 
 namespace {
@@ -109,7 +113,7 @@ class PluginEvent final : public Event {
 void PluginStream::wait(Event& event) {
   auto& ev = static_cast<PluginEvent&>(event);
   if (ev.handle())
-    check(dev_.api(), dev_.api()->stream_wait_event(s_, ev.handle()), "stream wait", &dev_);
+    check(dev_.api(), dev_.api()->stream_wait_event(h_->s, ev.handle()), "stream wait", &dev_);
 }
 
 // ---- Kernel ----------------------------------------------------------------------------------
@@ -129,20 +133,31 @@ void PluginKernel::launch(Stream& stream, std::span<const bp_tensor_desc> in,
 
 // ---- Allocator -------------------------------------------------------------------------------
 
-std::shared_ptr<Buffer> PluginAllocator::allocate(uint64_t bytes, Stream& stream) {
+bp_buffer* PluginAllocator::allocate_raw(uint64_t bytes, bp_stream* stream) {
   bp_buffer* b = nullptr;
-  bp_error* err = dev_.api()->mem_alloc(dev_.index(), stream.handle(), bytes, &b);
+  bp_error* err = dev_.api()->mem_alloc(dev_.index(), stream, bytes, &b);
   if (err) {
     std::string what = "allocating " + format_bytes(bytes) + " (free " +
                        format_bytes(dev_.free_memory()) + " of " +
                        format_bytes(dev_.properties().total_memory) + ")";
     throw_plugin_error(dev_.api(), err, dev_.str() + ": " + what);
   }
-  return std::make_shared<Buffer>(dev_, b, bytes);
+  return b;
+}
+
+// The default stream lives as long as the device; any other stream is kept alive by the
+// buffers allocated on it, which are freed there (PluginDevice::release).
+std::shared_ptr<Buffer> PluginAllocator::allocate(uint64_t bytes, Stream& stream) {
+  if (&stream.device() != &dev_) [[unlikely]]
+    throw DeviceMismatch("allocate: the stream belongs to " + stream.device().str() +
+                         ", the allocation to " + dev_.str());
+  if (&stream == &dev_.default_stream()) return allocate(bytes);
+  const auto& handle = static_cast<PluginStream&>(stream).shared_handle();
+  return std::make_shared<Buffer>(dev_, allocate_raw(bytes, handle->s), bytes, handle);
 }
 
 std::shared_ptr<Buffer> PluginAllocator::allocate(uint64_t bytes) {
-  return allocate(bytes, dev_.default_stream());
+  return std::make_shared<Buffer>(dev_, allocate_raw(bytes, dev_.default_stream().handle()), bytes);
 }
 
 MemoryStats PluginAllocator::stats() {
@@ -313,9 +328,11 @@ void PluginDevice::host_free(void* p) noexcept {
   }
 }
 
-void PluginDevice::release(bp_buffer* b, uint64_t size) noexcept {
-  PluginStream* s = default_stream_.load(std::memory_order_acquire);
-  if (bp_error* e = api()->mem_free(index(), s ? s->handle() : nullptr, b, size)) {
+void PluginDevice::release(bp_buffer* b, uint64_t size, const StreamHandle* stream) noexcept {
+  bp_stream* s = stream ? stream->s : nullptr;
+  if (!s)
+    if (PluginStream* d = default_stream_.load(std::memory_order_acquire)) s = d->handle();
+  if (bp_error* e = api()->mem_free(index(), s, b, size)) {
     // A free that fails has nothing to hand the error to: report it once on stderr.
     std::fprintf(stderr, "backplane: %s: freeing %llu bytes failed: %s\n", str().c_str(),
                  static_cast<unsigned long long>(size), e->message ? e->message : "");

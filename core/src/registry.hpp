@@ -36,18 +36,30 @@ struct Plugin {
 
 class PluginDevice;
 
+// A plugin stream shared by its Stream object and the buffers allocated on it (Buffer frees on
+// the stream it was allocated on). The last owner synchronises and destroys it.
+struct StreamHandle {
+  StreamHandle(PluginDevice& d, bp_stream* h) : dev(d), s(h) {}
+  ~StreamHandle();
+  StreamHandle(const StreamHandle&) = delete;
+  StreamHandle& operator=(const StreamHandle&) = delete;
+  PluginDevice& dev;
+  bp_stream* s;
+};
+
 class PluginStream final : public Stream {
  public:
-  PluginStream(PluginDevice& dev, bp_stream* s) : dev_(dev), s_(s) {}
-  ~PluginStream() override;
+  PluginStream(PluginDevice& dev, bp_stream* s)
+      : dev_(dev), h_(std::make_shared<StreamHandle>(dev, s)) {}
   Device& device() const override;
-  bp_stream* handle() const override { return s_; }
+  bp_stream* handle() const override { return h_->s; }
   void synchronize() override;
   void wait(Event& event) override;
+  const std::shared_ptr<StreamHandle>& shared_handle() const { return h_; }
 
  private:
   PluginDevice& dev_;
-  bp_stream* s_;
+  std::shared_ptr<StreamHandle> h_;
 };
 
 class PluginKernel final : public Kernel {
@@ -76,6 +88,7 @@ class PluginAllocator final : public Allocator {
   void empty_cache() override;
 
  private:
+  bp_buffer* allocate_raw(uint64_t bytes, bp_stream* stream);
   PluginDevice& dev_;
 };
 
@@ -113,7 +126,8 @@ class PluginDevice final : public Device {
   void* host_pointer(bp_buffer* b) const noexcept {
     return plugin_.api->mem_host_pointer ? plugin_.api->mem_host_pointer(b) : nullptr;
   }
-  void release(bp_buffer* b, uint64_t size) noexcept;
+  // Frees a buffer on the stream it was allocated on (NULL: the default stream).
+  void release(bp_buffer* b, uint64_t size, const StreamHandle* stream) noexcept;
   void* host_alloc(uint64_t n) override;
   void host_free(void* p) noexcept override;
 

@@ -1,9 +1,37 @@
 // Child process for loader tests: resolves a device through the real registry (with whatever
 // BACKPLANE_* environment the test set) and runs a tiny computation on it.
 // Prints "device=<str> values=<v0> <v1> ..." or "error=<message>".
+//
+// With a second argument "streams" it also allocates a buffer on a stream of its own, drops
+// the Stream object while the buffer lives, reads the buffer through the default stream and
+// drops it: the buffer must be freed on its own stream, which must still exist then (the
+// fixture plugin's mem_free checks both; core reports a failed free on stderr).
 #include <backplane/backplane.hpp>
 
 #include <cstdio>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+void streams(bp::Device& d) {
+  const std::vector<float> in = {1.5f, -2.0f, 4.25f, 8.0f};
+  const uint64_t bytes = in.size() * sizeof(float);
+  std::unique_ptr<bp::Stream> s = d.create_stream();
+  std::shared_ptr<bp::Buffer> buf = d.allocator().allocate(bytes, *s);
+  d.copy_from_host(*s, *buf, 0, in.data(), bytes);
+  s->synchronize();
+  s.reset();  // the Stream object goes; the plugin stream lives on for `buf`
+  std::vector<float> out(in.size());
+  d.copy_to_host(d.default_stream(), out.data(), *buf, 0, bytes);
+  d.default_stream().synchronize();
+  buf.reset();  // freed on its own stream, which is then destroyed
+  std::printf("streams=");
+  for (float v : out) std::printf("%g ", v);
+  std::printf("\n");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   try {
@@ -14,6 +42,7 @@ int main(int argc, char** argv) {
     std::printf("device=%s values=", d.str().c_str());
     for (float v : c.to_vector<float>()) std::printf("%g ", v);
     std::printf("\n");
+    if (argc > 2 && std::strcmp(argv[2], "streams") == 0) streams(d);
     return 0;
   } catch (const bp::Error& e) {
     std::printf("error=%s\n", e.what());

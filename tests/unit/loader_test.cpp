@@ -217,6 +217,15 @@ TEST(Registry, OlderMinorPluginComputesThroughTheHost) {
   EXPECT_EQ(out, "device=oldminor:0 values=6.75 6.75 6.75 6.75 6.75 \n");
 }
 
+// A buffer is freed on the stream it was allocated on, which outlives its Stream object until
+// then (plugin_abi.h, mem_free). The fixture fails a free on another or a destroyed stream, and
+// core reports a failed free on stderr, which the command line merges into the output.
+TEST(Registry, BufferIsFreedOnItsOwnStream) {
+  std::string out = run("env BACKPLANE_PLUGIN_PATH=" + fixture("fixture") + " " + kProbe +
+                        " fixture:0 streams 2>&1");
+  EXPECT_EQ(out, "device=fixture:0 values=6.75 6.75 6.75 6.75 6.75 \nstreams=1.5 -2 4.25 8 \n");
+}
+
 TEST(Registry, UnsupportedOpIsNamed) {
   bp::Device& cpu = bp::device("cpu:0");
   EXPECT_TRUE(cpu.supports(bp::Op::exp, bp::DType::f32));

@@ -2,8 +2,11 @@
 // Buffer (memory), Stream and Event (ordering), Kernel (a resolved op implementation).
 //
 // Users hold Device references; devices compare by identity and live until process exit.
-// Thread-safety: every member function may be called from any thread; work queued on one
-// stream from several threads at once is ordered by whichever call comes first.
+// Thread-safety: every member function may be called from any thread, on one stream from
+// several threads at once included. Work queued on one stream runs in call order: a call that
+// returned before another began is ordered before it, and calls that overlap in time are
+// ordered in some order, each as a whole (the plugin ABI's Note [Stream threading]). Order
+// between threads that matters to you is yours to establish, as with CUDA streams.
 #pragma once
 
 #include <backplane/plugin_abi.h>
@@ -40,12 +43,22 @@ struct MemoryStats {
   uint64_t num_allocs = 0;      // live allocations
 };
 
-// An owning handle of one device allocation. Freed (stream-ordered on the device's default
-// stream) when the last shared_ptr goes away; keeps its device's plugin loaded.
+namespace detail {
+struct StreamHandle;
+}
+
+// An owning handle of one device allocation. Freed when the last shared_ptr goes away,
+// stream-ordered on the stream it was allocated on (which stays alive until then); keeps its
+// device's plugin loaded.
 class Buffer {
  public:
+  // A buffer allocated on the device's default stream.
   Buffer(Device& device, bp_buffer* handle, uint64_t size) noexcept
       : device_(&device), handle_(handle), size_(size) {}
+  // A buffer allocated on another stream of the device, kept alive by `stream`.
+  Buffer(Device& device, bp_buffer* handle, uint64_t size,
+         std::shared_ptr<detail::StreamHandle> stream) noexcept
+      : device_(&device), handle_(handle), size_(size), stream_(std::move(stream)) {}
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -60,13 +73,15 @@ class Buffer {
   Device* device_;
   bp_buffer* handle_;
   uint64_t size_;
+  std::shared_ptr<detail::StreamHandle> stream_;  // null: the device's default stream
 };
 
 class Allocator {
  public:
   virtual ~Allocator() = default;
-  // Allocates `bytes` usable by work queued on `stream`. Throws OutOfMemory naming the device,
-  // the request and the free memory.
+  // Allocates `bytes` usable by work queued on `stream`, a stream of this device. The buffer
+  // is freed on that stream, which it keeps alive. Throws OutOfMemory naming the device, the
+  // request and the free memory; DeviceMismatch for a stream of another device.
   virtual std::shared_ptr<Buffer> allocate(uint64_t bytes, Stream& stream) = 0;
   // Allocates on the device's default stream.
   virtual std::shared_ptr<Buffer> allocate(uint64_t bytes) = 0;
@@ -78,6 +93,9 @@ class Allocator {
 
 class Event;
 
+// An in-order queue of work on one device. Destroying a Stream waits for its work; when
+// buffers allocated on it are still alive, the queue itself lives on until the last of them is
+// freed on it.
 class Stream {
  public:
   virtual ~Stream() = default;

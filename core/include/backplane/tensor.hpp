@@ -15,7 +15,8 @@
 //   - Tensor is a cheap handle (one shared_ptr): copying a Tensor aliases, like PyTorch.
 //
 // Thread-safety: a Tensor handle may be used from several threads for reading; ops on
-// tensors of one device from several threads are queued in call order on its stream.
+// tensors of one device may run from several threads at once and are queued on its default
+// stream in call order (device.hpp): an op that returned before another began runs first.
 #pragma once
 
 #include <backplane/device.hpp>

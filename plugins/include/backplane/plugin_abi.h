@@ -21,8 +21,15 @@
  *   device, the op and the sizes; native_name carries the vendor's code name (for example
  *   "cudaErrorMemoryAllocation") or "" when there is none. A plugin never aborts the process.
  *
- * Threads: unless a slot says otherwise, calls on different streams may come from different
- *   threads at once; calls on one stream are serialised by the host.
+ * Threads (Note [Stream threading]):
+ *   Every slot but init and shutdown may be called from several threads at once, calls that
+ *   name one stream included. The plugin orders the work of the calls on one stream in call
+ *   order, as CUDA streams and OpenCL in-order queues do: work queued by a call that returned
+ *   before another call began runs before that call's work; calls that overlap in time are
+ *   ordered in some order, each as a whole. The host never serialises calls on a stream, so a
+ *   plugin guards its own per-stream state (a workspace created on first use, a cache of freed
+ *   blocks) as it guards per-device state. Exceptions: stream_destroy is not called while
+ *   another call uses that stream, and event_destroy not while another call uses that event.
  *
  * Handles: devices are indices 0..device_count-1. Streams, events and kernels are opaque
  *   pointers created and destroyed by the plugin. Device memory is an opaque buffer handle
@@ -252,7 +259,9 @@ typedef struct bp_plugin_api {
    * the plugin first retries once after releasing its caches. */
   bp_error* (*mem_alloc)(int32_t device, bp_stream* stream, uint64_t size, bp_buffer** out_buf);
   /* Free after all work already queued on `stream` is done with the buffer. `size` is the
-   * size it was allocated with (sized deallocation, for statistics). Accepts NULL. */
+   * size it was allocated with (sized deallocation, for statistics). Accepts NULL. The host
+   * frees a buffer on the stream it was allocated on, and keeps that stream alive until then;
+   * work on other streams that used the buffer is ordered before the free by the host. */
   bp_error* (*mem_free)(int32_t device, bp_stream* stream, bp_buffer* buf, uint64_t size);
   /* Host address of a buffer when device memory is host memory (unified_memory), else NULL.
    * Optional; NULL slot: the host always copies. */
