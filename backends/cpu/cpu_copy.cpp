@@ -32,7 +32,7 @@ void fill_kernel(const Launch& l) {
   check_arity(l, 0, 1);
   const bp_tensor_desc& out = l.outputs[0];
   check_dtype(l, out, DType<T>::id, "output");
-  const bp_attr* a = l.attrs.find("value");
+  const bp_attr* a = l.attrs.find(BP_ATTR_ID_VALUE);
   if (!a) launch_error(l, "missing attribute 'value'");
   // An INT value stays exact for integer dtypes (i64 beyond 2^53).
   const T v = a->kind == BP_ATTR_INT ? convert<T>(a->i) : convert<T>(a->f);

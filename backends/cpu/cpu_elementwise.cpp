@@ -195,13 +195,17 @@ inline void unary_row(O* o, const A* a, int64_t n, int64_t so, int64_t sa, const
   }
 }
 
-// Converts the "scalar" attribute to the tensor's dtype (Note [CPU conversions]) and loads it
-// as a compute value, so `x == 0.1` on f16 compares with f16(0.1) as PyTorch does.
+// Converts an attribute (SCALAR, ALPHA) to the tensor's dtype (Note [CPU conversions]) and
+// loads it as a compute value, so `x == 0.1` on f16 compares with f16(0.1) as PyTorch does.
+template <class T>
+compute_t<T> attr_operand(const bp_attr& s) {
+  return DType<T>::load(s.kind == BP_ATTR_INT ? convert<T>(s.i) : convert<T>(s.f));
+}
 template <class T>
 compute_t<T> scalar_operand(const Launch& l) {
-  const bp_attr* s = l.attrs.find("scalar");
+  const bp_attr* s = l.attrs.find(BP_ATTR_ID_SCALAR);
   if (!s) launch_error(l, "one input needs attribute 'scalar'");
-  return DType<T>::load(s->kind == BP_ATTR_INT ? convert<T>(s->i) : convert<T>(s->f));
+  return attr_operand<T>(*s);
 }
 
 // Binary op on (a, b) or (a, scalar): storage T in, storage O out, g(C, C) -> compute of O.
@@ -234,7 +238,7 @@ void run_binary(const Launch& l, const G& g, Cost cost) {
     return;
   }
   const C s = scalar_operand<T>(l);
-  const bool reverse = l.attrs.i("reverse", 0) != 0;
+  const bool reverse = l.attrs.i(BP_ATTR_ID_REVERSE, 0) != 0;
   if (numel(out) == 0) return;
   const bp_tensor_desc* ts[2] = {&out, &a};
   const Layout<2> lay = make_layout<2>(ts);
@@ -251,8 +255,22 @@ void run_binary(const Launch& l, const G& g, Cost cost) {
   }
 }
 
+// add and sub with two inputs take ALPHA: out = a OP alpha*b in one pass (plugin_abi.h, Note
+// [Op catalogue]); alpha 1 (or absent) is the plain op.
 template <class T, class F>
 void binary_kernel(const Launch& l) {
+  if constexpr (std::is_same_v<F, Add> || std::is_same_v<F, Sub>) {
+    const bp_attr* al = l.num_inputs == 2 ? l.attrs.find(BP_ATTR_ID_ALPHA) : nullptr;
+    if (al) {
+      using C = compute_t<T>;
+      const C alpha = attr_operand<T>(*al);
+      if (!(alpha == C(1))) {
+        run_binary<T, T>(
+            l, [alpha](C x, C y) { return F{}(x, wrap_mul(alpha, y)); }, Cost::kCheap);
+        return;
+      }
+    }
+  }
   run_binary<T, T>(l, F{}, kCostOf<F>);
 }
 

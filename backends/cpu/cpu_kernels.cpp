@@ -11,7 +11,7 @@ namespace bp::cpu {
 namespace {
 
 constexpr const char* kOpNames[kNumOps] = {
-#define BP_OP_X_NAME(name, Name) #name,
+#define BP_OP_X_NAME(name, ...) #name,
     BP_OP_CATALOGUE(BP_OP_X_NAME)
 #undef BP_OP_X_NAME
 };
@@ -118,29 +118,22 @@ const char* op_name(Op op) {
   return (i >= 0 && i < kNumOps) ? kOpNames[i] : "?";
 }
 
-const CpuKernel* find_kernel(const char* op, int32_t dtype) {
-  if (!op) bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT, "cpu:0: find_kernel: op name is NULL");
-  int found = -1;
-  for (int o = 0; o < kNumOps; ++o)
-    if (std::strcmp(op, kOpNames[o]) == 0) found = o;
-  if (found < 0) {
-    std::string all;
-    for (int o = 0; o < kNumOps; ++o) (all += o ? " " : "") += kOpNames[o];
+const CpuKernel* find_kernel(int32_t op, int32_t dtype) {
+  if (op < 0 || op >= kNumOps)
     bp::sdk::fail(BP_ERROR_UNSUPPORTED,
-                  bp::sdk::format("cpu:0: unknown op '%s' (the cpu backend implements: %s)", op,
-                                  all.c_str()));
-  }
+                  bp::sdk::format("cpu:0: op number %d is not in the catalogue (0..%d)",
+                                  static_cast<int>(op), kNumOps - 1));
   if (dtype < 0 || dtype >= BP_DTYPE_COUNT)
-    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
-                  bp::sdk::format("cpu:0: find_kernel(%s): dtype value %d is not a bp_dtype", op,
-                                  static_cast<int>(dtype)));
+    bp::sdk::fail(BP_ERROR_UNSUPPORTED,
+                  bp::sdk::format("cpu:0: find_kernel(%s): dtype value %d is not a bp_dtype",
+                                  kOpNames[op], static_cast<int>(dtype)));
   const Registry& r = registry();
-  const CpuKernel& k = r.kernels[found][dtype];
+  const CpuKernel& k = r.kernels[op][dtype];
   if (!k.fn)
     bp::sdk::fail(
         BP_ERROR_UNSUPPORTED,
-        bp::sdk::format("cpu:0: op '%s' is not supported for dtype %s: %s", op,
-                        bp_dtype_name(dtype), r.support[found * BP_DTYPE_COUNT + dtype].reason));
+        bp::sdk::format("cpu:0: op '%s' is not supported for dtype %s: %s", kOpNames[op],
+                        bp_dtype_name(dtype), r.support[op * BP_DTYPE_COUNT + dtype].reason));
   return &k;
 }
 

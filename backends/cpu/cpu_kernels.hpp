@@ -1,9 +1,9 @@
 // Kernels of the CPU backend: the op catalogue as an enum, the kernel object a bp_kernel*
 // points at, the launch context, and the entry points of each op family.
 //
-// A kernel is resolved once by name (find_kernel) and then launched through a function
-// pointer: launch does no string lookups beyond reading attributes. Kernels run eagerly on the
-// calling thread, parallelised with oneTBB above the serial thresholds of Note [CPU serial
+// A kernel is resolved once (find_kernel, by catalogue number) and then launched through a
+// function pointer: launch does no string lookups (attributes are read by id). Kernels run eagerly
+// on the calling thread, parallelised with oneTBB above the serial thresholds of Note [CPU serial
 // thresholds]. All functions here are safe to call from several threads at once; kernels
 // touch no shared state but the tensors they are given.
 #ifndef BACKPLANE_CPU_KERNELS_HPP_
@@ -20,7 +20,7 @@ namespace bp::cpu {
 
 // The op catalogue of plugin_abi.h (Note [Op catalogue]), in catalogue order.
 enum class Op : int32_t {
-#define BP_OP_X_ENUM(name, Name) k##Name,
+#define BP_OP_X_ENUM(name, Name, ...) k##Name,
   BP_OP_CATALOGUE(BP_OP_X_ENUM)
 #undef BP_OP_X_ENUM
       kCount
@@ -54,10 +54,10 @@ struct CpuKernel {
 
 // ---- Registry (cpu_kernels.cpp) ---------------------------------------------------------
 
-// The kernel for (op name, dtype), or throws bp::sdk::Failure: BP_ERROR_UNSUPPORTED naming
-// the op, dtype and reason (unknown op, or a pair the support matrix excludes),
-// BP_ERROR_INVALID_ARGUMENT for a dtype outside bp_dtype.
-const CpuKernel* find_kernel(const char* op, int32_t dtype);
+// The kernel for (catalogue op number, dtype), or throws bp::sdk::Failure:
+// BP_ERROR_UNSUPPORTED naming the op, dtype and reason (a number outside the catalogue or
+// bp_dtype, or a pair the support matrix excludes).
+const CpuKernel* find_kernel(int32_t op, int32_t dtype);
 
 // The full support table: every catalogue op x every dtype, with reasons. Static.
 void list_ops(const bp_op_support** out_list, int32_t* out_count);

@@ -156,7 +156,7 @@ class CpuBackend final : public bp::sdk::Backend {
   }
 
   // ---- Kernels ----
-  bp_kernel* find_kernel(int32_t device, const char* op, int32_t dtype) override {
+  bp_kernel* find_kernel_id(int32_t device, int32_t op, int32_t dtype) override {
     check_device(device, "find_kernel");
     return reinterpret_cast<bp_kernel*>(const_cast<CpuKernel*>(cpu::find_kernel(op, dtype)));
   }

@@ -40,9 +40,9 @@ void uniform_kernel(const Launch& l) {
   check_arity(l, 0, 1);
   const bp_tensor_desc& out = l.outputs[0];
   check_dtype(l, out, DType<T>::id, "output");
-  const uint64_t seed = static_cast<uint64_t>(l.attrs.i("seed", 0));
-  const uint64_t offset = static_cast<uint64_t>(l.attrs.i("offset", 0));
-  const double low = l.attrs.f("low", 0.0), high = l.attrs.f("high", 1.0);
+  const uint64_t seed = static_cast<uint64_t>(l.attrs.i(BP_ATTR_ID_SEED, 0));
+  const uint64_t offset = static_cast<uint64_t>(l.attrs.i(BP_ATTR_ID_OFFSET, 0));
+  const double low = l.attrs.f(BP_ATTR_ID_LOW, 0.0), high = l.attrs.f(BP_ATTR_ID_HIGH, 1.0);
   const int64_t n = numel(out);
   if (n == 0) return;
   T* po = data<T>(out);
@@ -76,10 +76,10 @@ void normal_kernel(const Launch& l) {
   check_arity(l, 0, 1);
   const bp_tensor_desc& out = l.outputs[0];
   check_dtype(l, out, DType<T>::id, "output");
-  const uint64_t seed = static_cast<uint64_t>(l.attrs.i("seed", 0));
-  const uint64_t offset = static_cast<uint64_t>(l.attrs.i("offset", 0));
-  const C mean = static_cast<C>(l.attrs.f("mean", 0.0));
-  const C stddev = static_cast<C>(l.attrs.f("std", 1.0));
+  const uint64_t seed = static_cast<uint64_t>(l.attrs.i(BP_ATTR_ID_SEED, 0));
+  const uint64_t offset = static_cast<uint64_t>(l.attrs.i(BP_ATTR_ID_OFFSET, 0));
+  const C mean = static_cast<C>(l.attrs.f(BP_ATTR_ID_MEAN, 0.0));
+  const C stddev = static_cast<C>(l.attrs.f(BP_ATTR_ID_STD, 1.0));
   const int64_t n = numel(out);
   if (n == 0) return;
   T* po = data<T>(out);

@@ -1,6 +1,7 @@
 // Binary arithmetic: add sub mul div pow maximum minimum, as a, b -> out or in the scalar form
-// a -> out with attr "scalar" (and "reverse" = 1 for scalar OP a). Integer arithmetic wraps;
-// maximum/minimum propagate NaN from either side (like torch.maximum and the CPU backend).
+// a -> out with attr SCALAR (and REVERSE = 1 for scalar OP a); add and sub with two inputs take
+// ALPHA (out = a OP alpha*b in one pass). Integer arithmetic wraps; maximum/minimum propagate
+// NaN from either side (like torch.maximum and the CPU backend).
 #include "cuda_elementwise.cuh"
 
 namespace bp::cuda {
@@ -61,6 +62,21 @@ struct BinaryF {
   __device__ S operator()(S a, S b) const { return store<S>(fn(load(a), load(b))); }
 };
 
+// a, b -> out as a OP alpha*b (add, sub with ALPHA).
+template <class S, class Fn>
+struct BinaryAlphaF {
+  static constexpr int kArity = 2;
+  using Out = S;
+  using In0 = S;
+  using In1 = S;
+  using In2 = None;
+  Fn fn;
+  compute_of_t<S> alpha;
+  __device__ S operator()(S a, S b) const {
+    return store<S>(fn(load(a), wrap_mul(alpha, load(b))));
+  }
+};
+
 // a -> out with the second operand a scalar in the compute type.
 template <class S, class Fn>
 struct BinaryScalarF {
@@ -86,16 +102,25 @@ void launch_binary(const LaunchArgs& a) {
     const bp_tensor_desc* t[2] = {&a.out[0], &a.in[0]};
     const int32_t dt[2] = {D, D};
     check_elementwise(t, 2, dt);
-    const bp_attr* sc = a.attrs->find("scalar");
+    const bp_attr* sc = a.attrs->find(BP_ATTR_ID_SCALAR);
     if (!sc) invalid("one input given but no attr 'scalar' for the second operand");
     const BinaryScalarF<S, Fn> f{Fn{}, scalar_from_attr<D>(*sc),
-                                 a.attrs->i("reverse", 0) != 0 ? 1 : 0};
+                                 a.attrs->i(BP_ATTR_ID_REVERSE, 0) != 0 ? 1 : 0};
     run_elementwise(a, f, t);
   } else {
     check_arity(a, 2, 1);
     const bp_tensor_desc* t[3] = {&a.out[0], &a.in[0], &a.in[1]};
     const int32_t dt[3] = {D, D, D};
     check_elementwise(t, 3, dt);
+    if constexpr (std::is_same_v<Fn, Add> || std::is_same_v<Fn, Sub>) {
+      if (const bp_attr* al = a.attrs->find(BP_ATTR_ID_ALPHA)) {
+        const compute_of_t<S> alpha = scalar_from_attr<D>(*al);
+        if (!(alpha == compute_of_t<S>(1))) {
+          run_elementwise(a, BinaryAlphaF<S, Fn>{Fn{}, alpha}, t);
+          return;
+        }
+      }
+    }
     run_elementwise(a, BinaryF<S, Fn>{Fn{}}, t);
   }
 }

@@ -127,7 +127,7 @@ template <int D>
 void launch_fill(const LaunchArgs& a) {
   check_arity(a, 0, 1);
   check_desc(a.out[0], D, "output");
-  const bp_attr* value = a.attrs->find("value");
+  const bp_attr* value = a.attrs->find(BP_ATTR_ID_VALUE);
   if (!value) invalid("fill needs attr 'value'");
   fill_dispatch(a, a.out[0], fill_bits(D, value->kind == BP_ATTR_INT, value->i, value->f));
 }

@@ -90,10 +90,10 @@ void launch_compare(const LaunchArgs& a) {
     const bp_tensor_desc* t[2] = {&a.out[0], &a.in[0]};
     const int32_t dt[2] = {BP_DTYPE_BOOL, D};
     check_elementwise(t, 2, dt);
-    const bp_attr* sc = a.attrs->find("scalar");
+    const bp_attr* sc = a.attrs->find(BP_ATTR_ID_SCALAR);
     if (!sc) invalid("one input given but no attr 'scalar' for the second operand");
     const CompareScalarF<S, Fn> f{Fn{}, scalar_from_attr<D>(*sc),
-                                  a.attrs->i("reverse", 0) != 0 ? 1 : 0};
+                                  a.attrs->i(BP_ATTR_ID_REVERSE, 0) != 0 ? 1 : 0};
     run_elementwise(a, f, t);
   } else {
     check_arity(a, 2, 1);

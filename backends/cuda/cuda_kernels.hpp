@@ -9,7 +9,7 @@
 //   launch -> CudaKernel::fn(args): the LaunchFn is already specialised for (op, dtype). It
 //   validates the descriptors (counts, dtypes, shapes), builds a coalesced iteration plan on
 //   the stack, picks the contiguous or strided kernel and queues it. No heap allocation, no
-//   string compares but the attribute lookups, no device switch when the thread's device is
+//   string compares (attributes are read by id), no device switch when the thread's device is
 //   already current (Note [Current-device cache]), no synchronisation.
 //
 // Internal to backends/cuda. LaunchFns are stateless and may run concurrently on different
@@ -32,7 +32,7 @@ struct CudaStream;
 
 // Every op of the catalogue (plugin_abi.h Note [Op catalogue]), in list_ops order.
 enum class Op : int32_t {
-#define BP_OP_X_ENUM(name, Name) k##Name,
+#define BP_OP_X_ENUM(name, Name, ...) k##Name,
   BP_OP_CATALOGUE(BP_OP_X_ENUM)
 #undef BP_OP_X_ENUM
       kCount

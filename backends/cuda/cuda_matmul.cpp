@@ -161,7 +161,7 @@ void launch_matmul(const LaunchArgs& a) {
   if constexpr (D == BP_DTYPE_F64) {
     compute = CUBLAS_COMPUTE_64F;
   } else if constexpr (D == BP_DTYPE_F32) {
-    if (a.attrs->i("allow_tf32", 0) != 0) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
+    if (a.attrs->i(BP_ATTR_ID_ALLOW_TF32, 0) != 0) compute = CUBLAS_COMPUTE_32F_FAST_TF32;
   }
   const Scale alpha = 1, beta = 0;
   constexpr cudaDataType_t type = GemmTypes<D>::kType;

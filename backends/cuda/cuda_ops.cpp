@@ -15,7 +15,7 @@ namespace {
 constexpr int kNumOps = static_cast<int>(Op::kCount);
 
 constexpr std::array<const char*, kNumOps> kOpNames = {
-#define BP_OP_X_NAME(name, Name) #name,
+#define BP_OP_X_NAME(name, ...) #name,
     BP_OP_CATALOGUE(BP_OP_X_NAME)
 #undef BP_OP_X_NAME
 };
@@ -149,25 +149,21 @@ const char* op_name(Op op) {
   return o >= 0 && o < kNumOps ? kOpNames[static_cast<size_t>(o)] : "?";
 }
 
-const CudaKernel* find_kernel(const char* op, int32_t dtype) {
-  if (!op) bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT, "cuda: find_kernel with a NULL op name");
-  int found = -1;
-  for (int o = 0; o < kNumOps; ++o) {
-    if (std::strcmp(op, kOpNames[static_cast<size_t>(o)]) == 0) {
-      found = o;
-      break;
-    }
-  }
-  if (found < 0) bp::sdk::fail(BP_ERROR_UNSUPPORTED, bp::sdk::format("cuda: unknown op '%s'", op));
+const CudaKernel* find_kernel(int32_t op, int32_t dtype) {
+  if (op < 0 || op >= kNumOps)
+    bp::sdk::fail(
+        BP_ERROR_UNSUPPORTED,
+        bp::sdk::format("cuda: op number %d is not in the catalogue (0..%d)", op, kNumOps - 1));
+  const char* name = kOpNames[static_cast<size_t>(op)];
   if (dtype < 0 || dtype >= BP_DTYPE_COUNT)
-    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
-                  bp::sdk::format("cuda: op '%s' asked for unknown dtype %d", op, dtype));
-  const CudaKernel& k = table().kernels[found][dtype];
+    bp::sdk::fail(BP_ERROR_UNSUPPORTED,
+                  bp::sdk::format("cuda: op '%s' asked for unknown dtype %d", name, dtype));
+  const CudaKernel& k = table().kernels[op][dtype];
   if (!k.fn)
     bp::sdk::fail(
         BP_ERROR_UNSUPPORTED,
-        bp::sdk::format("cuda: op '%s' is not supported for %s: %s", op, bp_dtype_name(dtype),
-                        table().support[found * BP_DTYPE_COUNT + dtype].reason));
+        bp::sdk::format("cuda: op '%s' is not supported for %s: %s", name, bp_dtype_name(dtype),
+                        table().support[op * BP_DTYPE_COUNT + dtype].reason));
   return &k;
 }
 

@@ -19,9 +19,9 @@ struct CudaKernel {
   LaunchFn fn;  // never null for a handle returned by find_kernel
 };
 
-// The handle of (op name, dtype); throws BP_ERROR_UNSUPPORTED naming the op, the dtype and
-// the reason when the pair is not implemented or the op is unknown.
-const CudaKernel* find_kernel(const char* op, int32_t dtype);
+// The handle of (catalogue op number, dtype); throws BP_ERROR_UNSUPPORTED naming the op, the
+// dtype and the reason when the pair is not implemented or a number is unknown.
+const CudaKernel* find_kernel(int32_t op, int32_t dtype);
 
 // Every (op, dtype) pair of the catalogue with its support status and reason.
 void list_ops(const bp_op_support** out_list, int32_t* out_count);

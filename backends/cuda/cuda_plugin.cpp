@@ -216,7 +216,7 @@ class CudaBackend final : public bp::sdk::Backend {
 
   // ---- Kernels ----
 
-  bp_kernel* find_kernel(int32_t device, const char* op, int32_t dtype) override {
+  bp_kernel* find_kernel_id(int32_t device, int32_t op, int32_t dtype) override {
     runtime().device(device);
     const CudaKernel* k = bp::cuda::find_kernel(op, dtype);
     return reinterpret_cast<bp_kernel*>(const_cast<CudaKernel*>(k));

@@ -129,8 +129,8 @@ uint64_t random_setup(const LaunchArgs& a, int32_t dtype, uint64_t& seed, uint64
       expected *= out.shape[d];
     }
   }
-  seed = static_cast<uint64_t>(a.attrs->i("seed", 0));
-  offset = static_cast<uint64_t>(a.attrs->i("offset", 0));
+  seed = static_cast<uint64_t>(a.attrs->i(BP_ATTR_ID_SEED, 0));
+  offset = static_cast<uint64_t>(a.attrs->i(BP_ATTR_ID_OFFSET, 0));
   return static_cast<uint64_t>(n);
 }
 
@@ -157,8 +157,8 @@ void launch_uniform(const LaunchArgs& a) {
   uint64_t seed, offset;
   const uint64_t n = random_setup(a, D, seed, offset);
   if (n == 0) return;
-  const C lo = static_cast<C>(a.attrs->f("low", 0.0));
-  const C hi = static_cast<C>(a.attrs->f("high", 1.0));
+  const C lo = static_cast<C>(a.attrs->f(BP_ATTR_ID_LOW, 0.0));
+  const C hi = static_cast<C>(a.attrs->f(BP_ATTR_ID_HIGH, 1.0));
   const uint64_t counters = ((offset + n - 1) >> 2) - (offset >> 2) + 1;
   S* out = data_ptr<S>(a.out[0]);
   uniform_kernel<S><<<random_grid(a, counters), kThreads, 0, a.stream>>>(
@@ -173,8 +173,8 @@ void launch_normal(const LaunchArgs& a) {
   uint64_t seed, offset;
   const uint64_t n = random_setup(a, D, seed, offset);
   if (n == 0) return;
-  const C mean = static_cast<C>(a.attrs->f("mean", 0.0));
-  const C stddev = static_cast<C>(a.attrs->f("std", 1.0));
+  const C mean = static_cast<C>(a.attrs->f(BP_ATTR_ID_MEAN, 0.0));
+  const C stddev = static_cast<C>(a.attrs->f(BP_ATTR_ID_STD, 1.0));
   const uint64_t counters = ((offset + n - 1) >> 1) - (offset >> 1) + 1;
   S* out = data_ptr<S>(a.out[0]);
   normal_kernel<S><<<random_grid(a, counters), kThreads, 0, a.stream>>>(

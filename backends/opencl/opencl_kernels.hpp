@@ -19,7 +19,7 @@ namespace bp::opencl {
 
 // The op catalogue of plugin_abi.h, Note [Op catalogue].
 enum class Op : int32_t {
-#define BP_OP_X_ENUM(name, Name) k##Name,
+#define BP_OP_X_ENUM(name, Name, ...) k##Name,
   BP_OP_CATALOGUE(BP_OP_X_ENUM)
 #undef BP_OP_X_ENUM
       kCount
@@ -35,8 +35,6 @@ struct OpInfo {
   const char* reason;  // static; for dtypes outside `dtypes`
 };
 const OpInfo& op_info(Op op);
-// Looks an op up by its catalogue name; false when there is none.
-bool find_op(const char* name, Op* out);
 // Reason given for every f64 op on a device without doubles (Note [fp64] in opencl_device.cpp).
 extern const char* const kNoFp64Reason;
 

@@ -176,17 +176,6 @@ const OpInfo& op_info(Op op) {
   return kOps[static_cast<int32_t>(op)];
 }
 
-bool find_op(const char* name, Op* out) {
-  if (!name) return false;
-  for (int32_t i = 0; i < kOpCount; ++i) {
-    if (std::strcmp(kOps[i].name, name) == 0) {
-      *out = static_cast<Op>(i);
-      return true;
-    }
-  }
-  return false;
-}
-
 const char* cl_storage_type(int32_t dtype) {
   switch (dtype) {
     case BP_DTYPE_F32:
@@ -212,30 +201,36 @@ std::string kernel_prelude(int32_t dtype, bool fp64) {
   s += sdk::format("#define T %s\n", cl_storage_type(dtype));
   switch (dtype) {
     case BP_DTYPE_F32:
-      s += "#define C float\n#define LD(x) (x)\n#define ST(x) (x)\n";
+      s += "#define C float\n#define LD(x) (x)\n#define ST(x) (x)\n#define BP_MULW(a, b) ((a) * "
+           "(b))\n";
       break;
     case BP_DTYPE_F64:
-      s += "#define C double\n#define LD(x) (x)\n#define ST(x) (x)\n";
+      s += "#define C double\n#define LD(x) (x)\n#define ST(x) (x)\n#define BP_MULW(a, b) ((a) * "
+           "(b))\n";
       break;
     case BP_DTYPE_F16:
-      s += "#define C float\n#define LD(x) bp_f16_to_float(x)\n#define ST(x) bp_float_to_f16(x)\n";
+      s += "#define C float\n#define LD(x) bp_f16_to_float(x)\n#define ST(x) bp_float_to_f16(x)\n"
+           "#define BP_MULW(a, b) ((a) * (b))\n";
       break;
     case BP_DTYPE_BF16:
       s += "#define C float\n#define LD(x) bp_bf16_to_float(x)\n"
-           "#define ST(x) bp_float_to_bf16(x)\n";
+           "#define ST(x) bp_float_to_bf16(x)\n#define BP_MULW(a, b) ((a) * (b))\n";
       break;
     case BP_DTYPE_I32:
-      s += "#define C int\n#define UC uint\n#define LD(x) (x)\n#define ST(x) ((int)(x))\n";
+      s += "#define C int\n#define UC uint\n#define LD(x) (x)\n#define ST(x) ((int)(x))\n"
+           "#define BP_MULW(a, b) ((C)((UC)(a) * (UC)(b)))\n";
       break;
     case BP_DTYPE_I64:
-      s += "#define C long\n#define UC ulong\n#define LD(x) (x)\n#define ST(x) ((long)(x))\n";
+      s += "#define C long\n#define UC ulong\n#define LD(x) (x)\n#define ST(x) ((long)(x))\n"
+           "#define BP_MULW(a, b) ((C)((UC)(a) * (UC)(b)))\n";
       break;
     case BP_DTYPE_U8:
-      s += "#define C uchar\n#define UC uchar\n#define LD(x) (x)\n#define ST(x) ((uchar)(x))\n";
+      s += "#define C uchar\n#define UC uchar\n#define LD(x) (x)\n#define ST(x) ((uchar)(x))\n"
+           "#define BP_MULW(a, b) ((C)((UC)(a) * (UC)(b)))\n";
       break;
     case BP_DTYPE_BOOL:
       s += "#define C uchar\n#define UC uchar\n#define LD(x) ((uchar)((x) != 0))\n"
-           "#define ST(x) ((uchar)((x) != 0))\n";
+           "#define ST(x) ((uchar)((x) != 0))\n#define BP_MULW(a, b) ((uchar)((a) && (b)))\n";
       break;
     default:
       break;

@@ -5,7 +5,8 @@
 //
 // Note [Elementwise semantics]
 //   f16/bf16 compute in float and round once on store. Integer add/sub/mul/neg wrap (computed
-//   in the unsigned type). maximum/minimum propagate NaN from either side; relu keeps NaN.
+//   in the unsigned type). add and sub with ALPHA compute a OP alpha*b in one pass, alpha
+//   converted like the scalar. maximum/minimum propagate NaN from either side; relu keeps NaN.
 //   The "scalar" attribute is converted to the tensor's dtype first (as the CPU backend does,
 //   so f16 x == 0.1 compares with f16(0.1)). Conversions (cast, fill values) follow Note [CPU
 //   conversions] of the CPU backend: float -> integer truncates toward zero, NaN gives 0,
@@ -58,7 +59,8 @@ __kernel void bp_where(__global T* out, __global const uchar* c, __global const 
     out[o.x] = ST(RESULT);                                                    \
   }
 
-/* mode 0: a OP b; mode 1: a OP s; mode 2: s OP a. In modes 1 and 2, b is a (read, unused). */
+/* mode 0: a OP b; mode 1: a OP s; mode 2: s OP a; mode 3: a OP s*b (ALPHA). In modes 1 and 2,
+ * b is a (read, unused). */
 #define BP_BINARY(NAME, OT, RESULT)                                                   \
   __kernel void NAME(__global OT* out, __global const T* a, __global const T* b, C s, \
                      int mode, bp_ix ix, long n) {                                    \
@@ -71,6 +73,8 @@ __kernel void bp_where(__global T* out, __global const uchar* c, __global const 
     } else if (mode == 2) {                                                           \
       y = x;                                                                          \
       x = s;                                                                          \
+    } else if (mode == 3) {                                                           \
+      y = BP_MULW(s, y);                                                              \
     }                                                                                 \
     out[o.x] = (RESULT);                                                              \
   }
@@ -251,7 +255,7 @@ bool dense(const bp_tensor_desc& t) {
 
 void launch_fill(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc& out,
                  const sdk::Attrs& attrs) {
-  const bp_attr* value = attrs.find("value");
+  const bp_attr* value = attrs.find(BP_ATTR_ID_VALUE);
   if (!value) bad_launch(k, "attribute 'value' is missing");
   int64_t off = checked_element_offset(k, out, k.dtype, "output");
   int64_t n = sdk::numel(out);
@@ -348,7 +352,7 @@ void launch_elementwise(bp_kernel& k, const LaunchContext& lc, const bp_tensor_d
   }
 
   if (is_binary(op)) {
-    const bp_attr* scalar = attrs.find("scalar");
+    const bp_attr* scalar = attrs.find(BP_ATTR_ID_SCALAR);
     if (num_in == 2) {
       for (int32_t j = 0; j < 2; ++j) {
         const char* role = j == 0 ? "input 0" : "input 1";
@@ -369,11 +373,15 @@ void launch_elementwise(bp_kernel& k, const LaunchContext& lc, const bp_tensor_d
     s.size = bp_dtype_size(k.dtype);
     bp_tensor_desc dummy;
     if (num_in == 1) {
-      mode = attrs.i("reverse", 0) ? 2 : 1;
+      mode = attrs.i(BP_ATTR_ID_REVERSE, 0) ? 2 : 1;
       s = to_compute(*scalar, k.dtype);
       // b is a itself: valid memory with a's layout (keeps the dense path), never used.
       dummy = in[0];
       off[2] = off[1];
+    } else if (const bp_attr* alpha =
+                   (op == Op::kAdd || op == Op::kSub) ? attrs.find(BP_ATTR_ID_ALPHA) : nullptr) {
+      mode = 3;  // a OP alpha*b (Note [Elementwise semantics])
+      s = to_compute(*alpha, k.dtype);
     } else {
       std::memset(s.bytes, 0, sizeof s.bytes);
       s.size = is_floating(k.dtype) && k.dtype != BP_DTYPE_F64 ? 4 : bp_dtype_size(k.dtype);

@@ -104,10 +104,10 @@ void launch_random(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* 
   int64_t n = sdk::numel(o);
   if (n == 0) return;
   bool uniform = k.op == Op::kUniform;
-  cl_ulong seed = static_cast<cl_ulong>(attrs.i("seed", 0));
-  cl_ulong offset = static_cast<cl_ulong>(attrs.i("offset", 0));
-  double p0 = uniform ? attrs.f("low", 0.0) : attrs.f("mean", 0.0);
-  double p1 = uniform ? attrs.f("high", 1.0) : attrs.f("std", 1.0);
+  cl_ulong seed = static_cast<cl_ulong>(attrs.i(BP_ATTR_ID_SEED, 0));
+  cl_ulong offset = static_cast<cl_ulong>(attrs.i(BP_ATTR_ID_OFFSET, 0));
+  double p0 = uniform ? attrs.f(BP_ATTR_ID_LOW, 0.0) : attrs.f(BP_ATTR_ID_MEAN, 0.0);
+  double p1 = uniform ? attrs.f(BP_ATTR_ID_HIGH, 1.0) : attrs.f(BP_ATTR_ID_STD, 1.0);
   uint64_t per_counter = uniform ? 4 : 2;
   uint64_t counters =
       (offset + static_cast<uint64_t>(n) - 1) / per_counter - offset / per_counter + 1;

@@ -289,12 +289,13 @@ class OpenclBackend final : public sdk::Backend {
 
   // ---- Kernels ----
 
-  bp_kernel* find_kernel(int32_t d, const char* name, int32_t dtype) override {
+  bp_kernel* find_kernel_id(int32_t d, int32_t id, int32_t dtype) override {
     Device& dev = device(d);
-    Op op;
-    if (!find_op(name, &op))
-      sdk::fail(BP_ERROR_UNSUPPORTED,
-                sdk::format("opencl: op '%s' is not in the catalogue", name ? name : "(null)"));
+    if (id < 0 || id >= kOpCount)
+      sdk::fail(
+          BP_ERROR_UNSUPPORTED,
+          sdk::format("opencl: op number %d is not in the catalogue (0..%d)", id, kOpCount - 1));
+    const Op op = static_cast<Op>(id);
     if (!valid_dtype(dtype))
       sdk::fail(BP_ERROR_UNSUPPORTED,
                 sdk::format("opencl: %s: dtype %d is not a dtype", op_info(op).name, dtype));

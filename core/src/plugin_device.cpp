@@ -1,5 +1,6 @@
 // Device, Allocator, Stream, Event and Kernel implemented over a plugin's C table.
 #include "registry.hpp"
+#include "tensor_internal.hpp"
 
 #include <chrono>
 #include <cstdio>
@@ -121,9 +122,21 @@ void PluginStream::wait(Event& event) {
 void PluginKernel::launch(Stream& stream, std::span<const bp_tensor_desc> in,
                           std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
   const bp_plugin_api* api = dev_.api();
-  bp_error* err = api->launch(k_, stream.handle(), in.data(), static_cast<int32_t>(in.size()),
-                              out.data(), static_cast<int32_t>(out.size()), attrs.data(),
-                              static_cast<int32_t>(attrs.size()));
+  const bp_attr* pass = attrs.data();
+  // Note [Attribute ids]: a plugin of minor 0 or 1 reads attribute arrays of the old layout.
+  constexpr size_t kMaxAttrs = 8;
+  bp_attr_minor1 legacy[kMaxAttrs];
+  if (!dev_.plugin().has_minor2 && !attrs.empty()) [[unlikely]] {
+    if (attrs.size() > kMaxAttrs)
+      throw Error(dev_.str() + ": launch " + std::string(op_name(op_)) + " with " +
+                  std::to_string(attrs.size()) + " attributes (at most 8)");
+    for (size_t k = 0; k < attrs.size(); ++k)
+      legacy[k] = {sizeof(bp_attr_minor1), attrs[k].name, attrs[k].kind, attrs[k].i, attrs[k].f};
+    pass = reinterpret_cast<const bp_attr*>(legacy);
+  }
+  bp_error* err =
+      api->launch(k_, stream.handle(), in.data(), static_cast<int32_t>(in.size()), out.data(),
+                  static_cast<int32_t>(out.size()), pass, static_cast<int32_t>(attrs.size()));
   if (err) {
     std::string what =
         "launch " + std::string(op_name(op_)) + " (" + std::string(dtype_name(dtype_)) + ")";
@@ -249,8 +262,12 @@ Kernel* PluginDevice::try_resolve(Op op, DType dtype) {
   std::lock_guard<std::mutex> lock(mu_);
   if (Kernel* k = kernels_[slot(op, dtype)].load(std::memory_order_relaxed)) return k;
   bp_kernel* handle = nullptr;
-  bp_error* err = api()->find_kernel(index(), std::string(op_name(op)).c_str(),
-                                     static_cast<int32_t>(dtype), &handle);
+  // The registry sets has_minor2 only when the table is new enough to hold find_kernel_id.
+  bp_error* err =
+      plugin_.has_minor2 && api()->find_kernel_id
+          ? api()->find_kernel_id(index(), static_cast<int32_t>(op), static_cast<int32_t>(dtype),
+                                  &handle)
+          : api()->find_kernel(index(), op_name(op).data(), static_cast<int32_t>(dtype), &handle);
   if (err) {
     if (err->code != BP_ERROR_UNSUPPORTED) throw_plugin_error(api(), err, str() + ": find kernel");
     api()->error_free(err);
@@ -338,6 +355,10 @@ void PluginDevice::release(bp_buffer* b, uint64_t size, const StreamHandle* stre
                  static_cast<unsigned long long>(size), e->message ? e->message : "");
     api()->error_free(e);
   }
+}
+
+bool takes_alpha(const Device& dev) {
+  return static_cast<const PluginDevice&>(dev).plugin().has_minor2;
 }
 
 // Note [Cross-device copies]

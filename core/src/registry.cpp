@@ -277,6 +277,8 @@ void Registry::register_plugin(PluginReport& r) {
   p->path = r.path;
   p->api = r.api;
   p->has_minor1 = r.api->abi_minor >= 1 && r.api->struct_size > BP_API_MINOR1_OFFSET;
+  p->has_minor2 = r.api->abi_minor >= 2 &&
+                  r.api->struct_size >= BP_API_MINOR2_OFFSET + sizeof(r.api->find_kernel_id);
   p->no_devices_reason = r.device_count == 0 ? r.reason : "";
   Plugin& plugin = *p;
   plugins_.push_back(std::move(p));

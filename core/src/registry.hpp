@@ -30,6 +30,9 @@ struct Plugin {
   std::string path;
   const bp_plugin_api* api = nullptr;
   bool has_minor1 = false;  // list_ops may be read
+  // find_kernel_id may be called, and launch takes bp_attr arrays with ids (Note [Attribute
+  // ids] in plugin_abi.h); false: names and bp_attr_minor1 arrays.
+  bool has_minor2 = false;
   std::string no_devices_reason;
   std::vector<std::unique_ptr<Device>> devices;
 };
@@ -122,6 +125,7 @@ class PluginDevice final : public Device {
 
   const bp_plugin_api* api() const { return plugin_.api; }
   Plugin& plugin() { return plugin_; }
+  const Plugin& plugin() const { return plugin_; }
   bool has_events() const { return plugin_.api->event_create != nullptr; }
   void* host_pointer(bp_buffer* b) const noexcept {
     return plugin_.api->mem_host_pointer ? plugin_.api->mem_host_pointer(b) : nullptr;

@@ -662,9 +662,10 @@ Tensor random_tensor(Op op, const Shape& shape, Device& device, DType dtype, Gen
   }
   if (n == 0) return t;
   bool uniform = op == Op::uniform;
-  bp_attr attrs[4] = {attr_i("seed", static_cast<int64_t>(seed)),
-                      attr_i("offset", static_cast<int64_t>(offset)),
-                      attr_f(uniform ? "low" : "mean", p0), attr_f(uniform ? "high" : "std", p1)};
+  bp_attr attrs[4] = {attr_i(BP_ATTR_ID_SEED, static_cast<int64_t>(seed)),
+                      attr_i(BP_ATTR_ID_OFFSET, static_cast<int64_t>(offset)),
+                      attr_f(uniform ? BP_ATTR_ID_LOW : BP_ATTR_ID_MEAN, p0),
+                      attr_f(uniform ? BP_ATTR_ID_HIGH : BP_ATTR_ID_STD, p1)};
   bp_tensor_desc out = desc(t);
   device.kernel(op, dtype).launch(device.default_stream(), {}, {&out, 1}, attrs);
   return t;

@@ -30,12 +30,16 @@ void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
 // Normalises a possibly negative axis; ShapeError naming the op otherwise.
 int normalize_axis(int axis, int rank, const char* op);
 
-inline bp_attr attr_f(const char* name, double v) {
-  return bp_attr{sizeof(bp_attr), name, BP_ATTR_FLOAT, 0, v};
+// Launch attributes, named by id and by name (Note [Attribute ids] in plugin_abi.h).
+inline bp_attr attr_f(bp_attr_id id, double v) {
+  return bp_attr{sizeof(bp_attr), bp_attr_name(id), BP_ATTR_FLOAT, 0, v, id};
 }
-inline bp_attr attr_i(const char* name, int64_t v) {
-  return bp_attr{sizeof(bp_attr), name, BP_ATTR_INT, v, 0.0};
+inline bp_attr attr_i(bp_attr_id id, int64_t v) {
+  return bp_attr{sizeof(bp_attr), bp_attr_name(id), BP_ATTR_INT, v, 0.0, id};
 }
+
+// True when `dev`'s plugin takes attribute ALPHA on add and sub (minor >= 2).
+bool takes_alpha(const Device& dev);
 
 // Host copy of a tensor's values in row-major order as raw bytes of its dtype.
 std::vector<char> read_bytes(const Tensor& t, const char* what);

@@ -52,7 +52,7 @@ Tensor scalar_raw(Op op, const Tensor& a, double s, bool reverse, DType out_dtyp
   Tensor out = make_empty(dev, a.impl().shape, out_dtype);
   if (out.numel() == 0) return out;
   bp_tensor_desc in = desc(a), o = desc(out);
-  bp_attr attrs[2] = {attr_f("scalar", s), attr_i("reverse", reverse ? 1 : 0)};
+  bp_attr attrs[2] = {attr_f(BP_ATTR_ID_SCALAR, s), attr_i(BP_ATTR_ID_REVERSE, reverse ? 1 : 0)};
   dev.kernel(op, a.dtype())
       .launch(dev.default_stream(), {&in, 1}, {&o, 1}, {attrs, reverse ? 2u : 1u});
   return out;
@@ -209,7 +209,7 @@ Tensor matmul_raw(const Tensor& a0, const Tensor& b0) {
     o.strides[0] = m * n;
     o.strides[1] = n;
     o.strides[2] = 1;
-    bp_attr attr = attr_i("allow_tf32", allow_tf32() ? 1 : 0);
+    bp_attr attr = attr_i(BP_ATTR_ID_ALLOW_TF32, allow_tf32() ? 1 : 0);
     dev.kernel(Op::matmul, a.dtype()).launch(dev.default_stream(), in, {&o, 1}, {&attr, 1});
   }
   if (a0.rank() == 1) out = out.squeeze(-2);
@@ -472,8 +472,8 @@ Tensor& Tensor::fill_(double value) {
     return *this;
   }
   bp_tensor_desc o = desc(*this);
-  bp_attr a = (dtype() == DType::i64) ? attr_i("value", static_cast<int64_t>(value))
-                                      : attr_f("value", value);
+  bp_attr a = (dtype() == DType::i64) ? attr_i(BP_ATTR_ID_VALUE, static_cast<int64_t>(value))
+                                      : attr_f(BP_ATTR_ID_VALUE, value);
   dev.kernel(Op::fill, dtype()).launch(dev.default_stream(), {}, {&o, 1}, {&a, 1});
   return *this;
 }
@@ -489,24 +489,38 @@ Tensor& Tensor::copy_(const Tensor& src0) {
   return *this;
 }
 
+// this += alpha * other as one kernel with attribute ALPHA (plugins of minor >= 2), else as
+// mul then add (plugin_abi.h, Note [Op catalogue]).
 Tensor& Tensor::add_(const Tensor& other0, double alpha) {
   check_same_device("add_", {this, &other0});
   check_same_dtype("add_", *this, other0);
-  Tensor other = alpha == 1.0 ? other0 : scalar_raw(Op::mul, other0, alpha, false, dtype());
+  Device& dev = device();
+  const bool scaled = alpha != 1.0;
+  if (scaled && !is_floating(dtype()) && alpha != std::trunc(alpha))
+    throw DTypeError("add_: alpha " + std::to_string(alpha) + " is not exact in a " +
+                     std::string(dtype_name(dtype())) +
+                     " tensor; cast the tensor to a floating dtype first");
+  const bool fused = scaled && takes_alpha(dev);
+  Tensor other = scaled && !fused ? scalar_raw(Op::mul, other0, alpha, false, dtype()) : other0;
   Dims s = broadcast_shapes(impl().shape, other.impl().shape, "add_");
   if (!(s == impl().shape))
     throw ShapeError("add_: shape " + other.impl().shape.str() +
                      " does not broadcast to the destination shape " + impl().shape.str());
   if (numel() == 0) return *this;
+  bp_attr a[2] = {attr_i(BP_ATTR_ID_INPLACE, 1),
+                  is_floating(dtype()) ? attr_f(BP_ATTR_ID_ALPHA, alpha)
+                                       : attr_i(BP_ATTR_ID_ALPHA, static_cast<int64_t>(alpha))};
+  bp_tensor_desc in[2] = {desc(*this), desc_broadcast(other, s)};
   if (!is_contiguous()) {
-    copy_into(*this, binary_raw(Op::add, *this, other, dtype()));
+    Tensor sum = make_empty(dev, impl().shape, dtype());
+    bp_tensor_desc o = desc(sum);
+    dev.kernel(Op::add, dtype())
+        .launch(dev.default_stream(), in, {&o, 1}, {a + 1, fused ? 1u : 0u});
+    copy_into(*this, sum);
     return *this;
   }
-  Device& dev = device();
-  bp_tensor_desc in[2] = {desc(*this), desc_broadcast(other, s)};
   bp_tensor_desc o = desc(*this);
-  bp_attr a = attr_i("inplace", 1);
-  dev.kernel(Op::add, dtype()).launch(dev.default_stream(), in, {&o, 1}, {&a, 1});
+  dev.kernel(Op::add, dtype()).launch(dev.default_stream(), in, {&o, 1}, {a, fused ? 2u : 1u});
   return *this;
 }
 
@@ -518,7 +532,7 @@ Tensor& Tensor::mul_(double factor) {
   }
   Device& dev = device();
   bp_tensor_desc in = desc(*this), o = desc(*this);
-  bp_attr a[2] = {attr_f("scalar", factor), attr_i("inplace", 1)};
+  bp_attr a[2] = {attr_f(BP_ATTR_ID_SCALAR, factor), attr_i(BP_ATTR_ID_INPLACE, 1)};
   dev.kernel(Op::mul, dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, a);
   return *this;
 }

@@ -16,6 +16,7 @@
 #ifndef BACKPLANE_TEMPLATE_H_
 #define BACKPLANE_TEMPLATE_H_
 
+#include <backplane/op_catalogue.h>
 #include <backplane/plugin_abi.h>
 
 #include <stdint.h>
@@ -77,6 +78,8 @@ bp_error* template_copy_d2d(bp_stream* stream, bp_buffer* dst, uint64_t dst_offs
 void template_kernels_init(void);
 bp_error* template_find_kernel(int32_t device, const char* op, int32_t dtype,
                                bp_kernel** out_kernel);
+bp_error* template_find_kernel_id(int32_t device, int32_t op, int32_t dtype,
+                                  bp_kernel** out_kernel);
 bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_desc* inputs,
                           int32_t num_inputs, const bp_tensor_desc* outputs, int32_t num_outputs,
                           const bp_attr* attrs, int32_t num_attrs);

@@ -59,13 +59,18 @@ bp_error* template_list_ops(int32_t device, const bp_op_support** out_list, int3
   return NULL;
 }
 
+bp_error* template_find_kernel_id(int32_t device, int32_t op, int32_t dtype,
+                                  bp_kernel** out_kernel) {
+  return template_find_kernel(device, bp_op_name(op), dtype, out_kernel);
+}
+
 bp_error* template_find_kernel(int32_t device, const char* op, int32_t dtype,
                                bp_kernel** out_kernel) {
   struct bp_kernel* k;
   bp_error* err = template_check_device(device, "find_kernel");
   if (err) return err;
-  if (dtype < 0 || dtype >= BP_DTYPE_COUNT)
-    return template_error(BP_ERROR_INVALID_ARGUMENT,
+  if (dtype < 0 || dtype >= BP_DTYPE_COUNT) /* perhaps a newer host's dtype */
+    return template_error(BP_ERROR_UNSUPPORTED,
                           TEMPLATE_NAME ":0: find_kernel(%s): %d is not a bp_dtype", op,
                           (int)dtype);
   k = template_kernel_named(op);
@@ -102,17 +107,6 @@ static int64_t template_offset_of(const bp_tensor_desc* t, int64_t i) {
 
 static float* template_data(const bp_tensor_desc* t) {
   return (float*)(t->buffer->data + t->offset);
-}
-
-static const bp_attr* template_attr(const bp_attr* attrs, int32_t n, const char* name) {
-  int32_t i;
-  for (i = 0; i < n; ++i)
-    if (strcmp(attrs[i].name, name) == 0) return &attrs[i];
-  return NULL;
-}
-
-static double template_attr_f(const bp_attr* a) {
-  return a->kind == BP_ATTR_FLOAT ? a->f : (double)a->i;
 }
 
 /* NULL when the descriptor is an f32 tensor of rank <= BP_MAX_RANK whose elements lie in its
@@ -161,10 +155,10 @@ static void template_copy(const bp_tensor_desc* in, const bp_tensor_desc* out) {
   }
 }
 
-/* out = a OP b, or a OP scalar (scalar OP a when reverse). Safe in place: element i of a is
- * read before element i of out is written. */
+/* out = a OP alpha*b, or a OP scalar (scalar OP a when reverse). alpha is 1 but for add with
+ * attribute ALPHA. Safe in place: element i of a is read before element i of out is written. */
 static void template_binary(int is_add, const bp_tensor_desc* a, const bp_tensor_desc* b,
-                            float scalar, int reverse, const bp_tensor_desc* out) {
+                            float alpha, float scalar, int reverse, const bp_tensor_desc* out) {
   int64_t i, n = template_numel(out);
   if (n == 0) return;
   {
@@ -173,7 +167,7 @@ static void template_binary(int is_add, const bp_tensor_desc* a, const bp_tensor
     float* y = template_data(out);
     for (i = 0; i < n; ++i) {
       float l = x[template_offset_of(a, i)];
-      float r = z ? z[template_offset_of(b, i)] : scalar;
+      float r = z ? alpha * z[template_offset_of(b, i)] : scalar;
       if (!z && reverse) {
         float t = l;
         l = r;
@@ -243,11 +237,11 @@ bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_
   }
 
   if (strcmp(op, "fill") == 0) {
-    const bp_attr* v = template_attr(attrs, num_attrs, "value");
+    const bp_attr* v = bp_attr_find(attrs, num_attrs, BP_ATTR_ID_VALUE);
     if (num_inputs != 0 || !v)
       return template_error(BP_ERROR_INVALID_ARGUMENT,
                             TEMPLATE_NAME ":0: fill takes no inputs and attr \"value\"");
-    template_fill(out, (float)template_attr_f(v));
+    template_fill(out, (float)bp_attr_float(v));
     return NULL;
   }
   if (strcmp(op, "sum") == 0) {
@@ -263,10 +257,13 @@ bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_
     template_copy(&inputs[0], out);
     return NULL;
   }
-  /* add, mul: two inputs, or one and attr "scalar" (attr "reverse" = 1: scalar OP a). */
+  /* add, mul: two inputs, or one and attribute SCALAR (REVERSE = 1: scalar OP a); add with two
+   * inputs takes ALPHA (Note [Op catalogue] in plugin_abi.h). */
   {
-    const bp_attr* s = template_attr(attrs, num_attrs, "scalar");
-    const bp_attr* r = template_attr(attrs, num_attrs, "reverse");
+    const bp_attr* s = bp_attr_find(attrs, num_attrs, BP_ATTR_ID_SCALAR);
+    const bp_attr* r = bp_attr_find(attrs, num_attrs, BP_ATTR_ID_REVERSE);
+    const bp_attr* alpha = bp_attr_find(attrs, num_attrs, BP_ATTR_ID_ALPHA);
+    int is_add = strcmp(op, "add") == 0;
     int32_t want_inputs = s ? 1 : 2;
     if (num_inputs != want_inputs)
       return template_error(BP_ERROR_INVALID_ARGUMENT,
@@ -277,8 +274,9 @@ bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_
         return template_error(BP_ERROR_INVALID_ARGUMENT,
                               TEMPLATE_NAME ":0: %s: input %d has rank %d, output %d", op, (int)i,
                               (int)inputs[i].rank, (int)out->rank);
-    template_binary(strcmp(op, "add") == 0, &inputs[0], s ? NULL : &inputs[1],
-                    s ? (float)template_attr_f(s) : 0.0f, r && r->i == 1, out);
+    template_binary(is_add, &inputs[0], s ? NULL : &inputs[1],
+                    is_add && alpha ? (float)bp_attr_float(alpha) : 1.0f,
+                    s ? (float)bp_attr_float(s) : 0.0f, r && bp_attr_int(r) == 1, out);
     return NULL;
   }
 }

@@ -130,6 +130,8 @@ static const bp_plugin_api template_api = {
     .launch = template_launch,
 
     .list_ops = template_list_ops,
+
+    .find_kernel_id = template_find_kernel_id,
 };
 
 /* The one exported symbol. The host compares versions itself and reports a mismatch with both

@@ -263,6 +263,47 @@ TEST_P(MathTest, CastsAndInPlaceUpdates) {
   EXPECT_EQ(dst.to_vector<double>(), dv);
 }
 
+// add_ with alpha is one add kernel with attribute ALPHA (plugin ABI 1.2, Note [Op catalogue]):
+// floats, integers (exact, u8 wrapping), a broadcast operand, a non-contiguous destination; a
+// fractional alpha on an integer tensor is a DTypeError naming add_.
+TEST_P(MathTest, AddInPlaceWithAlpha) {
+  for (bp::DType dt : float_types()) {
+    auto av = bptest::rounded(bptest::random_values(60), dt);
+    auto bv = bptest::rounded(bptest::random_values(12), dt);
+    auto a = make(av, {5, 12}, dt);
+    a.add_(make(bv, {12}, dt), -1.75);  // b broadcast along the rows
+    std::vector<double> ref(60);
+    for (int i = 0; i < 60; ++i) ref[i] = av[i] - 1.75 * bv[i % 12];
+    expect_close(a, ref, dt, "add_ with alpha -1.75", 2);
+    // A transposed destination: element (i, j) of the 12x5 view is av[j * 12 + i].
+    auto t = make(av, {5, 12}, dt).t();
+    auto cv = bptest::rounded(bptest::random_values(60), dt);
+    t.add_(make(cv, {12, 5}, dt), 0.5);
+    std::vector<double> tref(60);
+    for (int i = 0; i < 12; ++i)
+      for (int j = 0; j < 5; ++j) tref[i * 5 + j] = av[j * 12 + i] + 0.5 * cv[i * 5 + j];
+    expect_close(t, tref, dt, "add_ with alpha into a transposed view", 2);
+  }
+  for (bp::DType dt : {bp::DType::i32, bp::DType::i64}) {
+    auto a = bp::arange(12, dev(), dt).reshape({3, 4});
+    a.add_(bp::arange(4, dev(), dt), -3);
+    auto got = a.to_vector<int64_t>();
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < 4; ++j)
+        EXPECT_EQ(got[i * 4 + j], i * 4 + j - 3 * j) << bp::dtype_name(dt);
+  }
+  auto u = bp::full({4}, 10, dev(), bp::DType::u8);
+  u.add_(bp::full({4}, 100, dev(), bp::DType::u8), 3);  // 310 wraps to 54
+  EXPECT_EQ(u.to_vector<int32_t>(), (std::vector<int32_t>{54, 54, 54, 54}));
+  auto i = bp::ones({3}, dev(), bp::DType::i32);
+  try {
+    i.add_(i, 0.5);
+    FAIL() << "a fractional alpha on i32 must throw";
+  } catch (const bp::DTypeError& e) {
+    EXPECT_NE(std::string(e.what()).find("add_: alpha 0.5"), std::string::npos) << e.what();
+  }
+}
+
 TEST_P(MathTest, EmptyTensors) {
   auto e = bp::ones({0, 5}, dev());
   EXPECT_EQ((e + 1).shape(), (bp::Shape{0, 5}));

@@ -2,6 +2,10 @@
 // BACKPLANE_* environment the test set) and runs a tiny computation on it.
 // Prints "device=<str> values=<v0> <v1> ..." or "error=<message>".
 //
+// With a second argument "alpha" it also prints add_ with alpha: "alpha=-2 -2 -2" (one kernel
+// with attribute ALPHA on plugins of minor 2, mul then add on older ones), and 0.5 + that, a
+// launch with two attributes (which plugins of minor < 2 must get in their own layout).
+//
 // With a second argument "streams" it also allocates a buffer on a stream of its own, drops
 // the Stream object while the buffer lives, reads the buffer through the default stream and
 // drops it: the buffer must be freed on its own stream, which must still exist then (the
@@ -43,6 +47,17 @@ int main(int argc, char** argv) {
     for (float v : c.to_vector<float>()) std::printf("%g ", v);
     std::printf("\n");
     if (argc > 2 && std::strcmp(argv[2], "streams") == 0) streams(d);
+    if (argc > 2 && std::strcmp(argv[2], "alpha") == 0) {
+      bp::Tensor t = bp::full({3}, 1.0, d);
+      t.add_(bp::full({3}, 2.0, d), -1.5);
+      std::printf("alpha=");
+      for (float v : t.to_vector<float>()) std::printf("%g ", v);
+      std::printf("\n");
+      bp::Tensor r = 0.5 + t;  // two attributes: SCALAR and REVERSE
+      std::printf("reverse=");
+      for (float v : r.to_vector<float>()) std::printf("%g ", v);
+      std::printf("\n");
+    }
     return 0;
   } catch (const bp::Error& e) {
     std::printf("error=%s\n", e.what());

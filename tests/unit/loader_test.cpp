@@ -91,8 +91,8 @@ TEST(Loader, MissingEntrySymbol) {
   expect_failed("noentry", "missing entry symbol bp_plugin_get_api");
 }
 TEST(Loader, OtherMajorNamesBothVersions) {
-  expect_failed("major2", "ABI 2.1 vs host " + std::to_string(BP_ABI_MAJOR) + "." +
-                              std::to_string(BP_ABI_MINOR));
+  expect_failed("major2", "ABI 2." + std::to_string(BP_ABI_MINOR) + " vs host " +
+                              std::to_string(BP_ABI_MAJOR) + "." + std::to_string(BP_ABI_MINOR));
 }
 TEST(Loader, InitFailureQuotesPluginMessage) {
   expect_failed("initfail", "init failed: fixture init failure: simulated driver error 42");
@@ -124,10 +124,11 @@ TEST(Registry, BrokenPluginsNeverStopTheOthers) {
   } expects[] = {
       {"libbackplane-notelf.so", "failed", "not an ELF"},
       {"libbackplane-noentry.so", "failed", "missing entry symbol"},
-      {"libbackplane-major2.so", "failed", "ABI 2.1 vs host"},
+      {"libbackplane-major2.so", "failed", "major versions differ"},
       {"libbackplane-initfail.so", "failed", "simulated driver error 42"},
       {"libbackplane-missingdep.so", "failed", "dependency libbpfixturedep.so not found"},
       {"libbackplane-oldminor.so", "loaded", ""},
+      {"libbackplane-minor1.so", "loaded", ""},
       {"libbackplane-fixture.so", "loaded", ""},
       {"libbackplane-cpu.so", "loaded", ""},
   };
@@ -211,10 +212,16 @@ TEST(Registry, ConfigFileAddsPluginPathsAndEnvironmentWins) {
 }
 
 TEST(Registry, OlderMinorPluginComputesThroughTheHost) {
-  // ABI 1.0, no events, no list_ops: the host's documented defaults apply.
-  std::string out =
-      run("env BACKPLANE_PLUGIN_PATH=" + fixture("oldminor") + " " + kProbe + " oldminor:0");
-  EXPECT_EQ(out, "device=oldminor:0 values=6.75 6.75 6.75 6.75 6.75 \n");
+  // ABI 1.0, no events, no list_ops: the host's documented defaults apply. Both older minors
+  // are built from the 1.1 header: names only (find_kernel), attributes of the old layout, and
+  // add_ with alpha as mul then add.
+  for (const char* name : {"oldminor", "minor1"}) {
+    std::string out = run("env BACKPLANE_PLUGIN_PATH=" + fixture(name) + " " + kProbe + " " + name +
+                          ":0 alpha 2>&1");
+    EXPECT_EQ(
+        out, "device=" + std::string(name) +
+                 ":0 values=6.75 6.75 6.75 6.75 6.75 \nalpha=-2 -2 -2 \nreverse=-1.5 -1.5 -1.5 \n");
+  }
 }
 
 // A buffer is freed on the stream it was allocated on, which outlives its Stream object until
@@ -224,6 +231,15 @@ TEST(Registry, BufferIsFreedOnItsOwnStream) {
   std::string out = run("env BACKPLANE_PLUGIN_PATH=" + fixture("fixture") + " " + kProbe +
                         " fixture:0 streams 2>&1");
   EXPECT_EQ(out, "device=fixture:0 values=6.75 6.75 6.75 6.75 6.75 \nstreams=1.5 -2 4.25 8 \n");
+}
+
+// The current-ABI fixture gets add_ with alpha as one kernel with attribute ALPHA.
+TEST(Registry, AlphaReachesAPluginOfMinor2) {
+  std::string out = run("env BACKPLANE_PLUGIN_PATH=" + fixture("fixture") + " " + kProbe +
+                        " fixture:0 alpha 2>&1");
+  EXPECT_EQ(out,
+            "device=fixture:0 values=6.75 6.75 6.75 6.75 6.75 \nalpha=-2 -2 -2 \n"
+            "reverse=-1.5 -1.5 -1.5 \n");
 }
 
 TEST(Registry, UnsupportedOpIsNamed) {

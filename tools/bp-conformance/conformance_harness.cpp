@@ -104,6 +104,28 @@ bool has_list_ops(const bp_plugin_api* api) {
          api->list_ops != nullptr;
 }
 
+bool has_minor2(const bp_plugin_api* api) {
+  return api->abi_minor >= 2 &&
+         api->struct_size >= BP_API_MINOR2_OFFSET + sizeof(api->find_kernel_id);
+}
+
+bool has_find_kernel_id(const bp_plugin_api* api) {
+  return has_minor2(api) && api->find_kernel_id != nullptr;
+}
+
+bp_error* Context::launch(bp_kernel* k, bp_stream* s, const bp_tensor_desc* ins, int32_t nin,
+                          const bp_tensor_desc* outs, int32_t nout,
+                          const std::vector<bp_attr>& attrs) {
+  const bp_attr* pass = attrs.empty() ? nullptr : attrs.data();
+  std::vector<bp_attr_minor1> legacy;
+  if (!has_minor2(api_) && !attrs.empty()) {
+    for (const bp_attr& a : attrs)
+      legacy.push_back({sizeof(bp_attr_minor1), a.name, a.kind, a.i, a.f});
+    pass = reinterpret_cast<const bp_attr*>(legacy.data());
+  }
+  return api_->launch(k, s, ins, nin, outs, nout, pass, static_cast<int32_t>(attrs.size()));
+}
+
 std::string TestCase::name() const {
   std::string n = suite + "." + test + "[" + device;
   if (!dtype.empty()) n += "," + dtype;

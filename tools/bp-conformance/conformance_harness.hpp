@@ -49,6 +49,11 @@ std::string take_error(const bp_plugin_api* api, bp_error* err);
 // [ABI versioning] in plugin_abi.h: a slot past struct_size or newer than abi_minor is never
 // read).
 bool has_list_ops(const bp_plugin_api* api);
+// True when the table is of minor >= 2 and covers the minor-2 slots: launch takes bp_attr
+// arrays with ids (Note [Attribute ids]), find_kernel_id may be read.
+bool has_minor2(const bp_plugin_api* api);
+// True when has_minor2 and find_kernel_id is set.
+bool has_find_kernel_id(const bp_plugin_api* api);
 
 class Context;
 
@@ -99,6 +104,10 @@ class Context {
 
   // Throws Failure("<what>: <error>") when err is not NULL (and frees it).
   void check(bp_error* err, const std::string& what) const;
+  // The launch slot with `attrs` laid out as the plugin's minor expects (Note [Attribute ids]
+  // in plugin_abi.h: bp_attr_minor1 arrays for minor 0 and 1), as a host does.
+  bp_error* launch(bp_kernel* k, bp_stream* s, const bp_tensor_desc* ins, int32_t nin,
+                   const bp_tensor_desc* outs, int32_t nout, const std::vector<bp_attr>& attrs);
   void sync(bp_stream* s) const;  // stream_synchronize, checked
 
  private:

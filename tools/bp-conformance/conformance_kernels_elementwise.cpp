@@ -24,7 +24,9 @@ enum class Variant {
   inplace,
   empty,
   large,
-  rank0
+  rank0,
+  alpha,         // add, sub: a OP alpha*b (minor 2), b broadcast along one dimension
+  alpha_inplace  // the same into a
 };
 
 const char* variant_name(Variant v) {
@@ -47,6 +49,10 @@ const char* variant_name(Variant v) {
       return "large";
     case Variant::rank0:
       return "rank0";
+    case Variant::alpha:
+      return "alpha";
+    case Variant::alpha_inplace:
+      return "alpha_inplace";
   }
   return "?";
 }
@@ -157,7 +163,51 @@ BinaryRanges binary_ranges(const OpInfo& op, int32_t dt) {
   return r;
 }
 
+// add and sub with attribute ALPHA: out = a OP alpha*b in one launch (Note [Op catalogue]).
+// Integer alphas and ranges keep every result representable (u8 included).
+void run_alpha(Context& ctx, const OpInfo& op, int32_t dt, Variant v) {
+  if (!has_minor2(ctx.api()))
+    throw Skipped(
+        format("attribute alpha is minor 2; this plugin is minor %u, and a host gives "
+               "it mul then %s",
+               ctx.t().abi_minor, op.name));
+  const bool sub = std::string(op.name) == "sub";
+  const std::string what = what_of(ctx, op, dt, variant_name(v));
+  Rng rng = rng_for(ctx, op, dt, variant_name(v));
+  Range ra = default_range(dt), rb = default_range(dt);
+  double alpha = -1.75;
+  if (!is_float_dtype(dt)) alpha = dt == BP_DTYPE_U8 ? 2 : -3;
+  if (dt == BP_DTYPE_U8) {
+    ra = sub ? Range{130, 255, true} : Range{0, 80, true};
+    rb = sub ? Range{0, 60, true} : Range{0, 80, true};
+  }
+  HostTensor a = random_dense(rng, dt, kShape, ra);
+  HostTensor b = random_broadcast(rng, dt, kShape, {true, false, true}, rb);
+  std::vector<double> av = a.logical(), bv = b.logical(), ref(av.size());
+  for (size_t i = 0; i < av.size(); ++i)
+    ref[i] = sub ? av[i] - alpha * bv[i] : av[i] + alpha * bv[i];
+  std::vector<bp_attr> attrs = {is_float_dtype(dt)
+                                    ? attr_float("alpha", alpha)
+                                    : attr_int("alpha", static_cast<int64_t>(alpha))};
+  if (v == Variant::alpha_inplace) attrs.push_back(attr_int("inplace", 1));
+  DeviceTensor da = upload(ctx, a), db = upload(ctx, b);
+  std::string full =
+      what + ": " + describe_launch(op.name, {&a, &b}, a.shape, dt, format("alpha %g", alpha));
+  if (v == Variant::alpha_inplace) {
+    run_kernel(ctx, op.name, dt, {da.desc, db.desc}, da.desc, attrs, full);
+    expect_close(read_dense(da, full), ref, dt, tolerance(dt), full);
+    expect_input_intact(db, b, full);
+    return;
+  }
+  DeviceTensor out = make_output(ctx, dt, a.shape);
+  run_kernel(ctx, op.name, dt, {da.desc, db.desc}, out.desc, attrs, full);
+  expect_close(read_dense(out, full), ref, dt, tolerance(dt), full);
+  expect_input_intact(da, a, full);
+  expect_input_intact(db, b, full);
+}
+
 void run_binary(Context& ctx, const OpInfo& op, int32_t dt, Variant v) {
+  if (v == Variant::alpha || v == Variant::alpha_inplace) return run_alpha(ctx, op, dt, v);
   const bool cmp = op.kind == OpKind::compare;
   const int32_t odt = cmp ? BP_DTYPE_BOOL : dt;
   const BinaryRanges r = binary_ranges(op, dt);
@@ -453,6 +503,8 @@ void elementwise_cases(const OpInfo& op, int32_t dt, CaseList& out) {
                    {V::contiguous, V::broadcast, V::strided, V::scalar, V::scalar_reverse,
                     V::inplace, V::empty, V::large, V::rank0},
                    run_binary, out);
+      if (std::string(op.name) == "add" || std::string(op.name) == "sub")
+        add_variants(op, dt, {V::alpha, V::alpha_inplace}, run_binary, out);
       break;
     case OpKind::compare:
       add_variants(op, dt,

@@ -165,8 +165,7 @@ void build_concurrency_suite(Context& ctx, std::vector<TestCase>& out) {
                   make_desc(bufs[0].get(), 0, BP_DTYPE_F32, {1, w.m, w.k}, {w.m * w.k, w.k, 1}),
                   make_desc(bufs[1].get(), 0, BP_DTYPE_F32, {1, w.k, w.n}, {w.k * w.n, w.n, 1}),
                   make_desc(bufs[3].get(), 0, BP_DTYPE_F32, {1, w.m, w.n}, {mn, w.n, 1})};
-              bp_attr tf32 = attr_int("allow_tf32", 0);
-              c.check(c.t().launch(k, shared, io, 2, &io[2], 1, &tf32, 1),
+              c.check(c.launch(k, shared, io, 2, &io[2], 1, {attr_int("allow_tf32", 0)}),
                       format("launch matmul f32 [%lld,%lld]x[%lld,%lld]",
                              static_cast<long long>(w.m), static_cast<long long>(w.k),
                              static_cast<long long>(w.k), static_cast<long long>(w.n)));

@@ -4,6 +4,8 @@
 #include "conformance_kernels.hpp"
 #include "conformance_suites.hpp"
 
+#include <backplane/op_catalogue.h>
+
 #include <memory>
 
 namespace bpc {
@@ -15,6 +17,7 @@ bp_attr attr_int(const char* name, int64_t v) {
   a.kind = BP_ATTR_INT;
   a.i = v;
   a.f = static_cast<double>(v);
+  a.id = bp_attr_id_from_name(name);
   return a;
 }
 
@@ -25,6 +28,7 @@ bp_attr attr_float(const char* name, double v) {
   a.kind = BP_ATTR_FLOAT;
   a.f = v;
   a.i = static_cast<int64_t>(v);
+  a.id = bp_attr_id_from_name(name);
   return a;
 }
 
@@ -56,9 +60,8 @@ bp_error* launch_raw(Context& ctx, const char* op, int32_t dt,
                      const std::vector<bp_tensor_desc>& ins, const bp_tensor_desc& out,
                      const std::vector<bp_attr>& attrs) {
   bp_kernel* k = find_kernel_checked(ctx, op, dt);
-  return ctx.t().launch(k, ctx.stream(), ins.empty() ? nullptr : ins.data(),
-                        static_cast<int32_t>(ins.size()), &out, 1,
-                        attrs.empty() ? nullptr : attrs.data(), static_cast<int32_t>(attrs.size()));
+  return ctx.launch(k, ctx.stream(), ins.empty() ? nullptr : ins.data(),
+                    static_cast<int32_t>(ins.size()), &out, 1, attrs);
 }
 
 }  // namespace
@@ -112,6 +115,104 @@ void build_kernels_suite(Context& ctx, std::vector<TestCase>& out) {
       }
     }
     if (!problems.empty()) throw Failure("declaration problems: " + problems);
+  });
+
+  // Minor 2: find_kernel_id answers exactly as find_kernel does for the op's name, for every
+  // pair of the catalogue; numbers past the catalogue or bp_dtype (a newer host's) are
+  // BP_ERROR_UNSUPPORTED.
+  b.add("find_kernel_id", [](Context& c) {
+    if (!has_find_kernel_id(c.api()))
+      throw Skipped(
+          has_minor2(c.api())
+              ? "find_kernel_id is NULL (optional): the host resolves kernels by name"
+              : format("minor-%u table: the host resolves kernels by name", c.t().abi_minor));
+    std::string problems;
+    auto problem = [&problems](const std::string& p) {
+      problems += (problems.empty() ? "" : "; ") + p;
+    };
+    int resolved = 0;
+    for (int32_t op = 0; op < BP_OP_COUNT; ++op) {
+      for (int32_t d = 0; d < BP_DTYPE_COUNT; ++d) {
+        bp_kernel *by_name = nullptr, *by_id = nullptr;
+        bp_error* en = c.t().find_kernel(c.device(), bp_op_name(op), d, &by_name);
+        bp_error* ei = c.t().find_kernel_id(c.device(), op, d, &by_id);
+        const std::string pair = format("%s/%s", bp_op_name(op), bp_dtype_name(d));
+        if (!en && !ei && by_name != by_id)
+          problem(pair + ": find_kernel_id returned another handle than find_kernel");
+        if (!en != !ei)
+          problem(pair +
+                  (en ? ": only find_kernel_id resolves it (" + take_error(c.api(), en)
+                      : ": only find_kernel resolves it (" + take_error(c.api(), ei)) +
+                  ")");
+        if (en && ei && en->code != ei->code)
+          problem(pair + ": find_kernel gives " + error_code_name(en->code) + ", find_kernel_id " +
+                  error_code_name(ei->code));
+        if (!en && !ei) ++resolved;
+        take_error(c.api(), en);
+        take_error(c.api(), ei);
+      }
+    }
+    for (auto [op, d] : {std::pair<int32_t, int32_t>{BP_OP_COUNT, BP_DTYPE_F32},
+                         {-1, BP_DTYPE_F32},
+                         {BP_OP_ADD, BP_DTYPE_COUNT}}) {
+      bp_kernel* k = nullptr;
+      bp_error* e = c.t().find_kernel_id(c.device(), op, d, &k);
+      const std::string what = format("find_kernel_id(op %d, dtype %d)", op, d);
+      if (!e) {
+        problem(what + " returned a kernel");
+      } else {
+        const int32_t code = e->code;
+        const std::string desc = take_error(c.api(), e);
+        if (code != BP_ERROR_UNSUPPORTED)
+          problem(what + ": expected BP_ERROR_UNSUPPORTED, got " + desc);
+      }
+    }
+    if (!problems.empty()) throw Failure(problems);
+    c.note(format("%d pairs resolve by number and by name to the same handles", resolved));
+  });
+
+  // A plugin of minor 2 loaded by a host of minor 1 gets attribute arrays of the old layout,
+  // without ids (Note [Attribute ids]): it must step through them by their struct_size.
+  b.add("attrs_minor1_layout", [table](Context& c) {
+    if (!has_minor2(c.api()))
+      throw Skipped(
+          format("minor-%u plugin: it only ever gets this layout, which every kernel "
+                 "test uses",
+                 c.t().abi_minor));
+    // sub shows a lost REVERSE; add (commutative) still shows a lost SCALAR.
+    const bool sub = table->supported("sub", BP_DTYPE_F32);
+    if (!sub && !table->supported("add", BP_DTYPE_F32))
+      throw Skipped("the plugin has neither sub nor add f32 to launch with two attributes");
+    const char* op = sub ? "sub" : "add";
+    const int64_t n = 37;
+    std::vector<float> a(n), out(n);
+    Rng rng(c.seed_for("attrs_minor1_layout"));
+    for (float& x : a) x = static_cast<float>(rng.uniform(-4, 4));
+    DeviceBuffer da(c, n * 4), dout(c, n * 4);
+    c.check(c.t().copy_h2d(c.stream(), da.get(), 0, a.data(), n * 4), "copy_h2d");
+    bp_tensor_desc in = make_desc(da.get(), 0, BP_DTYPE_F32, {n}, {1});
+    bp_tensor_desc o = make_desc(dout.get(), 0, BP_DTYPE_F32, {n}, {1});
+    // scalar OP a: read with the wrong stride, SCALAR or REVERSE is lost or garbage.
+    const double s = 2.5;
+    bp_attr_minor1 old[2] = {{sizeof(bp_attr_minor1), "scalar", BP_ATTR_FLOAT, 0, s},
+                             {sizeof(bp_attr_minor1), "reverse", BP_ATTR_INT, 1, 1.0}};
+    bp_kernel* k = find_kernel_checked(c, op, BP_DTYPE_F32);
+    c.check(c.t().launch(k, c.stream(), &in, 1, &o, 1, reinterpret_cast<const bp_attr*>(old), 2),
+            format("launch %s f32 with minor-1 attributes (scalar, reverse)", op));
+    c.check(c.t().copy_d2h(c.stream(), out.data(), dout.get(), 0, n * 4), "copy_d2h");
+    c.sync(c.stream());
+    for (int64_t i = 0; i < n; ++i) {
+      const float x = a[static_cast<size_t>(i)];
+      const float want = sub ? static_cast<float>(s) - x : static_cast<float>(s) + x;
+      if (out[static_cast<size_t>(i)] != want)
+        throw Failure(
+            format("%s: element %lld: got %g, expected %g (2.5 %s a): the attributes "
+                   "were not read with their struct_size of %zu bytes",
+                   op, static_cast<long long>(i), static_cast<double>(out[static_cast<size_t>(i)]),
+                   static_cast<double>(want), sub ? "-" : "+", sizeof(bp_attr_minor1)));
+    }
+    c.note(format("%s f32 read SCALAR and REVERSE from a %zu-byte-stride array without ids", op,
+                  sizeof(bp_attr_minor1)));
   });
 
   // Baseline statistics for the leak check at the end of the group; read lazily by the first

@@ -12,7 +12,7 @@
 namespace bp {
 
 enum class Op : int32_t {
-#define BP_OP_X_ENUM(name, Name) name,
+#define BP_OP_X_ENUM(name, Name, ...) name,
   BP_OP_CATALOGUE(BP_OP_X_ENUM)
 #undef BP_OP_X_ENUM
       count_
@@ -21,7 +21,7 @@ inline constexpr int kNumOps = static_cast<int>(Op::count_);
 static_assert(kNumOps == BP_OP_COUNT, "op catalogue and Op disagree");
 
 inline constexpr std::array<std::string_view, kNumOps> kOpNames = {
-#define BP_OP_X_NAME(name, Name) #name,
+#define BP_OP_X_NAME(name, ...) #name,
     BP_OP_CATALOGUE(BP_OP_X_NAME)
 #undef BP_OP_X_NAME
 };

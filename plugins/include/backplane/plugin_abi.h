@@ -41,6 +41,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,7 +49,7 @@ extern "C" {
 
 #define BP_ABI_MAJOR 1
 /* Minor history: see plugins/CHANGELOG.md. */
-#define BP_ABI_MINOR 1
+#define BP_ABI_MINOR 2
 
 #define BP_MAX_RANK 8
 
@@ -145,14 +146,115 @@ typedef struct bp_tensor_desc {
 
 typedef enum bp_attr_kind { BP_ATTR_INT = 0, BP_ATTR_FLOAT = 1 } bp_attr_kind;
 
-/* A named scalar attribute of a launch. `name` is a static string owned by the host. */
+/* Attribute ids (minor 2; Note [Attribute ids]). Values are stable; new ones are appended. The
+ * name of each is its lower-case suffix ("value", "allow_tf32"); Note [Op catalogue] says which
+ * op takes which. */
+typedef enum bp_attr_id {
+  BP_ATTR_ID_NONE = 0, /* not set: the reader maps the name (hosts before minor 2) */
+  BP_ATTR_ID_VALUE = 1,
+  BP_ATTR_ID_SCALAR = 2,
+  BP_ATTR_ID_REVERSE = 3,
+  BP_ATTR_ID_INPLACE = 4,
+  BP_ATTR_ID_ALLOW_TF32 = 5,
+  BP_ATTR_ID_SEED = 6,
+  BP_ATTR_ID_OFFSET = 7,
+  BP_ATTR_ID_LOW = 8,
+  BP_ATTR_ID_HIGH = 9,
+  BP_ATTR_ID_MEAN = 10,
+  BP_ATTR_ID_STD = 11,
+  BP_ATTR_ID_ALPHA = 12,
+  BP_ATTR_ID_COUNT = 13
+} bp_attr_id;
+
+/* A scalar attribute of a launch, named twice: by `name` (a static string owned by the host)
+ * and, from minor 2, by `id`. */
 typedef struct bp_attr {
   size_t struct_size;
   const char* name;
   int32_t kind; /* bp_attr_kind */
   int64_t i;
   double f;
+  /* ---- minor 2 ---- */
+  int32_t id; /* bp_attr_id; BP_ATTR_ID_NONE when the writer knows only the name */
 } bp_attr;
+
+/* bp_attr as minors 0 and 1 lay it out. A host passes arrays of this layout to plugins of
+ * minor 0 or 1, which were compiled to step through them by its size (Note [Attribute ids]). */
+typedef struct bp_attr_minor1 {
+  size_t struct_size; /* sizeof(bp_attr_minor1) */
+  const char* name;
+  int32_t kind;
+  int64_t i;
+  double f;
+} bp_attr_minor1;
+
+/* Note [Attribute ids]
+ *   Since minor 2 every attribute carries a fixed id besides its name, so that neither the host
+ *   nor the plugin compares strings per launch.
+ *   - A host of minor >= 2 sets both name and id. To a plugin of minor >= 2 it passes bp_attr
+ *     arrays (struct_size = sizeof(bp_attr)); to a plugin of minor 0 or 1 it passes
+ *     bp_attr_minor1 arrays (struct_size = sizeof(bp_attr_minor1)), the layout that plugin was
+ *     compiled against.
+ *   - A reader steps through an array by the struct_size of its first element (every element
+ *     has the writer's size), reads `id` only when struct_size covers it and it is not
+ *     BP_ATTR_ID_NONE, and maps the name with bp_attr_id_from_name otherwise: a plugin of minor
+ *     2 loaded by a host of minor 1 still works. Attributes a reader does not know (a newer
+ *     host's) are ignored, as they always were by name. */
+
+/* Name of attribute id `id` ("value"), or "?" out of range. */
+static inline const char* bp_attr_name(int32_t id) {
+  static const char* const names[BP_ATTR_ID_COUNT] = {
+      "?",      "value", "scalar", "reverse", "inplace", "allow_tf32", "seed",
+      "offset", "low",   "high",   "mean",    "std",     "alpha"};
+  return (id > 0 && id < BP_ATTR_ID_COUNT) ? names[id] : "?";
+}
+
+/* Id of the attribute named `name`, or BP_ATTR_ID_NONE when unknown (or NULL). Compares
+ * strings: what a reader does for a writer of minor < 2 only. */
+static inline int32_t bp_attr_id_from_name(const char* name) {
+  int32_t id;
+  if (!name) return BP_ATTR_ID_NONE;
+  for (id = 1; id < BP_ATTR_ID_COUNT; ++id)
+    if (strcmp(name, bp_attr_name(id)) == 0) return id;
+  return BP_ATTR_ID_NONE;
+}
+
+/* The id of an attribute of an array whose elements are `struct_size` bytes (Note [Attribute
+ * ids]). */
+static inline int32_t bp_attr_get_id(const bp_attr* a, size_t struct_size) {
+  if (struct_size >= offsetof(bp_attr, id) + sizeof(int32_t) && a->id != BP_ATTR_ID_NONE)
+    return a->id;
+  return bp_attr_id_from_name(a->name);
+}
+
+/* The attribute with id `id` in an array of `n` attributes from any writer (stride: the first
+ * element's struct_size), or NULL. */
+static inline const bp_attr* bp_attr_find(const bp_attr* attrs, int32_t n, int32_t id) {
+  size_t stride;
+  int32_t k;
+  if (!attrs || n <= 0) return NULL;
+  stride = attrs[0].struct_size;
+  if (stride < sizeof(bp_attr_minor1)) return NULL; /* not an attribute array */
+  for (k = 0; k < n; ++k) {
+    const bp_attr* a = (const bp_attr*)((const char*)attrs + (size_t)k * stride);
+    if (bp_attr_get_id(a, stride) == id) return a;
+  }
+  return NULL;
+}
+
+/* An attribute's value as a double (INT attributes converted). */
+static inline double bp_attr_float(const bp_attr* a) {
+  return a->kind == BP_ATTR_FLOAT ? a->f : (double)a->i;
+}
+/* An attribute's value as an int64 (FLOAT attributes truncated toward zero, NaN to 0,
+ * saturated to the int64 range). */
+static inline int64_t bp_attr_int(const bp_attr* a) {
+  if (a->kind == BP_ATTR_INT) return a->i;
+  if (!(a->f == a->f)) return 0;
+  if (a->f >= 9223372036854775807.0) return INT64_MAX;
+  if (a->f <= -9223372036854775808.0) return INT64_MIN;
+  return (int64_t)a->f;
+}
 
 /* Support status of one (op, dtype) pair, as declared by the plugin (minor 1). */
 typedef enum bp_support {
@@ -170,17 +272,24 @@ typedef struct bp_op_support {
 } bp_op_support;
 
 /* ---- The op catalogue (Note [Op catalogue]) ----------------------------------------------
- * Ops are named by strings and resolved once per (device, op, dtype) with find_kernel; the
- * dtype is that of the first input (of the output for ops without inputs). Shapes given to
+ * Ops are resolved once per (device, op, dtype): by catalogue number with find_kernel_id
+ * (minor 2; numbers and the X-macro in backplane/op_catalogue.h) or by name with find_kernel.
+ * The dtype is that of the first input (of the output for ops without inputs). Shapes given to
  * launch are already broadcast by the host: every input has the output's rank and shape, with
- * stride 0 on broadcast dimensions, unless the op says otherwise.
+ * stride 0 on broadcast dimensions, unless the op says otherwise. Attributes are named by their
+ * bp_attr_id (Note [Attribute ids]); an absent attribute takes the default shown.
  *
- *   fill        out;            attr "value" (FLOAT, or INT for i64 exactness)
+ *   fill        out;            VALUE (FLOAT, or INT for i64 exactness)
  *   copy        in -> out       same dtype, any strides (materialises views)
  *   cast        in -> out       out.dtype is the target; resolved by the input dtype
  *   add sub mul div pow maximum minimum
- *               a, b -> out     or a -> out with attr "scalar" (FLOAT) standing for b;
- *                               attr "reverse" (INT 1) computes scalar OP a
+ *               a, b -> out     or a -> out with SCALAR (FLOAT, or INT) standing for b;
+ *                               REVERSE (INT 1) computes scalar OP a.
+ *                               add and sub with two inputs take ALPHA (minor 2; FLOAT, or INT
+ *                               for integer dtypes; default 1): out = a + alpha*b and
+ *                               out = a - alpha*b as one op, alpha converted to the dtype like
+ *                               SCALAR, the product and the sum in the compute type. A host sends
+ *                               ALPHA only to plugins of minor >= 2 (older ones get mul, add).
  *   eq ne lt le gt ge
  *               a, b -> out     out.dtype is BOOL; the scalar form as for add
  *   where       cond(BOOL), a, b -> out; resolved by a's dtype
@@ -192,14 +301,14 @@ typedef struct bp_op_support {
  *                               of zero elements is an error.
  *   matmul      a[B,M,K], b[B,K,N] -> out[B,M,N], rank 3. Each of a and b has unit stride in
  *               its last or its second-to-last dimension (row- or column-major matrices);
- *               batch strides may be 0. attr "allow_tf32" (INT 0/1).
- *   uniform     -> out           attrs "seed", "offset" (INT), "low", "high" (FLOAT)
- *   normal      -> out           attrs "seed", "offset" (INT), "mean", "std" (FLOAT)
+ *               batch strides may be 0. ALLOW_TF32 (INT 0/1, default 0).
+ *   uniform     -> out           SEED, OFFSET (INT, default 0), LOW, HIGH (FLOAT, default 0, 1)
+ *   normal      -> out           SEED, OFFSET (INT, default 0), MEAN, STD (FLOAT, default 0, 1)
  *               Random numbers follow Note [Philox stream] in backplane/philox.h exactly, so
  *               one seed gives the same values on every device.
  * Outputs are dense (row-major contiguous) for every op but copy, whose output may be any
  * non-overlapping strided view (writing into a slice). Outputs never alias inputs unless the
- * host says so with attr "inplace" (INT 1), where out and input 0 describe the same memory.
+ * host says so with INPLACE (INT 1), where out and input 0 describe the same memory.
  */
 
 /* ---- The table ---------------------------------------------------------------------------- */
@@ -294,9 +403,10 @@ typedef struct bp_plugin_api {
                          uint64_t dst_offset, int32_t src_device, bp_buffer* src,
                          uint64_t src_offset, uint64_t size);
 
-  /* Kernels. find_kernel resolves an op of the catalogue for one dtype on one device; it
-   * returns BP_ERROR_UNSUPPORTED when the plugin lacks it. The handle lives as long as the
-   * plugin. launch queues the kernel on `stream` and returns without waiting. */
+  /* Kernels. find_kernel resolves an op of the catalogue, by name, for one dtype on one
+   * device; it returns BP_ERROR_UNSUPPORTED when the plugin lacks it. The handle lives as long
+   * as the plugin. launch queues the kernel on `stream` and returns without waiting; `attrs`
+   * is an array of num_attrs attributes laid out as Note [Attribute ids] says. */
   bp_error* (*find_kernel)(int32_t device, const char* op, int32_t dtype, bp_kernel** out_kernel);
   bp_error* (*launch)(bp_kernel* kernel, bp_stream* stream, const bp_tensor_desc* inputs,
                       int32_t num_inputs, const bp_tensor_desc* outputs, int32_t num_outputs,
@@ -308,11 +418,23 @@ typedef struct bp_plugin_api {
    * failures and their reasons. *out_list is static or valid while the plugin is loaded.
    * Optional; NULL (or a minor-0 plugin): the host probes find_kernel over the catalogue. */
   bp_error* (*list_ops)(int32_t device, const bp_op_support** out_list, int32_t* out_count);
+
+  /* ---- minor 2 ---- */
+
+  /* find_kernel by catalogue number (bp_op, backplane/op_catalogue.h) instead of name: the
+   * same handle, or the same error, as find_kernel(device, bp_op_name(op), dtype), with no
+   * string compared. An op or dtype number the plugin does not know (a newer host's) is
+   * BP_ERROR_UNSUPPORTED. Optional; NULL (or a plugin of minor < 2): the host uses
+   * find_kernel with the op's name. */
+  bp_error* (*find_kernel_id)(int32_t device, int32_t op, int32_t dtype, bp_kernel** out_kernel);
 } bp_plugin_api;
 
 /* Byte offset of the first slot of minor 1: a table whose struct_size is at most this has
  * only minor-0 slots, whatever abi_minor it claims. */
 #define BP_API_MINOR1_OFFSET offsetof(bp_plugin_api, list_ops)
+/* Byte offset of the first slot of minor 2: a table whose struct_size is at most this has no
+ * minor-2 slot, whatever abi_minor it claims. */
+#define BP_API_MINOR2_OFFSET offsetof(bp_plugin_api, find_kernel_id)
 
 /* The one exported symbol of a plugin. */
 typedef const bp_plugin_api* (*bp_plugin_get_api_fn)(uint32_t host_abi_major,

@@ -15,6 +15,7 @@
 #ifndef BACKPLANE_PLUGIN_SDK_HPP_
 #define BACKPLANE_PLUGIN_SDK_HPP_
 
+#include <backplane/op_catalogue.h>
 #include <backplane/plugin_abi.h>
 
 #include <cstdint>
@@ -104,30 +105,47 @@ bp_error* guarded(const char* plugin, F&& f) noexcept {
   }
 }
 
-// Looks up launch attributes by name.
+// The attributes of one launch, looked up by id (Note [Attribute ids] in plugin_abi.h): the
+// array is read with its writer's stride, so arrays from a host of minor 1 (no id: the name is
+// mapped, the only string compare) work as well as a current host's (ids only).
 class Attrs {
  public:
-  Attrs(const bp_attr* a, int32_t n) : a_(a), n_(n) {}
-  const bp_attr* find(std::string_view name) const {
-    for (int32_t i = 0; i < n_; ++i)
-      if (name == a_[i].name) return &a_[i];
+  Attrs(const bp_attr* a, int32_t n)
+      : a_(reinterpret_cast<const char*>(a)),
+        n_(a && n > 0 ? n : 0),
+        stride_(n_ > 0 ? a->struct_size : sizeof(bp_attr)) {}
+  // Throws BP_ERROR_INVALID_ARGUMENT when the array cannot be an attribute array.
+  void validate() const {
+    if (n_ > 0 && stride_ < sizeof(bp_attr_minor1))
+      fail(BP_ERROR_INVALID_ARGUMENT,
+           format("launch: attribute struct_size %zu is smaller than the smallest bp_attr (%zu)",
+                  stride_, sizeof(bp_attr_minor1)));
+  }
+  int32_t size() const { return n_; }
+  const bp_attr& at(int32_t k) const {
+    return *reinterpret_cast<const bp_attr*>(a_ + static_cast<size_t>(k) * stride_);
+  }
+  // The id of attribute k (its name mapped when the writer set no id).
+  int32_t id(int32_t k) const { return bp_attr_get_id(&at(k), stride_); }
+  const bp_attr* find(bp_attr_id id) const {
+    for (int32_t k = 0; k < n_; ++k)
+      if (this->id(k) == id) return &at(k);
     return nullptr;
   }
-  bool has(std::string_view name) const { return find(name) != nullptr; }
-  double f(std::string_view name, double fallback = 0.0) const {
-    const bp_attr* a = find(name);
-    if (!a) return fallback;
-    return a->kind == BP_ATTR_FLOAT ? a->f : static_cast<double>(a->i);
+  bool has(bp_attr_id id) const { return find(id) != nullptr; }
+  double f(bp_attr_id id, double fallback = 0.0) const {
+    const bp_attr* a = find(id);
+    return a ? bp_attr_float(a) : fallback;
   }
-  int64_t i(std::string_view name, int64_t fallback = 0) const {
-    const bp_attr* a = find(name);
-    if (!a) return fallback;
-    return a->kind == BP_ATTR_INT ? a->i : static_cast<int64_t>(a->f);
+  int64_t i(bp_attr_id id, int64_t fallback = 0) const {
+    const bp_attr* a = find(id);
+    return a ? bp_attr_int(a) : fallback;
   }
 
  private:
-  const bp_attr* a_;
+  const char* a_;
   int32_t n_;
+  size_t stride_;
 };
 
 // Number of elements described by a tensor descriptor.
@@ -205,8 +223,11 @@ class Backend {
   virtual void copy_peer(bp_stream*, int32_t, bp_buffer*, uint64_t, int32_t, bp_buffer*, uint64_t,
                          uint64_t) {}
 
-  // Returns nullptr (or throws BP_ERROR_UNSUPPORTED) when the op/dtype is not implemented.
-  virtual bp_kernel* find_kernel(int32_t device, const char* op, int32_t dtype) = 0;
+  // The kernel of catalogue op `op` (bp_op) for `dtype`; returns nullptr (or throws
+  // BP_ERROR_UNSUPPORTED) when the pair is not implemented. Serves both find_kernel_id and
+  // find_kernel (whose name the SDK maps to the number). `op` and `dtype` may be out of range
+  // (a newer host): answer nullptr or BP_ERROR_UNSUPPORTED then.
+  virtual bp_kernel* find_kernel_id(int32_t device, int32_t op, int32_t dtype) = 0;
   virtual void launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_desc* inputs,
                       int32_t num_inputs, const bp_tensor_desc* outputs, int32_t num_outputs,
                       const Attrs& attrs) = 0;
@@ -222,6 +243,13 @@ class Backend {
 template <Backend& (*get)(), const char* const* kName>
 struct Table {
   static const char* name() { return *kName; }
+  static bp_kernel* find_checked(int32_t d, int32_t op, int32_t dtype) {
+    bp_kernel* k = get().find_kernel_id(d, op, dtype);
+    if (!k)
+      fail(BP_ERROR_UNSUPPORTED, format("%s: no kernel for op '%s' with dtype %s", *kName,
+                                        bp_op_name(op), bp_dtype_name(dtype)));
+    return k;
+  }
   template <typename F>
   static bp_error* run(F&& f) noexcept {
     return guarded(*kName, std::forward<F>(f));
@@ -351,16 +379,23 @@ struct Table {
     }
     t.find_kernel = [](int32_t d, const char* op, int32_t dtype, bp_kernel** out) {
       return run([&] {
-        bp_kernel* k = get().find_kernel(d, op, dtype);
-        if (!k)
+        const int32_t id = bp_op_from_name(op);
+        if (id < 0)
           fail(BP_ERROR_UNSUPPORTED,
-               format("%s: no kernel for op '%s' with dtype %s", *kName, op, bp_dtype_name(dtype)));
-        *out = k;
+               format("%s: '%s' is not an op of the catalogue", *kName, op ? op : "(NULL)"));
+        *out = find_checked(d, id, dtype);
       });
+    };
+    t.find_kernel_id = [](int32_t d, int32_t op, int32_t dtype, bp_kernel** out) {
+      return run([&] { *out = find_checked(d, op, dtype); });
     };
     t.launch = [](bp_kernel* k, bp_stream* s, const bp_tensor_desc* in, int32_t nin,
                   const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs, int32_t na) {
-      return run([&] { get().launch(k, s, in, nin, out, nout, Attrs(attrs, na)); });
+      return run([&] {
+        const Attrs a(attrs, na);
+        a.validate();
+        get().launch(k, s, in, nin, out, nout, a);
+      });
     };
     if (b.has_list_ops()) {
       t.list_ops = [](int32_t d, const bp_op_support** out, int32_t* count) {
