@@ -195,7 +195,7 @@ inline void unary_row(O* o, const A* a, int64_t n, int64_t so, int64_t sa, const
   }
 }
 
-// Converts an attribute (SCALAR, ALPHA) to the tensor's dtype (Note [CPU conversions]) and
+// Converts an attribute (SCALAR, ALPHA) to the tensor's dtype (Note [Conversions]) and
 // loads it as a compute value, so `x == 0.1` on f16 compares with f16(0.1) as PyTorch does.
 template <class T>
 compute_t<T> attr_operand(const bp_attr& s) {

@@ -1,5 +1,6 @@
 // Element types of the CPU backend: one C++ storage type per bp_dtype, its compute type, and
-// the conversions every kernel family shares (Note [CPU conversions]).
+// the conversions every kernel family shares, which implement Note [Conversions] of
+// plugin_abi.h (the specification; nothing here adds to it).
 //
 // Internal to backends/cpu; header-only, no state, safe from any thread.
 #ifndef BACKPLANE_CPU_TYPES_HPP_
@@ -93,15 +94,8 @@ using compute_t = typename DType<T>::Compute;
 template <class T>
 inline constexpr bool is_floating_v = std::is_floating_point_v<compute_t<T>>;
 
-// Note [CPU conversions]
-//   Conversions between dtypes (the cast op, and the "scalar" attribute of binary ops, which
-//   is converted to the tensor's dtype first) follow the catalogue: float -> integer truncates
-//   toward zero, x -> bool is x != 0, bool -> x is 0 or 1, f16/bf16 round to nearest even.
-//   Out-of-range float -> integer conversions, undefined in C++, are defined here: NaN gives
-//   0, the value saturates to the int64 range, and narrower integers then wrap modulo 2^bits
-//   (so -1.0 -> u8 is 255, as NumPy and PyTorch give on x86). Integer -> integer wraps.
-
-// Float to int64 with the saturation of Note [CPU conversions].
+// Float to int64 as Note [Conversions] in plugin_abi.h says: truncation toward zero, NaN to 0,
+// saturation at the int64 range (the cases C++ leaves undefined).
 inline int64_t float_to_int64(double v) {
   if (!(v == v)) return 0;
   if (v >= 9223372036854775807.0) return std::numeric_limits<int64_t>::max();
@@ -109,7 +103,8 @@ inline int64_t float_to_int64(double v) {
   return static_cast<int64_t>(v);
 }
 
-// Converts a value of any compute type (or double) to storage type Dst.
+// Converts a value of any compute type (or double) to storage type Dst (Note [Conversions]:
+// integers wrap, x -> bool is x != 0, f16/bf16 round to nearest even through float).
 template <class Dst, class Src>
 inline Dst convert(Src v) {
   using DC = compute_t<Dst>;
@@ -124,7 +119,7 @@ inline Dst convert(Src v) {
   }
 }
 
-// Integer arithmetic that wraps instead of overflowing (signed overflow is undefined in C++).
+// Integer arithmetic that wraps (Note [Conversions]; signed overflow is undefined in C++).
 template <class C>
 inline C wrap_add(C a, C b) {
   if constexpr (std::is_integral_v<C>) {

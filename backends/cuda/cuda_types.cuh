@@ -155,11 +155,9 @@ __device__ __forceinline__ S store(compute_of_t<S> x) {
 }
 
 // Note [CUDA conversions]
-//   Identical to the CPU backend's rules so that cast gives the same bits everywhere:
-//   float -> integer truncates toward zero through int64 (NaN -> 0, saturating at the int64
-//   range), then wraps to narrower integers (-1.0 -> u8 is 255); integer -> integer wraps;
-//   x -> bool is x != 0; bool -> x is 0/1; to f16/bf16 goes through float and rounds to
-//   nearest even once more (as half.h does on the host).
+//   Note [Conversions] of plugin_abi.h, the rules every backend follows so that cast gives the
+//   same bits everywhere, in device code: float -> integer through int64_t with the saturation
+//   below, then a wrapping narrowing; to f16/bf16 through float, rounded as half.h does.
 template <class F>
 __host__ __device__ __forceinline__ int64_t float_to_int64(F v) {
   const double d = static_cast<double>(v);

@@ -7,12 +7,11 @@
 //   f16/bf16 compute in float and round once on store. Integer add/sub/mul/neg wrap (computed
 //   in the unsigned type). add and sub with ALPHA compute a OP alpha*b in one pass, alpha
 //   converted like the scalar. maximum/minimum propagate NaN from either side; relu keeps NaN.
-//   The "scalar" attribute is converted to the tensor's dtype first (as the CPU backend does,
-//   so f16 x == 0.1 compares with f16(0.1)). Conversions (cast, fill values) follow Note [CPU
-//   conversions] of the CPU backend: float -> integer truncates toward zero, NaN gives 0,
-//   out-of-range values saturate to the int64 range and narrower integers then wrap; x -> bool
-//   is x != 0. Each work-item reads its input elements before writing its output element, so
-//   an output that is exactly input 0 (attr "inplace") is safe.
+//   The SCALAR and ALPHA attributes are converted to the tensor's dtype first, and casts and
+//   fill values convert, as Note [Conversions] in plugin_abi.h says: float -> integer truncates
+//   toward zero, NaN gives 0, out-of-range values saturate to the int64 range and narrower
+//   integers then wrap; x -> bool is x != 0. Each work-item reads its input elements before writing
+//   its output element, so an output that is exactly input 0 (attr "inplace") is safe.
 #include "opencl_allocator.hpp"
 #include "opencl_kernels.hpp"
 

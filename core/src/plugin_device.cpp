@@ -282,6 +282,7 @@ Kernel* PluginDevice::try_resolve(Op op, DType dtype) {
 // Note [Unsupported ops]: the message lists the devices of other backends that have the op;
 // no lock is held while asking them, so two backends lacking the same op cannot deadlock.
 Kernel& PluginDevice::resolve_kernel(Op op, DType dtype) {
+  check_domain(op, dtype);  // Note [Dtype domains]: a pair outside it is never asked for
   if (Kernel* k = try_resolve(op, dtype)) return *k;
   std::string others;
   for (Device* d : Registry::get().devices()) {
@@ -296,6 +297,7 @@ Kernel& PluginDevice::resolve_kernel(Op op, DType dtype) {
 
 bool PluginDevice::supports(Op op, DType dtype) {
   if (kernels_[slot(op, dtype)].load(std::memory_order_acquire)) return true;
+  if (!bp_op_in_domain(static_cast<int32_t>(op), static_cast<int32_t>(dtype))) return false;
   try {
     return try_resolve(op, dtype) != nullptr;
   } catch (const Error&) {

@@ -648,9 +648,7 @@ void manual_seed(uint64_t seed) {
 namespace {
 Tensor random_tensor(Op op, const Shape& shape, Device& device, DType dtype, Generator* gen,
                      double p0, double p1) {
-  if (!is_floating(dtype))
-    throw DTypeError(std::string(op_name(op)) + ": random values need a floating dtype, got " +
-                     std::string(dtype_name(dtype)));
+  check_domain(op, dtype);
   Tensor t = make_empty(device, Dims{std::span<const int64_t>(shape)}, dtype);
   uint64_t n = static_cast<uint64_t>(t.numel());
   uint64_t seed, offset;

@@ -27,6 +27,15 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op);
 void check_same_device(const char* op, std::initializer_list<const Tensor*> ts);
 // Throws DTypeError unless both have one dtype.
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
+// Throws DTypeError naming the op, the dtype and the op's domain (Note [Dtype domains] in
+// plugin_abi.h).
+[[noreturn]] void throw_domain_error(Op op, DType dtype);
+// Throws DTypeError unless `dtype` lies in the dtype domain of `op`: every op checks this before
+// it allocates or dispatches anything. A bit test; no string unless it throws.
+inline void check_domain(Op op, DType dtype) {
+  if (!bp_op_in_domain(static_cast<int32_t>(op), static_cast<int32_t>(dtype))) [[unlikely]]
+    throw_domain_error(op, dtype);
+}
 // Normalises a possibly negative axis; ShapeError naming the op otherwise.
 int normalize_axis(int axis, int rank, const char* op);
 

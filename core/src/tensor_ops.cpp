@@ -20,7 +20,15 @@ using namespace detail;
 
 namespace detail {
 
+void throw_domain_error(Op op, DType dtype) {
+  const int32_t o = static_cast<int32_t>(op);
+  throw DTypeError(std::string(op_name(op)) + ": dtype " + std::string(dtype_name(dtype)) +
+                   " is outside the op's dtype domain; " + std::string(op_name(op)) +
+                   " is defined for " + bp_op_domain_text(o) + " only (cast first)");
+}
+
 Tensor unary_raw(Op op, const Tensor& a) {
+  check_domain(op, a.dtype());
   Device& dev = a.device();
   Tensor out = make_empty(dev, a.impl().shape, a.dtype());
   if (out.numel() == 0) return out;
@@ -33,6 +41,7 @@ Tensor binary_raw(Op op, const Tensor& a, const Tensor& b, DType out_dtype) {
   const char* name = op_name(op).data();
   check_same_device(name, {&a, &b});
   check_same_dtype(name, a, b);
+  check_domain(op, a.dtype());
   Device& dev = a.device();
   Dims shape = broadcast_shapes(a.impl().shape, b.impl().shape, name);
   Tensor out = make_empty(dev, shape, out_dtype);
@@ -44,6 +53,7 @@ Tensor binary_raw(Op op, const Tensor& a, const Tensor& b, DType out_dtype) {
 }
 
 Tensor scalar_raw(Op op, const Tensor& a, double s, bool reverse, DType out_dtype) {
+  check_domain(op, a.dtype());
   Device& dev = a.device();
   if (!is_floating(a.dtype()) && s != std::trunc(s))
     throw DTypeError(std::string(op_name(op)) + ": scalar " + std::to_string(s) +
@@ -60,6 +70,7 @@ Tensor scalar_raw(Op op, const Tensor& a, double s, bool reverse, DType out_dtyp
 
 Tensor reduce_raw(Op op, const Tensor& a, uint32_t axes, bool keepdim) {
   const char* name = op_name(op).data();
+  check_domain(op, a.dtype());
   const TensorImpl& i = a.impl();
   Dims out_shape = i.shape;
   bool empty_reduced = false;
@@ -71,9 +82,6 @@ Tensor reduce_raw(Op op, const Tensor& a, uint32_t axes, bool keepdim) {
   if (op == Op::max && (empty_reduced || i.shape.numel() == 0))
     throw ShapeError(std::string(name) + ": cannot take the maximum of an empty tensor (shape " +
                      i.shape.str() + ")");
-  if (op == Op::mean && !is_floating(a.dtype()))
-    throw DTypeError(std::string(name) + ": mean needs a floating dtype, got " +
-                     std::string(dtype_name(a.dtype())) + "; cast with .to(DType::f32)");
   Device& dev = a.device();
   Tensor out = make_empty(dev, out_shape, a.dtype());
   if (out.numel() != 0) {
@@ -178,6 +186,7 @@ MatOperand mat_operand(Tensor t, const Dims& batch, int64_t rows, int64_t cols) 
 Tensor matmul_raw(const Tensor& a0, const Tensor& b0) {
   check_same_device("matmul", {&a0, &b0});
   check_same_dtype("matmul", a0, b0);
+  check_domain(Op::matmul, a0.dtype());
   if (a0.rank() == 0 || b0.rank() == 0)
     throw ShapeError("matmul: operands must have at least one dimension, got shapes " +
                      a0.impl().shape.str() + " and " + b0.impl().shape.str());
@@ -494,6 +503,7 @@ Tensor& Tensor::copy_(const Tensor& src0) {
 Tensor& Tensor::add_(const Tensor& other0, double alpha) {
   check_same_device("add_", {this, &other0});
   check_same_dtype("add_", *this, other0);
+  check_domain(Op::add, dtype());
   Device& dev = device();
   const bool scaled = alpha != 1.0;
   if (scaled && !is_floating(dtype()) && alpha != std::trunc(alpha))
@@ -525,6 +535,7 @@ Tensor& Tensor::add_(const Tensor& other0, double alpha) {
 }
 
 Tensor& Tensor::mul_(double factor) {
+  check_domain(Op::mul, dtype());
   if (numel() == 0) return *this;
   if (!is_contiguous()) {
     copy_into(*this, scalar_raw(Op::mul, *this, factor, false, dtype()));

@@ -304,6 +304,48 @@ TEST_P(MathTest, AddInPlaceWithAlpha) {
   }
 }
 
+// An op outside its dtype domain (plugin_abi.h, Note [Dtype domains]) is a DTypeError naming
+// the op, the dtype and the dtypes it is defined for, raised before anything is dispatched:
+// an empty tensor gets the same error.
+TEST_P(MathTest, OpsOutsideTheirDtypeDomainAreDTypeErrors) {
+  auto b = bp::ones({2, 3}, dev(), bp::DType::boolean);
+  auto i = bp::ones({2, 3}, dev(), bp::DType::i32);
+  auto u = bp::ones({2, 3}, dev(), bp::DType::u8);
+  auto empty_bool = bp::empty({0, 3}, dev(), bp::DType::boolean);
+  struct Case {
+    std::function<void()> run;
+    std::string fragment;
+  } cases[] = {
+      {[&] { (void)(b + b); },
+       "add: dtype bool is outside the op's dtype domain; add is "
+       "defined for f32 f64 f16 bf16 i32 i64 u8 only"},
+      {[&] { (void)(b * 2.0); }, "mul: dtype bool is outside"},
+      {[&] { (void)(i / i); },
+       "div: dtype i32 is outside the op's dtype domain; div is "
+       "defined for f32 f64 f16 bf16 only"},
+      {[&] { (void)i.exp(); }, "exp: dtype i32 is outside"},
+      {[&] { (void)(-u); },
+       "neg: dtype u8 is outside the op's dtype domain; neg is defined "
+       "for f32 f64 f16 bf16 i32 i64 only"},
+      {[&] { (void)u.sum(); }, "sum: dtype u8 is outside"},
+      {[&] { (void)i.mean(); }, "mean: dtype i32 is outside"},
+      {[&] { (void)bp::matmul(i, i.t()); }, "matmul: dtype i32 is outside"},
+      {[&] { (void)bp::rand({2}, dev(), bp::DType::i64); }, "uniform: dtype i64 is outside"},
+      {[&] { i.add_(i, 1.0), b.add_(b); }, "add: dtype bool is outside"},
+      {[&] { (void)empty_bool.exp(); }, "exp: dtype bool is outside"},
+  };
+  for (const Case& c : cases) {
+    try {
+      c.run();
+      ADD_FAILURE() << "no DTypeError, expected: " << c.fragment;
+    } catch (const bp::DTypeError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.fragment), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_FALSE(dev().supports(bp::Op::exp, bp::DType::i32));
+  EXPECT_THROW(dev().kernel(bp::Op::sum, bp::DType::boolean), bp::DTypeError);
+}
+
 TEST_P(MathTest, EmptyTensors) {
   auto e = bp::ones({0, 5}, dev());
   EXPECT_EQ((e + 1).shape(), (bp::Shape{0, 5}));

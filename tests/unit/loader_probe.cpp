@@ -6,6 +6,9 @@
 // with attribute ALPHA on plugins of minor 2, mul then add on older ones), and 0.5 + that, a
 // launch with two attributes (which plugins of minor < 2 must get in their own layout).
 //
+// With a second argument "unsupported" it makes an f64 tensor, which the fixture plugins lack,
+// and prints "unsupported=<the UnsupportedError>".
+//
 // With a second argument "streams" it also allocates a buffer on a stream of its own, drops
 // the Stream object while the buffer lives, reads the buffer through the default stream and
 // drops it: the buffer must be freed on its own stream, which must still exist then (the
@@ -47,6 +50,14 @@ int main(int argc, char** argv) {
     for (float v : c.to_vector<float>()) std::printf("%g ", v);
     std::printf("\n");
     if (argc > 2 && std::strcmp(argv[2], "streams") == 0) streams(d);
+    if (argc > 2 && std::strcmp(argv[2], "unsupported") == 0) {
+      try {
+        bp::full({2}, 1.0, d, bp::DType::f64);  // in fill's domain, not in the fixture
+        std::printf("unsupported=none\n");
+      } catch (const bp::UnsupportedError& e) {
+        std::printf("unsupported=%s\n", e.what());
+      }
+    }
     if (argc > 2 && std::strcmp(argv[2], "alpha") == 0) {
       bp::Tensor t = bp::full({3}, 1.0, d);
       t.add_(bp::full({3}, 2.0, d), -1.5);

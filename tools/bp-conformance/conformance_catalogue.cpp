@@ -9,49 +9,58 @@ namespace {
 constexpr uint32_t bit(int32_t d) {
   return 1u << d;
 }
-constexpr uint32_t kFloat =
-    bit(BP_DTYPE_F32) | bit(BP_DTYPE_F64) | bit(BP_DTYPE_F16) | bit(BP_DTYPE_BF16);
-constexpr uint32_t kSigned = bit(BP_DTYPE_I32) | bit(BP_DTYPE_I64);
-constexpr uint32_t kU8 = bit(BP_DTYPE_U8);
-constexpr uint32_t kBool = bit(BP_DTYPE_BOOL);
-constexpr uint32_t kAll = kFloat | kSigned | kU8 | kBool;
+
+// The family of each catalogue op, which decides the shape variants its cases run.
+OpKind kind_of(int32_t op) {
+  switch (op) {
+    case BP_OP_FILL:
+      return OpKind::fill;
+    case BP_OP_COPY:
+      return OpKind::copy;
+    case BP_OP_CAST:
+      return OpKind::cast;
+    case BP_OP_EQ:
+    case BP_OP_NE:
+    case BP_OP_LT:
+    case BP_OP_LE:
+    case BP_OP_GT:
+    case BP_OP_GE:
+      return OpKind::compare;
+    case BP_OP_WHERE:
+      return OpKind::where;
+    case BP_OP_NEG:
+    case BP_OP_EXP:
+    case BP_OP_LOG:
+    case BP_OP_SQRT:
+    case BP_OP_RELU:
+    case BP_OP_SIGMOID:
+    case BP_OP_TANH:
+    case BP_OP_ABS:
+      return OpKind::unary;
+    case BP_OP_SUM:
+    case BP_OP_MEAN:
+    case BP_OP_MAX:
+      return OpKind::reduce;
+    case BP_OP_MATMUL:
+      return OpKind::matmul;
+    case BP_OP_UNIFORM:
+    case BP_OP_NORMAL:
+      return OpKind::random;
+    default:
+      return OpKind::binary;
+  }
+}
 
 }  // namespace
 
 const std::vector<OpInfo>& catalogue() {
-  static const std::vector<OpInfo> ops = {
-      {"fill", OpKind::fill, kAll},
-      {"copy", OpKind::copy, kAll},
-      {"cast", OpKind::cast, kAll},
-      {"add", OpKind::binary, kFloat | kSigned | kU8},
-      {"sub", OpKind::binary, kFloat | kSigned | kU8},
-      {"mul", OpKind::binary, kFloat | kSigned | kU8},
-      {"div", OpKind::binary, kFloat},
-      {"pow", OpKind::binary, kFloat},
-      {"maximum", OpKind::binary, kFloat | kSigned | kU8},
-      {"minimum", OpKind::binary, kFloat | kSigned | kU8},
-      {"eq", OpKind::compare, kAll},
-      {"ne", OpKind::compare, kAll},
-      {"lt", OpKind::compare, kAll},
-      {"le", OpKind::compare, kAll},
-      {"gt", OpKind::compare, kAll},
-      {"ge", OpKind::compare, kAll},
-      {"where", OpKind::where, kAll},
-      {"neg", OpKind::unary, kFloat | kSigned},
-      {"exp", OpKind::unary, kFloat},
-      {"log", OpKind::unary, kFloat},
-      {"sqrt", OpKind::unary, kFloat},
-      {"relu", OpKind::unary, kFloat | kSigned},
-      {"sigmoid", OpKind::unary, kFloat},
-      {"tanh", OpKind::unary, kFloat},
-      {"abs", OpKind::unary, kFloat | kSigned},
-      {"sum", OpKind::reduce, kFloat | kSigned},
-      {"mean", OpKind::reduce, kFloat},
-      {"max", OpKind::reduce, kFloat | kSigned},
-      {"matmul", OpKind::matmul, kFloat},
-      {"uniform", OpKind::random, kFloat},
-      {"normal", OpKind::random, kFloat},
-  };
+  // Names and dtype domains come from the header (op_catalogue.h, Note [Dtype domains]).
+  static const std::vector<OpInfo> ops = [] {
+    std::vector<OpInfo> v;
+    for (int32_t op = 0; op < BP_OP_COUNT; ++op)
+      v.push_back({bp_op_name(op), kind_of(op), bp_op_domain(op)});
+    return v;
+  }();
   return ops;
 }
 

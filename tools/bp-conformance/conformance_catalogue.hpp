@@ -1,9 +1,12 @@
-// The op catalogue as conformance tests it (Note [Op catalogue] in plugin_abi.h plus the agreed
-// dtype matrix), and the support a plugin declares for one device: from list_ops (minor >= 1)
-// or, for a minor-0 table or a NULL list_ops, by probing find_kernel over the catalogue.
+// The op catalogue as conformance tests it (Note [Op catalogue] and Note [Dtype domains] in
+// plugin_abi.h, names and domains from op_catalogue.h), and the support a plugin declares for
+// one device: from list_ops (minor >= 1) or, for a minor-0 table or a NULL list_ops, by probing
+// find_kernel over the catalogue.
 #pragma once
 
 #include "conformance_harness.hpp"
+
+#include <backplane/op_catalogue.h>
 
 #include <cstdint>
 #include <map>
@@ -18,7 +21,7 @@ enum class OpKind { fill, copy, cast, binary, compare, where, unary, reduce, mat
 struct OpInfo {
   const char* name;
   OpKind kind;
-  uint32_t dtypes;  // bit d set: conformance defines the op's semantics for dtype d
+  uint32_t dtypes;  // the op's dtype domain: bit d set for each dtype d it is defined for
 };
 
 // Every op of the catalogue, in the order of plugin_abi.h.

@@ -148,10 +148,11 @@ class Device {
   // Waits for every stream of the device that Backplane created.
   virtual void synchronize() = 0;
 
-  // The kernel for (op, dtype), resolved once and cached. Throws UnsupportedError naming the
-  // op, dtype, this device and the devices that do have it.
+  // The kernel for (op, dtype), resolved once and cached. Throws DTypeError when dtype lies
+  // outside the op's dtype domain (plugin_abi.h, Note [Dtype domains]), UnsupportedError naming
+  // the op, dtype, this device and the devices that do have it when the backend lacks it.
   virtual Kernel& kernel(Op op, DType dtype) = 0;
-  // True when the backend has (op, dtype); never throws.
+  // True when the backend has (op, dtype), false outside the op's domain; never throws.
   virtual bool supports(Op op, DType dtype) = 0;
 
   // Stream-ordered copies between host memory and a buffer on this device. The host memory

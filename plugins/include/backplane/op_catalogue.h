@@ -1,6 +1,7 @@
 /*
  * The op catalogue of Note [Op catalogue] in plugin_abi.h, in catalogue order, as an X-macro:
- * BP_OP_CATALOGUE(X) expands X(name, Name, NAME) once per op. The position of an op in this
+ * BP_OP_CATALOGUE(X) expands X(name, Name, NAME, DOMAIN) once per op, DOMAIN naming the op's
+ * dtype domain BP_DOMAIN_<DOMAIN> (Note [Dtype domains]). The position of an op in this
  * list is its catalogue number, the `op` of find_kernel_id (minor 2) and of enum bp_op. Hosts
  * and plugins generate their op enums and name tables from it, so an op is named in exactly one
  * place. Ops are only ever appended; write X-macros with a trailing `...` so that a column
@@ -21,44 +22,52 @@
 extern "C" {
 #endif
 
+/* Dtype domains (Note [Dtype domains] in plugin_abi.h): bit d set for bp_dtype d. An op is
+ * defined for exactly the dtypes of its domain; a host rejects any other dtype before it asks
+ * a plugin, and a plugin declares those pairs BP_SUPPORT_NO. */
+#define BP_DOMAIN_FLOAT 0x0Fu  /* f32 f64 f16 bf16 */
+#define BP_DOMAIN_SIGNED 0x3Fu /* f32 f64 f16 bf16 i32 i64 */
+#define BP_DOMAIN_ARITH 0x7Fu  /* f32 f64 f16 bf16 i32 i64 u8 */
+#define BP_DOMAIN_ALL 0xFFu    /* every dtype, bool included */
+
 /* clang-format off */
 #define BP_OP_CATALOGUE(X)                                                                   \
-  X(fill, Fill, FILL)                                                                        \
-  X(copy, Copy, COPY)                                                                        \
-  X(cast, Cast, CAST)                                                                        \
-  X(add, Add, ADD)                                                                           \
-  X(sub, Sub, SUB)                                                                           \
-  X(mul, Mul, MUL)                                                                           \
-  X(div, Div, DIV)                                                                           \
-  X(pow, Pow, POW)                                                                           \
-  X(maximum, Maximum, MAXIMUM)                                                               \
-  X(minimum, Minimum, MINIMUM)                                                               \
-  X(eq, Eq, EQ)                                                                              \
-  X(ne, Ne, NE)                                                                              \
-  X(lt, Lt, LT)                                                                              \
-  X(le, Le, LE)                                                                              \
-  X(gt, Gt, GT)                                                                              \
-  X(ge, Ge, GE)                                                                              \
-  X(where, Where, WHERE)                                                                     \
-  X(neg, Neg, NEG)                                                                           \
-  X(exp, Exp, EXP)                                                                           \
-  X(log, Log, LOG)                                                                           \
-  X(sqrt, Sqrt, SQRT)                                                                        \
-  X(relu, Relu, RELU)                                                                        \
-  X(sigmoid, Sigmoid, SIGMOID)                                                               \
-  X(tanh, Tanh, TANH)                                                                        \
-  X(abs, Abs, ABS)                                                                           \
-  X(sum, Sum, SUM)                                                                           \
-  X(mean, Mean, MEAN)                                                                        \
-  X(max, Max, MAX)                                                                           \
-  X(matmul, Matmul, MATMUL)                                                                  \
-  X(uniform, Uniform, UNIFORM)                                                               \
-  X(normal, Normal, NORMAL)
+  X(fill, Fill, FILL, ALL)                                                                   \
+  X(copy, Copy, COPY, ALL)                                                                   \
+  X(cast, Cast, CAST, ALL)                                                                   \
+  X(add, Add, ADD, ARITH)                                                                    \
+  X(sub, Sub, SUB, ARITH)                                                                    \
+  X(mul, Mul, MUL, ARITH)                                                                    \
+  X(div, Div, DIV, FLOAT)                                                                    \
+  X(pow, Pow, POW, FLOAT)                                                                    \
+  X(maximum, Maximum, MAXIMUM, ARITH)                                                        \
+  X(minimum, Minimum, MINIMUM, ARITH)                                                        \
+  X(eq, Eq, EQ, ALL)                                                                         \
+  X(ne, Ne, NE, ALL)                                                                         \
+  X(lt, Lt, LT, ALL)                                                                         \
+  X(le, Le, LE, ALL)                                                                         \
+  X(gt, Gt, GT, ALL)                                                                         \
+  X(ge, Ge, GE, ALL)                                                                         \
+  X(where, Where, WHERE, ALL)                                                                \
+  X(neg, Neg, NEG, SIGNED)                                                                   \
+  X(exp, Exp, EXP, FLOAT)                                                                    \
+  X(log, Log, LOG, FLOAT)                                                                    \
+  X(sqrt, Sqrt, SQRT, FLOAT)                                                                 \
+  X(relu, Relu, RELU, SIGNED)                                                                \
+  X(sigmoid, Sigmoid, SIGMOID, FLOAT)                                                        \
+  X(tanh, Tanh, TANH, FLOAT)                                                                 \
+  X(abs, Abs, ABS, SIGNED)                                                                   \
+  X(sum, Sum, SUM, SIGNED)                                                                   \
+  X(mean, Mean, MEAN, FLOAT)                                                                 \
+  X(max, Max, MAX, SIGNED)                                                                   \
+  X(matmul, Matmul, MATMUL, FLOAT)                                                           \
+  X(uniform, Uniform, UNIFORM, FLOAT)                                                        \
+  X(normal, Normal, NORMAL, FLOAT)
 /* clang-format on */
 
 /* Catalogue numbers: BP_OP_FILL = 0, BP_OP_COPY = 1, ... Values are stable across minors. */
 typedef enum bp_op {
-#define BP_OP_X_ENUM(name, Name, NAME) BP_OP_##NAME,
+#define BP_OP_X_ENUM(name, Name, NAME, ...) BP_OP_##NAME,
   BP_OP_CATALOGUE(BP_OP_X_ENUM)
 #undef BP_OP_X_ENUM
       BP_OP_COUNT /* number of ops in this version of the catalogue */
@@ -80,6 +89,53 @@ static inline int32_t bp_op_from_name(const char* name) {
   for (op = 0; op < BP_OP_COUNT; ++op)
     if (strcmp(name, bp_op_name(op)) == 0) return op;
   return -1;
+}
+
+/* The dtype domain of op number `op` (BP_DOMAIN_* bits), or 0 out of range. */
+static inline uint32_t bp_op_domain(int32_t op) {
+#define BP_OP_X_DOMAIN(name, Name, NAME, DOMAIN) BP_DOMAIN_##DOMAIN,
+  static const uint32_t domains[] = {BP_OP_CATALOGUE(BP_OP_X_DOMAIN)};
+#undef BP_OP_X_DOMAIN
+  return (op >= 0 && op < BP_OP_COUNT) ? domains[op] : 0u;
+}
+
+/* Non-zero when dtype `dtype` lies in the domain of op `op`. */
+static inline int bp_op_in_domain(int32_t op, int32_t dtype) {
+  return dtype >= 0 && dtype < BP_DTYPE_COUNT && ((bp_op_domain(op) >> dtype) & 1u) != 0;
+}
+
+/* The dtypes of op `op`'s domain as text: "f32 f64 f16 bf16", ... ("" out of range). */
+static inline const char* bp_op_domain_text(int32_t op) {
+  switch (bp_op_domain(op)) {
+    case BP_DOMAIN_FLOAT:
+      return "f32 f64 f16 bf16";
+    case BP_DOMAIN_SIGNED:
+      return "f32 f64 f16 bf16 i32 i64";
+    case BP_DOMAIN_ARITH:
+      return "f32 f64 f16 bf16 i32 i64 u8";
+    case BP_DOMAIN_ALL:
+      return "f32 f64 f16 bf16 i32 i64 u8 bool";
+    default:
+      return "";
+  }
+}
+
+/* Why dtype `dtype` lies outside op `op`'s domain, as a plugin's list_ops reason and a host's
+ * message ("defined for f32 f64 f16 bf16 only: cast to one first"); static. */
+static inline const char* bp_op_domain_reason(int32_t op) {
+  switch (bp_op_domain(op)) {
+    case BP_DOMAIN_FLOAT:
+      return "outside the op's dtype domain (op_catalogue.h): defined for f32 f64 f16 bf16 only; "
+             "cast to a floating dtype first";
+    case BP_DOMAIN_SIGNED:
+      return "outside the op's dtype domain (op_catalogue.h): defined for f32 f64 f16 bf16 i32 "
+             "i64 only; cast to a signed or floating dtype first";
+    case BP_DOMAIN_ARITH:
+      return "outside the op's dtype domain (op_catalogue.h): arithmetic is not defined on bool; "
+             "cast to u8 or a wider dtype first";
+    default:
+      return "outside the op's dtype domain (op_catalogue.h)";
+  }
 }
 
 #ifdef __cplusplus

@@ -274,7 +274,8 @@ typedef struct bp_op_support {
 /* ---- The op catalogue (Note [Op catalogue]) ----------------------------------------------
  * Ops are resolved once per (device, op, dtype): by catalogue number with find_kernel_id
  * (minor 2; numbers and the X-macro in backplane/op_catalogue.h) or by name with find_kernel.
- * The dtype is that of the first input (of the output for ops without inputs). Shapes given to
+ * The dtype is that of the first input (of the output for ops without inputs) and lies in the
+ * op's dtype domain (Note [Dtype domains]); values convert by Note [Conversions]. Shapes given to
  * launch are already broadcast by the host: every input has the output's rank and shape, with
  * stride 0 on broadcast dimensions, unless the op says otherwise. Attributes are named by their
  * bp_attr_id (Note [Attribute ids]); an absent attribute takes the default shown.
@@ -309,6 +310,38 @@ typedef struct bp_op_support {
  * Outputs are dense (row-major contiguous) for every op but copy, whose output may be any
  * non-overlapping strided view (writing into a slice). Outputs never alias inputs unless the
  * host says so with INPLACE (INT 1), where out and input 0 describe the same memory.
+ */
+
+/* Note [Dtype domains]
+ *   Each op is defined for the dtypes of its domain, the BP_DOMAIN_* column of the X-macro in
+ *   backplane/op_catalogue.h (bp_op_domain, bp_op_in_domain):
+ *     every dtype (ALL)           fill copy cast eq ne lt le gt ge where
+ *     f32 f64 f16 bf16 i32 i64 u8 (ARITH, no bool)   add sub mul maximum minimum
+ *     f32 f64 f16 bf16 i32 i64 (SIGNED)              neg relu abs sum max
+ *     f32 f64 f16 bf16 (FLOAT)    div pow exp log sqrt sigmoid tanh mean matmul uniform normal
+ *   A host never asks for a pair outside the domain (libbackplane raises DTypeError naming the
+ *   op, the dtype and the domain); a plugin declares those pairs BP_SUPPORT_NO with
+ *   bp_op_domain_reason. Inside the domain a plugin may still lack a pair (UNSUPPORTED, with
+ *   its own reason); bp-conformance tests exactly the pairs inside the domain.
+ *
+ * Note [Conversions]
+ *   The rules every plugin follows, so that one program gives the same bits everywhere:
+ *   - Compute types: f16 and bf16 are loaded to f32, computed in f32 and rounded once on store;
+ *     u8 computes in i32 and wraps on store; the others compute in their own type. Sums of
+ *     floats may accumulate in a wider type (f32 in f64); the result is rounded once.
+ *   - cast and scalar attributes (VALUE, SCALAR, ALPHA; converted to the tensor's dtype before
+ *     use, so f16 x == 0.1 compares with f16(0.1)):
+ *       float -> integer truncates toward zero; NaN gives 0; a value outside the int64 range
+ *         saturates to it, and narrower integers then wrap modulo 2^bits (-1.0 -> u8 is 255,
+ *         300.0 -> u8 is 44), as NumPy and PyTorch give on x86;
+ *       integer -> integer wraps modulo 2^bits; x -> bool is x != 0 (NaN -> true);
+ *       bool -> x is 0 or 1; to f16 / bf16 rounds to nearest even (f64 through f32).
+ *   - Overflow: integer add, sub, mul (and the ALPHA product), neg and abs wrap modulo 2^bits
+ *     (abs and neg of the minimum value give it back); sums of integers wrap the same way.
+ *     Floating results overflow to +-inf as IEEE 754 says.
+ *   - NaN: arithmetic and transcendental ops propagate it; maximum, minimum and the max
+ *     reduction propagate a NaN from either operand (like torch.maximum); relu keeps NaN;
+ *     comparisons with NaN are false, except ne, which is true; mean of zero elements is NaN.
  */
 
 /* ---- The table ---------------------------------------------------------------------------- */
