@@ -1,5 +1,6 @@
-// The CPU backend's kernel registry: op names, the (op, dtype) table with support reasons,
-// launch-time descriptor checks and the serial thresholds.
+// The CPU backend's kernel objects (one per (op, dtype) the families implement), the
+// launch-time descriptor checks and the serial thresholds. Which pairs exist is declared to the
+// host by the op table in cpu_plugin.cpp, built from kernel_for.
 #include "cpu_kernels.hpp"
 
 #include <algorithm>
@@ -9,50 +10,6 @@
 
 namespace bp::cpu {
 namespace {
-
-constexpr const char* kOpNames[kNumOps] = {
-#define BP_OP_X_NAME(name, ...) #name,
-    BP_OP_CATALOGUE(BP_OP_X_NAME)
-#undef BP_OP_X_NAME
-};
-
-// Why (op, dtype) is outside the support matrix; only called for unsupported pairs.
-const char* unsupported_reason(Op op, int32_t dtype) {
-  switch (op) {
-    case Op::kAdd:
-    case Op::kSub:
-    case Op::kMul:
-    case Op::kMaximum:
-    case Op::kMinimum:
-      return "arithmetic on bool is not defined; cast to u8 or a wider type first";
-    case Op::kDiv:
-    case Op::kPow:
-      return "defined for floating dtypes only (f32 f64 f16 bf16); cast to one first";
-    case Op::kNeg:
-    case Op::kAbs:
-    case Op::kRelu:
-      return "defined for signed dtypes only (f32 f64 f16 bf16 i32 i64)";
-    case Op::kExp:
-    case Op::kLog:
-    case Op::kSqrt:
-    case Op::kSigmoid:
-    case Op::kTanh:
-      return "transcendental functions are defined for floating dtypes only";
-    case Op::kSum:
-    case Op::kMax:
-      return dtype == BP_DTYPE_BOOL ? "reductions of bool are not defined; cast to i64 first"
-                                    : "reductions of u8 are not defined; cast to i32 or i64 first";
-    case Op::kMean:
-      return "mean is defined for floating dtypes only";
-    case Op::kMatmul:
-      return "matmul runs on BLAS sgemm/dgemm: floating dtypes only";
-    case Op::kUniform:
-    case Op::kNormal:
-      return "random numbers are produced in floating dtypes only";
-    default:
-      return "not in the support matrix";
-  }
-}
 
 KernelFn family_kernel(Op op, bp_dtype dtype) {
   switch (op) {
@@ -74,29 +31,16 @@ KernelFn family_kernel(Op op, bp_dtype dtype) {
   }
 }
 
-struct Registry {
-  CpuKernel kernels[kNumOps][BP_DTYPE_COUNT];
-  bp_op_support support[kNumOps * BP_DTYPE_COUNT];
-
-  Registry() {
-    for (int o = 0; o < kNumOps; ++o) {
-      for (int d = 0; d < BP_DTYPE_COUNT; ++d) {
-        const Op op = static_cast<Op>(o);
-        const bp_dtype dtype = static_cast<bp_dtype>(d);
-        kernels[o][d] = CpuKernel{op, dtype, family_kernel(op, dtype)};
-        const bool yes = kernels[o][d].fn != nullptr;
-        support[o * BP_DTYPE_COUNT + d] = bp_op_support{sizeof(bp_op_support), kOpNames[o], d,
-                                                        yes ? BP_SUPPORT_YES : BP_SUPPORT_NO,
-                                                        yes ? "" : unsupported_reason(op, d)};
-      }
-    }
+// Every (op, dtype) kernel object; fn is nullptr for the pairs the families lack.
+struct Kernels {
+  CpuKernel k[kNumOps][BP_DTYPE_COUNT];
+  Kernels() {
+    for (int o = 0; o < kNumOps; ++o)
+      for (int d = 0; d < BP_DTYPE_COUNT; ++d)
+        k[o][d] = CpuKernel{static_cast<Op>(o), static_cast<bp_dtype>(d),
+                            family_kernel(static_cast<Op>(o), static_cast<bp_dtype>(d))};
   }
 };
-
-const Registry& registry() {
-  static const Registry r;
-  return r;
-}
 
 // Defaults measured with tests/cpu_threshold_bench.cpp on a 16-core Xeon (README.md, "Serial
 // thresholds"): where the parallel launch starts to win, and the grain that was fastest.
@@ -114,32 +58,14 @@ Parallelism g_parallelism[] = {kDefaults[0], kDefaults[1], kDefaults[2], kDefaul
 }  // namespace
 
 const char* op_name(Op op) {
-  const int i = static_cast<int>(op);
-  return (i >= 0 && i < kNumOps) ? kOpNames[i] : "?";
+  return bp_op_name(static_cast<int32_t>(op));
 }
 
-const CpuKernel* find_kernel(int32_t op, int32_t dtype) {
-  if (op < 0 || op >= kNumOps)
-    bp::sdk::fail(BP_ERROR_UNSUPPORTED,
-                  bp::sdk::format("cpu:0: op number %d is not in the catalogue (0..%d)",
-                                  static_cast<int>(op), kNumOps - 1));
-  if (dtype < 0 || dtype >= BP_DTYPE_COUNT)
-    bp::sdk::fail(BP_ERROR_UNSUPPORTED,
-                  bp::sdk::format("cpu:0: find_kernel(%s): dtype value %d is not a bp_dtype",
-                                  kOpNames[op], static_cast<int>(dtype)));
-  const Registry& r = registry();
-  const CpuKernel& k = r.kernels[op][dtype];
-  if (!k.fn)
-    bp::sdk::fail(
-        BP_ERROR_UNSUPPORTED,
-        bp::sdk::format("cpu:0: op '%s' is not supported for dtype %s: %s", kOpNames[op],
-                        bp_dtype_name(dtype), r.support[op * BP_DTYPE_COUNT + dtype].reason));
-  return &k;
-}
-
-void list_ops(const bp_op_support** out_list, int32_t* out_count) {
-  *out_list = registry().support;
-  *out_count = kNumOps * BP_DTYPE_COUNT;
+const CpuKernel* kernel_for(int32_t op, int32_t dtype) {
+  static const Kernels kernels;
+  if (op < 0 || op >= kNumOps || dtype < 0 || dtype >= BP_DTYPE_COUNT) return nullptr;
+  const CpuKernel& k = kernels.k[op][dtype];
+  return k.fn ? &k : nullptr;
 }
 
 std::string describe(const bp_tensor_desc& t) {

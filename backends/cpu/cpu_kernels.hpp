@@ -1,11 +1,11 @@
 // Kernels of the CPU backend: the op catalogue as an enum, the kernel object a bp_kernel*
 // points at, the launch context, and the entry points of each op family.
 //
-// A kernel is resolved once (find_kernel, by catalogue number) and then launched through a
-// function pointer: launch does no string lookups (attributes are read by id). Kernels run eagerly
-// on the calling thread, parallelised with oneTBB above the serial thresholds of Note [CPU serial
-// thresholds]. All functions here are safe to call from several threads at once; kernels
-// touch no shared state but the tensors they are given.
+// A kernel is resolved once (the op table of cpu_plugin.cpp, by catalogue number) and then
+// launched through a function pointer: launch does no string lookups (attributes are read by
+// id). Kernels run eagerly on the calling thread, parallelised with oneTBB above the serial
+// thresholds of Note [CPU serial thresholds]. All functions here are safe to call from several
+// threads at once; kernels touch no shared state but the tensors they are given.
 #ifndef BACKPLANE_CPU_KERNELS_HPP_
 #define BACKPLANE_CPU_KERNELS_HPP_
 
@@ -52,15 +52,11 @@ struct CpuKernel {
   KernelFn fn;
 };
 
-// ---- Registry (cpu_kernels.cpp) ---------------------------------------------------------
+// ---- Kernels (cpu_kernels.cpp) ------------------------------------------------------------
 
-// The kernel for (catalogue op number, dtype), or throws bp::sdk::Failure:
-// BP_ERROR_UNSUPPORTED naming the op, dtype and reason (a number outside the catalogue or
-// bp_dtype, or a pair the support matrix excludes).
-const CpuKernel* find_kernel(int32_t op, int32_t dtype);
-
-// The full support table: every catalogue op x every dtype, with reasons. Static.
-void list_ops(const bp_op_support** out_list, int32_t* out_count);
+// The kernel of (catalogue op number, dtype), or nullptr when no family implements the pair
+// (or a number is out of range). The objects are static and live as long as the plugin.
+const CpuKernel* kernel_for(int32_t op, int32_t dtype);
 
 // Runs a kernel after checking the descriptors every kernel relies on (rank, non-negative
 // shapes and strides, non-NULL buffers of non-empty tensors). Throws bp::sdk::Failure.

@@ -56,6 +56,17 @@ void check_host(const void* p, uint64_t size, const char* what) {
                                   static_cast<unsigned long long>(size)));
 }
 
+// The pairs the families implement; everything inside an op's dtype domain is (Note [Dtype
+// domains] in plugin_abi.h), so no pair needs a reason of its own.
+bp::sdk::OpTable make_op_table() {
+  return bp::sdk::OpTable("cpu:0", [](int32_t op, int32_t dtype, bp_op_decl& d) {
+    if (const CpuKernel* k = kernel_for(op, dtype)) {
+      d.kernel = reinterpret_cast<bp_kernel*>(const_cast<CpuKernel*>(k));
+      d.support = BP_SUPPORT_YES;
+    }
+  });
+}
+
 class CpuBackend final : public bp::sdk::Backend {
  public:
   void init() override {
@@ -158,7 +169,7 @@ class CpuBackend final : public bp::sdk::Backend {
   // ---- Kernels ----
   bp_kernel* find_kernel_id(int32_t device, int32_t op, int32_t dtype) override {
     check_device(device, "find_kernel");
-    return reinterpret_cast<bp_kernel*>(const_cast<CpuKernel*>(cpu::find_kernel(op, dtype)));
+    return ops_.find(op, dtype);
   }
   void launch(bp_kernel* kernel, bp_stream*, const bp_tensor_desc* inputs, int32_t num_inputs,
               const bp_tensor_desc* outputs, int32_t num_outputs,
@@ -171,11 +182,12 @@ class CpuBackend final : public bp::sdk::Backend {
   bool has_list_ops() const override { return true; }
   void list_ops(int32_t device, const bp_op_support** out_list, int32_t* out_count) override {
     check_device(device, "list_ops");
-    cpu::list_ops(out_list, out_count);
+    ops_.list(out_list, out_count);
   }
 
  private:
   CpuAllocator allocator_;
+  const bp::sdk::OpTable ops_ = make_op_table();
 };
 
 }  // namespace

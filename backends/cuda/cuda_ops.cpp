@@ -1,25 +1,15 @@
-// The op table: names, support reasons, kernel handles, and the descriptor checks every
-// family shares.
+// The kernel objects (one per (op, dtype) the families implement; the op table of
+// cuda_plugin.cpp declares them to the host) and the descriptor checks every family shares.
 #include "cuda_ops.hpp"
 
 #include "cuda_common.hpp"
 
-#include <array>
-#include <cstring>
-#include <mutex>
 #include <string>
 
 namespace bp::cuda {
 namespace {
 
 constexpr int kNumOps = static_cast<int>(Op::kCount);
-
-constexpr std::array<const char*, kNumOps> kOpNames = {
-#define BP_OP_X_NAME(name, ...) #name,
-    BP_OP_CATALOGUE(BP_OP_X_NAME)
-#undef BP_OP_X_NAME
-};
-static_assert(kOpNames[kNumOps - 1] != nullptr, "kOpNames must name every Op");
 
 LaunchFn resolve(Op op, int32_t dtype) {
   LaunchFn fn = nullptr;
@@ -75,101 +65,27 @@ LaunchFn resolve(Op op, int32_t dtype) {
   return fn;
 }
 
-// Why (op, dtype) is not supported; static strings.
-const char* unsupported_reason(Op op, int32_t dtype) {
-  const bool is_bool = dtype == BP_DTYPE_BOOL;
-  const bool is_int = dtype == BP_DTYPE_I32 || dtype == BP_DTYPE_I64 || dtype == BP_DTYPE_U8;
-  switch (op) {
-    case Op::kAdd:
-    case Op::kSub:
-    case Op::kMul:
-    case Op::kMaximum:
-    case Op::kMinimum:
-      return "arithmetic is not defined on bool";
-    case Op::kDiv:
-    case Op::kPow:
-      return is_bool ? "arithmetic is not defined on bool"
-                     : "div and pow are defined for floating-point dtypes only";
-    case Op::kNeg:
-    case Op::kAbs:
-    case Op::kRelu:
-      return "neg, abs and relu are defined for floating-point and signed dtypes";
-    case Op::kExp:
-    case Op::kLog:
-    case Op::kSqrt:
-    case Op::kSigmoid:
-    case Op::kTanh:
-      return "transcendental functions are defined for floating-point dtypes only";
-    case Op::kSum:
-    case Op::kMax:
-      return "sum and max are not defined on u8 and bool";
-    case Op::kMean:
-      return is_int || is_bool ? "mean is defined for floating-point dtypes only"
-                               : "mean is not implemented for this dtype";
-    case Op::kMatmul:
-      return "matmul (cuBLAS) is defined for f32, f64, f16 and bf16 only";
-    case Op::kUniform:
-    case Op::kNormal:
-      return "random ops produce floating-point dtypes only";
-    default:
-      return "not implemented for this dtype";
+// Every (op, dtype) kernel object; fn is nullptr for the pairs the families lack.
+struct Kernels {
+  CudaKernel k[kNumOps][BP_DTYPE_COUNT];
+  Kernels() {
+    for (int o = 0; o < kNumOps; ++o)
+      for (int32_t d = 0; d < BP_DTYPE_COUNT; ++d)
+        k[o][d] = CudaKernel{static_cast<Op>(o), d, resolve(static_cast<Op>(o), d)};
   }
-}
-
-struct Table {
-  CudaKernel kernels[kNumOps][BP_DTYPE_COUNT];
-  bp_op_support support[kNumOps * BP_DTYPE_COUNT];
 };
-
-const Table& table() {
-  static const Table* t = [] {
-    auto* tb = new Table();
-    for (int o = 0; o < kNumOps; ++o) {
-      for (int32_t d = 0; d < BP_DTYPE_COUNT; ++d) {
-        const Op op = static_cast<Op>(o);
-        const LaunchFn fn = resolve(op, d);
-        tb->kernels[o][d] = CudaKernel{op, d, fn};
-        bp_op_support& s = tb->support[o * BP_DTYPE_COUNT + d];
-        s.struct_size = sizeof(bp_op_support);
-        s.op = kOpNames[static_cast<size_t>(o)];
-        s.dtype = d;
-        s.support = fn ? BP_SUPPORT_YES : BP_SUPPORT_NO;
-        s.reason = fn ? "" : unsupported_reason(op, d);
-      }
-    }
-    return tb;
-  }();
-  return *t;
-}
 
 }  // namespace
 
 const char* op_name(Op op) {
-  const int o = static_cast<int>(op);
-  return o >= 0 && o < kNumOps ? kOpNames[static_cast<size_t>(o)] : "?";
+  return bp_op_name(static_cast<int32_t>(op));
 }
 
-const CudaKernel* find_kernel(int32_t op, int32_t dtype) {
-  if (op < 0 || op >= kNumOps)
-    bp::sdk::fail(
-        BP_ERROR_UNSUPPORTED,
-        bp::sdk::format("cuda: op number %d is not in the catalogue (0..%d)", op, kNumOps - 1));
-  const char* name = kOpNames[static_cast<size_t>(op)];
-  if (dtype < 0 || dtype >= BP_DTYPE_COUNT)
-    bp::sdk::fail(BP_ERROR_UNSUPPORTED,
-                  bp::sdk::format("cuda: op '%s' asked for unknown dtype %d", name, dtype));
-  const CudaKernel& k = table().kernels[op][dtype];
-  if (!k.fn)
-    bp::sdk::fail(
-        BP_ERROR_UNSUPPORTED,
-        bp::sdk::format("cuda: op '%s' is not supported for %s: %s", name, bp_dtype_name(dtype),
-                        table().support[op * BP_DTYPE_COUNT + dtype].reason));
-  return &k;
-}
-
-void list_ops(const bp_op_support** out_list, int32_t* out_count) {
-  *out_list = table().support;
-  *out_count = kNumOps * BP_DTYPE_COUNT;
+const CudaKernel* kernel_for(int32_t op, int32_t dtype) {
+  static const Kernels* kernels = new Kernels();  // lives as long as the plugin
+  if (op < 0 || op >= kNumOps || dtype < 0 || dtype >= BP_DTYPE_COUNT) return nullptr;
+  const CudaKernel& k = kernels->k[op][dtype];
+  return k.fn ? &k : nullptr;
 }
 
 // ---- Shared checks (cuda_kernels.hpp) ----

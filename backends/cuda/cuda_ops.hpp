@@ -1,5 +1,6 @@
-// The op table of the CUDA backend: kernel handles (what bp_kernel* points to), find_kernel
-// and the list_ops declaration, both derived from the family resolvers of cuda_kernels.hpp.
+// The kernel handles of the CUDA backend (what bp_kernel* points to), derived from the family
+// resolvers of cuda_kernels.hpp; cuda_plugin.cpp builds the op table (bp::sdk::OpTable) that
+// answers find_kernel, find_kernel_id and list_ops from them.
 //
 // Internal to backends/cuda. All functions are thread-safe; the table is built once.
 #ifndef BACKPLANE_CUDA_OPS_HPP_
@@ -19,12 +20,9 @@ struct CudaKernel {
   LaunchFn fn;  // never null for a handle returned by find_kernel
 };
 
-// The handle of (catalogue op number, dtype); throws BP_ERROR_UNSUPPORTED naming the op, the
-// dtype and the reason when the pair is not implemented or a number is unknown.
-const CudaKernel* find_kernel(int32_t op, int32_t dtype);
-
-// Every (op, dtype) pair of the catalogue with its support status and reason.
-void list_ops(const bp_op_support** out_list, int32_t* out_count);
+// The kernel of (catalogue op number, dtype), or nullptr when no family implements the pair
+// (or a number is out of range).
+const CudaKernel* kernel_for(int32_t op, int32_t dtype);
 
 }  // namespace bp::cuda
 

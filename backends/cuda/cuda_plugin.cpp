@@ -22,6 +22,17 @@ char* buffer_at(bp_buffer* buf, uint64_t offset) {
   return reinterpret_cast<char*>(buf) + offset;
 }
 
+// The pairs the families implement: every pair of every op's dtype domain (Note [Dtype domains]
+// in plugin_abi.h). Kernel handles are device-independent: the stream names the device.
+bp::sdk::OpTable make_op_table() {
+  return bp::sdk::OpTable("cuda", [](int32_t op, int32_t dtype, bp_op_decl& d) {
+    if (const CudaKernel* k = kernel_for(op, dtype)) {
+      d.kernel = reinterpret_cast<bp_kernel*>(const_cast<CudaKernel*>(k));
+      d.support = BP_SUPPORT_YES;
+    }
+  });
+}
+
 class CudaBackend final : public bp::sdk::Backend {
  public:
   void init() override { runtime().init(); }
@@ -218,8 +229,7 @@ class CudaBackend final : public bp::sdk::Backend {
 
   bp_kernel* find_kernel_id(int32_t device, int32_t op, int32_t dtype) override {
     runtime().device(device);
-    const CudaKernel* k = bp::cuda::find_kernel(op, dtype);
-    return reinterpret_cast<bp_kernel*>(const_cast<CudaKernel*>(k));
+    return ops_.find(op, dtype);
   }
 
   // Note [Launch path] in cuda_kernels.hpp.
@@ -247,10 +257,12 @@ class CudaBackend final : public bp::sdk::Backend {
   bool has_list_ops() const override { return true; }
   void list_ops(int32_t device, const bp_op_support** out_list, int32_t* out_count) override {
     runtime().device(device);
-    bp::cuda::list_ops(out_list, out_count);
+    ops_.list(out_list, out_count);
   }
 
  private:
+  const bp::sdk::OpTable ops_ = make_op_table();
+
   static void check_stream_device(const CudaStream& s, const Device& d) {
     if (s.device != &d) [[unlikely]]
       bp::sdk::fail(

@@ -26,13 +26,13 @@ enum class Op : int32_t {
 };
 inline constexpr int32_t kOpCount = static_cast<int32_t>(Op::kCount);
 
-// Static facts of an op: its catalogue name, family, the dtypes it is implemented for
-// (bit d set for bp_dtype d) and why the other dtypes are not.
+// Static facts of an op: its catalogue name, family and the dtypes it is implemented for (bit
+// d set for bp_dtype d): its dtype domain (op_catalogue.h), all of which this backend has but f64
+// on devices without doubles.
 struct OpInfo {
   const char* name;
   Family family;
   uint32_t dtypes;
-  const char* reason;  // static; for dtypes outside `dtypes`
 };
 const OpInfo& op_info(Op op);
 // Reason given for every f64 op on a device without doubles (Note [fp64] in opencl_device.cpp).

@@ -1,4 +1,5 @@
-// The op table, the common OpenCL C prelude and the helpers every family's launch code uses.
+// The ops' families, the common OpenCL C prelude and the helpers every family's launch code
+// uses.
 #include "opencl_allocator.hpp"
 #include "opencl_kernels.hpp"
 
@@ -9,61 +10,22 @@
 namespace bp::opencl {
 namespace {
 
-constexpr uint32_t bit(int32_t d) {
-  return uint32_t{1} << d;
+// The family of each catalogue op: which program holds its kernels and which launch code runs.
+Family family_of(int32_t op) {
+  switch (op) {
+    case BP_OP_SUM:
+    case BP_OP_MEAN:
+    case BP_OP_MAX:
+      return Family::kReduction;
+    case BP_OP_MATMUL:
+      return Family::kMatmul;
+    case BP_OP_UNIFORM:
+    case BP_OP_NORMAL:
+      return Family::kRandom;
+    default:
+      return Family::kElementwise;
+  }
 }
-constexpr uint32_t kAll = 0xFFu;
-constexpr uint32_t kFloats =
-    bit(BP_DTYPE_F32) | bit(BP_DTYPE_F64) | bit(BP_DTYPE_F16) | bit(BP_DTYPE_BF16);
-constexpr uint32_t kSigned = kFloats | bit(BP_DTYPE_I32) | bit(BP_DTYPE_I64);
-constexpr uint32_t kArith = kSigned | bit(BP_DTYPE_U8);
-
-constexpr const char* kArithReason =
-    "arithmetic is not defined on bool; cast to an integer or floating-point dtype first";
-constexpr const char* kFloatOnlyReason =
-    "defined for floating-point dtypes only (f32, f64, f16, bf16); cast first";
-constexpr const char* kSignedReason =
-    "defined for signed dtypes only (f32, f64, f16, bf16, i32, i64); cast first";
-constexpr const char* kReduceReason =
-    "reductions of u8 and bool are not in the catalogue; cast to i32/i64 first";
-constexpr const char* kMatmulReason =
-    "matmul is implemented for floating-point dtypes only (f32, f64, f16, bf16)";
-constexpr const char* kRandomReason =
-    "random ops produce floating-point dtypes only (f32, f64, f16, bf16)";
-
-const OpInfo kOps[kOpCount] = {
-    {"fill", Family::kElementwise, kAll, ""},
-    {"copy", Family::kElementwise, kAll, ""},
-    {"cast", Family::kElementwise, kAll, ""},
-    {"add", Family::kElementwise, kArith, kArithReason},
-    {"sub", Family::kElementwise, kArith, kArithReason},
-    {"mul", Family::kElementwise, kArith, kArithReason},
-    {"div", Family::kElementwise, kFloats, kFloatOnlyReason},
-    {"pow", Family::kElementwise, kFloats, kFloatOnlyReason},
-    {"maximum", Family::kElementwise, kArith, kArithReason},
-    {"minimum", Family::kElementwise, kArith, kArithReason},
-    {"eq", Family::kElementwise, kAll, ""},
-    {"ne", Family::kElementwise, kAll, ""},
-    {"lt", Family::kElementwise, kAll, ""},
-    {"le", Family::kElementwise, kAll, ""},
-    {"gt", Family::kElementwise, kAll, ""},
-    {"ge", Family::kElementwise, kAll, ""},
-    {"where", Family::kElementwise, kAll, ""},
-    {"neg", Family::kElementwise, kSigned, kSignedReason},
-    {"exp", Family::kElementwise, kFloats, kFloatOnlyReason},
-    {"log", Family::kElementwise, kFloats, kFloatOnlyReason},
-    {"sqrt", Family::kElementwise, kFloats, kFloatOnlyReason},
-    {"relu", Family::kElementwise, kSigned, kSignedReason},
-    {"sigmoid", Family::kElementwise, kFloats, kFloatOnlyReason},
-    {"tanh", Family::kElementwise, kFloats, kFloatOnlyReason},
-    {"abs", Family::kElementwise, kSigned, kSignedReason},
-    {"sum", Family::kReduction, kSigned, kReduceReason},
-    {"mean", Family::kReduction, kFloats, kFloatOnlyReason},
-    {"max", Family::kReduction, kSigned, kReduceReason},
-    {"matmul", Family::kMatmul, kFloats, kMatmulReason},
-    {"uniform", Family::kRandom, kFloats, kRandomReason},
-    {"normal", Family::kRandom, kFloats, kRandomReason},
-};
 
 // half.h transcribed to OpenCL C (bit-exact: same integer arithmetic), plus the strided index.
 constexpr const char* kPrelude = R"CLC(
@@ -173,7 +135,13 @@ const char* const kNoFp64Reason =
     "CL_DEVICE_DOUBLE_FP_CONFIG is 0)";
 
 const OpInfo& op_info(Op op) {
-  return kOps[static_cast<int32_t>(op)];
+  // Names and dtype domains are the header's (op_catalogue.h, Note [Dtype domains]).
+  static const auto* ops = [] {
+    auto* t = new OpInfo[kOpCount];  // lives as long as the plugin
+    for (int32_t i = 0; i < kOpCount; ++i) t[i] = {bp_op_name(i), family_of(i), bp_op_domain(i)};
+    return t;
+  }();
+  return ops[static_cast<int32_t>(op)];
 }
 
 const char* cl_storage_type(int32_t dtype) {

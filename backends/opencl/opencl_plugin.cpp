@@ -44,8 +44,6 @@ class OpenclBackend final : public sdk::Backend {
       reason_ = std::move(d.reason);
       for (size_t i = 0; i < devices_.size(); ++i)
         kernels_.push_back(std::make_unique<DeviceKernels>());
-      build_op_table(true, ops_fp64_);
-      build_op_table(false, ops_no_fp64_);
     });
   }
 
@@ -289,25 +287,13 @@ class OpenclBackend final : public sdk::Backend {
 
   // ---- Kernels ----
 
+  // The op table answers which pairs exist (and why not); kernels are created on a device's
+  // first find of each pair.
   bp_kernel* find_kernel_id(int32_t d, int32_t id, int32_t dtype) override {
     Device& dev = device(d);
-    if (id < 0 || id >= kOpCount)
-      sdk::fail(
-          BP_ERROR_UNSUPPORTED,
-          sdk::format("opencl: op number %d is not in the catalogue (0..%d)", id, kOpCount - 1));
+    (dev.info().fp64 ? ops_fp64_ : ops_no_fp64_).require(id, dtype);
     const Op op = static_cast<Op>(id);
-    if (!valid_dtype(dtype))
-      sdk::fail(BP_ERROR_UNSUPPORTED,
-                sdk::format("opencl: %s: dtype %d is not a dtype", op_info(op).name, dtype));
     const OpInfo& info = op_info(op);
-    if (!((info.dtypes >> dtype) & 1u))
-      sdk::fail(BP_ERROR_UNSUPPORTED,
-                sdk::format("opencl: no kernel for %s %s on %s: %s", info.name,
-                            bp_dtype_name(dtype), dev.label().c_str(), info.reason));
-    if (dtype == BP_DTYPE_F64 && !dev.info().fp64)
-      sdk::fail(BP_ERROR_UNSUPPORTED, sdk::format("opencl: no kernel for %s f64 on %s: %s",
-                                                  info.name, dev.label().c_str(), kNoFp64Reason));
-
     DeviceKernels& dk = *kernels_[static_cast<size_t>(d)];
     std::lock_guard<std::mutex> lock(dk.mutex);
     std::unique_ptr<bp_kernel>& slot = dk.table[static_cast<size_t>(op)][dtype];
@@ -366,9 +352,7 @@ class OpenclBackend final : public sdk::Backend {
 
   bool has_list_ops() const override { return true; }
   void list_ops(int32_t d, const bp_op_support** out_list, int32_t* out_count) override {
-    const std::vector<bp_op_support>& table = device(d).info().fp64 ? ops_fp64_ : ops_no_fp64_;
-    *out_list = table.data();
-    *out_count = static_cast<int32_t>(table.size());
+    (device(d).info().fp64 ? ops_fp64_ : ops_no_fp64_).list(out_list, out_count);
   }
 
  private:
@@ -421,34 +405,23 @@ class OpenclBackend final : public sdk::Backend {
     return e->stamp ? e->stamp->ns.load() : 0;
   }
 
-  static void build_op_table(bool fp64, std::vector<bp_op_support>& table) {
-    for (int32_t i = 0; i < kOpCount; ++i) {
-      const OpInfo& info = op_info(static_cast<Op>(i));
-      for (int32_t dt = 0; dt < BP_DTYPE_COUNT; ++dt) {
-        bp_op_support s{};
-        s.struct_size = sizeof s;
-        s.op = info.name;
-        s.dtype = dt;
-        if (!((info.dtypes >> dt) & 1u)) {
-          s.support = BP_SUPPORT_NO;
-          s.reason = info.reason;
-        } else if (dt == BP_DTYPE_F64 && !fp64) {
-          s.support = BP_SUPPORT_NO;
-          s.reason = kNoFp64Reason;
-        } else {
-          s.support = BP_SUPPORT_YES;
-          s.reason = "";
-        }
-        table.push_back(s);
+  // Every pair of every op's dtype domain, but f64 on a device without doubles (Note [fp64] in
+  // opencl_device.cpp). Kernel handles are made per device on first find, so none is declared.
+  static sdk::OpTable make_op_table(bool fp64) {
+    return sdk::OpTable("opencl", [fp64](int32_t, int32_t dtype, bp_op_decl& decl) {
+      if (dtype == BP_DTYPE_F64 && !fp64) {
+        decl.reason = kNoFp64Reason;
+      } else {
+        decl.support = BP_SUPPORT_YES;
       }
-    }
+    });
   }
 
   std::once_flag init_once_;
   std::vector<std::unique_ptr<Device>> devices_;
   std::string reason_;
   std::vector<std::unique_ptr<DeviceKernels>> kernels_;
-  std::vector<bp_op_support> ops_fp64_, ops_no_fp64_;
+  const sdk::OpTable ops_fp64_ = make_op_table(true), ops_no_fp64_ = make_op_table(false);
 };
 
 }  // namespace

@@ -33,7 +33,7 @@ struct bp_stream {
   int32_t device;
 };
 struct bp_kernel {
-  const char* op; /* an entry of the kernel table in template_kernels.c */
+  int32_t op; /* bp_op; an entry of the kernel table in template_kernels.c */
 };
 
 /* ---- Errors (template_plugin.c) ---- */
@@ -74,7 +74,8 @@ bp_error* template_copy_d2d(bp_stream* stream, bp_buffer* dst, uint64_t dst_offs
 
 /* ---- Kernels (template_kernels.c) ---- */
 
-/* Builds the list_ops table; called once from init. */
+/* Builds the op table (backplane/op_table.h) that find_kernel, find_kernel_id and list_ops
+ * answer from; called once from init. */
 void template_kernels_init(void);
 bp_error* template_find_kernel(int32_t device, const char* op, int32_t dtype,
                                bp_kernel** out_kernel);

@@ -1,87 +1,79 @@
 /*
  * Kernels of the template backend: fill, copy, add, mul and sum for f32, on strided views
  * (Note [Op catalogue] in plugin_abi.h). Every other (op, dtype) pair of the catalogue is
- * declared BP_SUPPORT_NO in list_ops.
+ * declared BP_SUPPORT_NO.
  *
- * Adding an op: write the loop, add a row to template_kernel_table, and the list_ops entry
- * follows. Adding a dtype: dispatch on kernel and dtype in template_launch.
+ * The op table (backplane/op_table.h, Note [Op tables]) is the one declaration of what exists:
+ * find_kernel (by name), find_kernel_id (by catalogue number) and list_ops all answer from it.
+ * Adding an op: write the loop, add a row to template_kernel_table, and dispatch on it in
+ * template_launch. Adding a dtype: accept it in template_resolve and dispatch on kernel and
+ * dtype in template_launch.
  */
 #include "template.h"
+
+#include <backplane/op_table.h>
 
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- The kernel table and list_ops -------------------------------------------------------- */
+/* ---- The op table ----------------------------------------------------------------------- */
 
-static struct bp_kernel template_kernel_table[] = {{"fill"}, {"copy"}, {"add"}, {"mul"}, {"sum"}};
+static struct bp_kernel template_kernel_table[] = {
+    {BP_OP_FILL}, {BP_OP_COPY}, {BP_OP_ADD}, {BP_OP_MUL}, {BP_OP_SUM}};
 #define TEMPLATE_NUM_KERNELS (sizeof template_kernel_table / sizeof template_kernel_table[0])
 
-/* Every op of the catalogue, so list_ops can declare what is missing. */
-static const char* const template_catalogue[] = {
-    "fill",    "copy",    "cast", "add", "sub",    "mul",     "div",     "pow",
-    "maximum", "minimum", "eq",   "ne",  "lt",     "le",      "gt",      "ge",
-    "where",   "neg",     "exp",  "log", "sqrt",   "relu",    "sigmoid", "tanh",
-    "abs",     "sum",     "mean", "max", "matmul", "uniform", "normal"};
-#define TEMPLATE_CATALOGUE_SIZE (sizeof template_catalogue / sizeof template_catalogue[0])
+static bp_op_table template_ops;
 
-static bp_op_support template_ops[TEMPLATE_CATALOGUE_SIZE * BP_DTYPE_COUNT];
-
-static struct bp_kernel* template_kernel_named(const char* op) {
+/* The resolver: asked once per (op, dtype) of each op's dtype domain. */
+static void template_resolve(void* user, int32_t op, int32_t dtype, bp_op_decl* decl) {
   size_t i;
-  for (i = 0; i < TEMPLATE_NUM_KERNELS; ++i)
-    if (strcmp(template_kernel_table[i].op, op) == 0) return &template_kernel_table[i];
-  return NULL;
+  (void)user;
+  decl->reason = "the template backend implements fill, copy, add, mul and sum for f32 only";
+  if (dtype != BP_DTYPE_F32) return;
+  for (i = 0; i < TEMPLATE_NUM_KERNELS; ++i) {
+    if (template_kernel_table[i].op == op) {
+      decl->kernel = &template_kernel_table[i];
+      decl->support = BP_SUPPORT_YES;
+    }
+  }
 }
 
 void template_kernels_init(void) {
-  size_t i, n = 0;
-  int32_t dt;
-  for (i = 0; i < TEMPLATE_CATALOGUE_SIZE; ++i) {
-    for (dt = 0; dt < BP_DTYPE_COUNT; ++dt) {
-      bp_op_support* s = &template_ops[n++];
-      int yes = dt == BP_DTYPE_F32 && template_kernel_named(template_catalogue[i]) != NULL;
-      s->struct_size = sizeof *s;
-      s->op = template_catalogue[i];
-      s->dtype = dt;
-      s->support = yes ? BP_SUPPORT_YES : BP_SUPPORT_NO;
-      s->reason = yes ? ""
-                      : "the template backend implements fill, copy, add, mul and sum "
-                        "for f32 only";
-    }
-  }
+  bp_op_table_build(&template_ops, template_resolve, NULL);
 }
 
 bp_error* template_list_ops(int32_t device, const bp_op_support** out_list, int32_t* out_count) {
   bp_error* err = template_check_device(device, "list_ops");
   if (err) return err;
-  *out_list = template_ops;
-  *out_count = (int32_t)(sizeof template_ops / sizeof template_ops[0]);
+  *out_list = template_ops.list;
+  *out_count = BP_OP_TABLE_SIZE;
   return NULL;
 }
 
 bp_error* template_find_kernel_id(int32_t device, int32_t op, int32_t dtype,
                                   bp_kernel** out_kernel) {
-  return template_find_kernel(device, bp_op_name(op), dtype, out_kernel);
+  const char* reason = "";
+  int32_t code;
+  bp_error* err = template_check_device(device, "find_kernel");
+  if (err) return err;
+  code = bp_op_table_find(&template_ops, op, dtype, out_kernel, &reason);
+  if (code != 0)
+    return template_error(code,
+                          TEMPLATE_NAME ":0: no kernel for op '%s' (number %d) with dtype %s: %s",
+                          bp_op_name(op), (int)op, bp_dtype_name(dtype), reason);
+  return NULL;
 }
 
 bp_error* template_find_kernel(int32_t device, const char* op, int32_t dtype,
                                bp_kernel** out_kernel) {
-  struct bp_kernel* k;
+  const char* reason = "";
+  int32_t code;
   bp_error* err = template_check_device(device, "find_kernel");
   if (err) return err;
-  if (dtype < 0 || dtype >= BP_DTYPE_COUNT) /* perhaps a newer host's dtype */
-    return template_error(BP_ERROR_UNSUPPORTED,
-                          TEMPLATE_NAME ":0: find_kernel(%s): %d is not a bp_dtype", op,
-                          (int)dtype);
-  k = template_kernel_named(op);
-  if (!k || dtype != BP_DTYPE_F32)
-    return template_error(BP_ERROR_UNSUPPORTED,
-                          TEMPLATE_NAME
-                          ":0: no kernel for op '%s' with dtype %s (the template "
-                          "backend implements fill, copy, add, mul and sum for "
-                          "f32)",
-                          op, bp_dtype_name(dtype));
-  *out_kernel = k;
+  code = bp_op_table_find_name(&template_ops, op, dtype, out_kernel, &reason);
+  if (code != 0)
+    return template_error(code, TEMPLATE_NAME ":0: no kernel for op '%s' with dtype %s: %s",
+                          op ? op : "(NULL)", bp_dtype_name(dtype), reason);
   return NULL;
 }
 
@@ -218,7 +210,8 @@ static bp_error* template_sum(const bp_tensor_desc* in, const bp_tensor_desc* ou
 bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_desc* inputs,
                           int32_t num_inputs, const bp_tensor_desc* outputs, int32_t num_outputs,
                           const bp_attr* attrs, int32_t num_attrs) {
-  const char* op = kernel->op;
+  const int32_t id = kernel->op;
+  const char* op = bp_op_name(id); /* for messages */
   const bp_tensor_desc* out = outputs;
   int32_t i;
   bp_error* err;
@@ -236,7 +229,7 @@ bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_
     if (err) return err;
   }
 
-  if (strcmp(op, "fill") == 0) {
+  if (id == BP_OP_FILL) {
     const bp_attr* v = bp_attr_find(attrs, num_attrs, BP_ATTR_ID_VALUE);
     if (num_inputs != 0 || !v)
       return template_error(BP_ERROR_INVALID_ARGUMENT,
@@ -244,13 +237,13 @@ bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_
     template_fill(out, (float)bp_attr_float(v));
     return NULL;
   }
-  if (strcmp(op, "sum") == 0) {
+  if (id == BP_OP_SUM) {
     if (num_inputs != 1)
       return template_error(BP_ERROR_INVALID_ARGUMENT,
                             TEMPLATE_NAME ":0: sum takes 1 input, got %d", (int)num_inputs);
     return template_sum(&inputs[0], out);
   }
-  if (strcmp(op, "copy") == 0) {
+  if (id == BP_OP_COPY) {
     if (num_inputs != 1 || inputs[0].rank != out->rank)
       return template_error(BP_ERROR_INVALID_ARGUMENT,
                             TEMPLATE_NAME ":0: copy takes 1 input of the output's rank");
@@ -263,7 +256,7 @@ bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_
     const bp_attr* s = bp_attr_find(attrs, num_attrs, BP_ATTR_ID_SCALAR);
     const bp_attr* r = bp_attr_find(attrs, num_attrs, BP_ATTR_ID_REVERSE);
     const bp_attr* alpha = bp_attr_find(attrs, num_attrs, BP_ATTR_ID_ALPHA);
-    int is_add = strcmp(op, "add") == 0;
+    int is_add = id == BP_OP_ADD;
     int32_t want_inputs = s ? 1 : 2;
     if (num_inputs != want_inputs)
       return template_error(BP_ERROR_INVALID_ARGUMENT,

@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
     return std::make_pair(in, dense(o.data(), BP_DTYPE_F32, c.reduce ? 1 : n));
   };
   for (const Case& c : cases) {
-    const CpuKernel& k = *bp::cpu::find_kernel(bp_op_from_name(c.op), BP_DTYPE_F32);
+    const CpuKernel& k = *bp::cpu::kernel_for(bp_op_from_name(c.op), BP_DTYPE_F32);
     std::printf("\n%s\n  grain at %lld elements (forced parallel):\n", c.name,
                 static_cast<long long>(max_n));
     const auto [in_max, out_max] = descs(c, max_n);

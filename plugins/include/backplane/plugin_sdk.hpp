@@ -16,6 +16,7 @@
 #define BACKPLANE_PLUGIN_SDK_HPP_
 
 #include <backplane/op_catalogue.h>
+#include <backplane/op_table.h>
 #include <backplane/plugin_abi.h>
 
 #include <cstdint>
@@ -23,9 +24,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <new>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 namespace bp::sdk {
@@ -146,6 +149,67 @@ class Attrs {
   const char* a_;
   int32_t n_;
   size_t stride_;
+};
+
+// A backend's op table (Note [Op tables] in op_table.h): built once from a resolver
+// `void(int32_t op, int32_t dtype, bp_op_decl& decl)` that is asked about every pair inside its
+// op's dtype domain, it answers find_kernel_id (and so find_kernel, whose name the SDK maps to
+// the number) and list_ops, which therefore always agree. Read-only once built.
+//
+//   ops_ = bp::sdk::OpTable("mydev", [](int32_t op, int32_t dtype, bp_op_decl& d) {
+//     if (op == BP_OP_ADD && dtype == BP_DTYPE_F32) {
+//       d.kernel = as_handle(&my_add);
+//       d.support = BP_SUPPORT_YES;
+//     }
+//   });
+//   bp_kernel* find_kernel_id(int32_t, int32_t op, int32_t dtype) override {
+//     return ops_.find(op, dtype);
+//   }
+//   void list_ops(int32_t, const bp_op_support** l, int32_t* n) override { ops_.list(l, n); }
+class OpTable {
+ public:
+  OpTable() = default;
+  // `label` starts the error messages ("cpu:0", "opencl").
+  template <class F>
+  OpTable(std::string label, F&& resolve)
+      : label_(std::move(label)), t_(std::make_unique<bp_op_table>()) {
+    using R = std::remove_reference_t<F>;
+    bp_op_table_build(
+        t_.get(),
+        [](void* user, int32_t op, int32_t dtype, bp_op_decl* d) {
+          (*static_cast<R*>(user))(op, dtype, *d);
+        },
+        &resolve);
+  }
+
+  // The declaration of a pair the table supports (or expects to fail); throws
+  // BP_ERROR_UNSUPPORTED naming the op, the dtype and the declared reason otherwise.
+  const bp_op_decl& require(int32_t op, int32_t dtype) const {
+    bp_kernel* k = nullptr;
+    const char* why = "";
+    if (!t_) fail(BP_ERROR_INTERNAL, label_ + ": the op table was never built");
+    if (bp_op_table_find(t_.get(), op, dtype, &k, &why) != 0) {
+      if (!bp_op_table_get(t_.get(), op, dtype))
+        fail(BP_ERROR_UNSUPPORTED,
+             format("%s: op number %d with dtype number %d: %s", label_.c_str(), op, dtype, why));
+      fail(BP_ERROR_UNSUPPORTED, format("%s: op '%s' is not supported for dtype %s: %s",
+                                        label_.c_str(), bp_op_name(op), bp_dtype_name(dtype), why));
+    }
+    return t_->decls[op][dtype];
+  }
+  // The kernel handle of a supported pair (NULL for one the backend creates lazily); throws as
+  // require does.
+  bp_kernel* find(int32_t op, int32_t dtype) const { return require(op, dtype).kernel; }
+  // list_ops: every pair of the catalogue with its support and reason.
+  void list(const bp_op_support** out_list, int32_t* out_count) const {
+    if (!t_) fail(BP_ERROR_INTERNAL, label_ + ": the op table was never built");
+    *out_list = t_->list;
+    *out_count = BP_OP_TABLE_SIZE;
+  }
+
+ private:
+  std::string label_;
+  std::unique_ptr<bp_op_table> t_;
 };
 
 // Number of elements described by a tensor descriptor.
