@@ -165,6 +165,13 @@ void build_abi_suite(Context& ctx, std::vector<TestCase>& out) {
       c.note(std::string("minor-1 slot list_ops is ") + (t.list_ops ? "set" : "NULL"));
     else
       c.note("minor-0 table: support is probed with find_kernel");
+    if (t.abi_minor >= 2)
+      c.note(has_minor2(c.api()) ? std::string("minor-2 slot find_kernel_id is ") +
+                                       (t.find_kernel_id ? "set" : "NULL")
+                                 : format("claims minor %u but struct_size %zu does not cover "
+                                          "the minor-2 slots: find_kernel_id is never read and "
+                                          "attributes come in the minor-1 layout",
+                                          t.abi_minor, t.struct_size));
     c.note("support source: " +
            (has_list_ops(c.api()) ? std::string("list_ops") : api_minor_note(c.api())));
   });
