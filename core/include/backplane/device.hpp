@@ -93,9 +93,9 @@ class Allocator {
 
 class Event;
 
-// An in-order queue of work on one device. Destroying a Stream waits for its work; when
-// buffers allocated on it are still alive, the queue itself lives on until the last of them is
-// freed on it.
+// An in-order queue of work on one device. The queue is destroyed, once its work has finished,
+// when the Stream object and every buffer allocated on it are gone: a buffer outliving its
+// Stream object is still freed on that queue.
 class Stream {
  public:
   virtual ~Stream() = default;
