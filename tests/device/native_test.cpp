@@ -77,6 +77,10 @@ TEST_P(NativeTest, AddressesOfViews) {
   std::string msg = expect_throw<bp::ShapeError>([&] { (void)t.impl().storage->native(49); });
   EXPECT_HAS(msg, "byte 49");
   EXPECT_HAS(msg, "48 bytes");
+  // A zero-element tensor still names its device (a 0-byte allocation may have no handle).
+  bp::NativeBuffer e = bp::empty({0, 3}, dev()).native();
+  EXPECT_EQ(e.device_ordinal, n.device_ordinal);
+  EXPECT_EQ(e.dlpack_device_type, n.dlpack_device_type);
   if (n.dlpack_device_type == BP_DLPACK_CPU) {
     dev().synchronize();
     std::vector<float> values = t.to_vector<float>();
