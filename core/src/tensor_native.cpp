@@ -62,7 +62,13 @@ Tensor from_blob(Device& dev, void* address, Shape shape, Shape strides, DType d
   // The memory the view reaches: 1 + sum((size - 1) * stride) elements, none when empty.
   const uint64_t esize = dtype_size(dtype);
   uint64_t bytes = 0;
-  if (s.numel() != 0) {
+  bool empty = false;  // (not s.numel(): the product may overflow before the check below)
+  for (int k = 0; k < s.rank; ++k) empty = empty || s.d[k] == 0;
+  if (!empty) {
+    int64_t count = 1;
+    for (int k = 0; k < s.rank; ++k)
+      if (__builtin_mul_overflow(count, s.d[k], &count))
+        throw ShapeError("from_blob: shape " + dims_text(shape) + " has more than 2^63 elements");
     int64_t last = 0;
     bool overflow = false;
     for (int k = 0; k < s.rank; ++k) {

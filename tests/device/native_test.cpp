@@ -199,9 +199,14 @@ TEST_P(NativeTest, FromBlobBadArgumentsAreTypedAndNeverRelease) {
   });
   EXPECT_HAS(msg, "negative dimension -3");
   msg = expect_throw<bp::ShapeError>([&] {
-    bp::from_blob(dev(), mem, {INT64_MAX / 2, 3}, {3, INT64_MAX / 2}, bp::DType::f32, rel);
+    const int64_t k = int64_t{1} << 31;  // 2^62 elements, but the strides reach past 2^63
+    bp::from_blob(dev(), mem, {k, k}, {2 * k, k}, bp::DType::f32, rel);
   });
   EXPECT_HAS(msg, "more than 2^63 bytes");
+  msg = expect_throw<bp::ShapeError>([&] {
+    bp::from_blob(dev(), mem, {INT64_MAX / 2, 4}, {0, 0}, bp::DType::f32, rel);
+  });
+  EXPECT_HAS(msg, "more than 2^63 elements");
   msg = expect_throw<bp::ShapeError>(
       [&] { bp::from_blob(dev(), mem, bp::Shape(BP_MAX_RANK + 1, 1), {}, bp::DType::f32, rel); });
   EXPECT_HAS(msg, "exceeds the maximum");
