@@ -367,7 +367,8 @@ typedef struct bp_plugin_api {
    * without copying (Note [Imported memory]). `address` is what buffer_native would report
    * for such memory: a host address on cpu, a device pointer of that CUDA device (or managed
    * memory) on cuda. It may be NULL only when size is 0. The buffer is used like any other
-   * (launch, copies, memset, buffer_native at the same address) and freed with mem_free; its
+   * (launch, copies, memset, buffer_native at the same address); the caller frees it with
+   * mem_free(device, stream, buf, size) (a NULL stream: after the whole device's work); its
    * bytes are not counted in memory_stats (allocated, reserved, peak, num_allocs), which
    * describe the plugin's own allocator. `release` may be NULL (nothing to call).
    * On success the plugin owns the duty to call release(release_ctx) exactly once, from a
@@ -387,7 +388,8 @@ typedef struct bp_plugin_api {
    * on cuda; cl_command_queue of the device's context, in order, on opencl; only NULL, the
    * eager stream, on cpu) as a bp_stream that does not own it: work queued on the bp_stream
    * goes onto that native queue, and stream_destroy of it releases only the plugin's wrapper,
-   * never the native queue, which its owner must keep alive until then. Errors:
+   * never the native queue, which its owner must keep alive until then. The caller destroys
+   * the wrapper with stream_destroy (after its work is finished or synchronised). Errors:
    * BP_ERROR_INVALID_ARGUMENT for a queue of another device or context (named in the message),
    * BP_ERROR_UNSUPPORTED when the backend has no native queues to wrap. Thread-safe. */
   bp_error* (*stream_import)(int32_t device, void* native_stream, bp_stream** out_stream);
