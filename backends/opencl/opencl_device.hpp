@@ -115,7 +115,8 @@ Discovery discover_devices();
 struct bp_stream {
   bp::opencl::Device* device;
   cl_command_queue queue;
-  uint64_t id;  // in the device's stream registry
+  uint64_t id;            // in the device's stream registry
+  bool imported = false;  // wraps a foreign queue (stream_import): destroyed without waiting
 };
 
 // An event: the marker enqueued by the latest event_record, plus the host time at which that

@@ -35,7 +35,7 @@ std::string format_bytes(uint64_t n) {
 }  // namespace
 
 [[noreturn]] void throw_plugin_error(const bp_plugin_api* api, bp_error* err,
-                                     const std::string& context) {
+                                     const std::string& context, bool invalid_is_device_error) {
   int32_t code = err->code;
   std::string msg = context + ": " + (err->message ? err->message : "(no message)");
   std::string native = err->native_name ? err->native_name : "";
@@ -48,6 +48,9 @@ std::string format_bytes(uint64_t n) {
       throw OutOfMemory(msg);
     case BP_ERROR_UNSUPPORTED:
       throw UnsupportedError(msg);
+    case BP_ERROR_INVALID_ARGUMENT:
+      if (invalid_is_device_error) throw DeviceError(msg);
+      throw PluginError(msg, native);
     default:
       throw PluginError(msg, native);
   }
@@ -59,7 +62,8 @@ std::string format_bytes(uint64_t n) {
 // nobody to go to from a destructor and are dropped.
 StreamHandle::~StreamHandle() {
   const bp_plugin_api* api = dev.api();
-  if (bp_error* e = api->stream_synchronize(s)) api->error_free(e);
+  if (!imported)
+    if (bp_error* e = api->stream_synchronize(s)) api->error_free(e);
   if (bp_error* e = api->stream_destroy(s)) api->error_free(e);
 }
 Device& PluginStream::device() const {

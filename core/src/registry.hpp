@@ -17,8 +17,11 @@ namespace bp::detail {
 // Converts a plugin's error object (freed here) into the matching bp::Error subclass:
 // BP_ERROR_OUT_OF_MEMORY -> OutOfMemory, BP_ERROR_UNSUPPORTED -> UnsupportedError,
 // anything else -> PluginError. `context` says what the host was doing ("cuda:0: launch add").
+// With `invalid_is_device_error`, BP_ERROR_INVALID_ARGUMENT becomes DeviceError (a bad
+// address or foreign queue handed to an import) instead of PluginError.
 [[noreturn]] void throw_plugin_error(const bp_plugin_api* api, bp_error* err,
-                                     const std::string& context);
+                                     const std::string& context,
+                                     bool invalid_is_device_error = false);
 
 inline void check(const bp_plugin_api* api, bp_error* err, const char* what, const Device* dev) {
   if (err) throw_plugin_error(api, err, (dev ? dev->str() + ": " : std::string()) + what);
@@ -26,6 +29,16 @@ inline void check(const bp_plugin_api* api, bp_error* err, const char* what, con
 
 // A loaded plugin. Lives until process exit (plugins are never unloaded: Note [Plugin
 // lifetime] in registry.cpp).
+// The minor-2 slots the host may call, copied from the table at registration: NULL when the
+// plugin leaves a slot NULL or its table does not have it (abi_minor < 2, or a struct_size
+// that does not cover the slot). Nothing else reads these slots from the table.
+struct NativeSlots {
+  decltype(bp_plugin_api::buffer_native) buffer_native = nullptr;
+  decltype(bp_plugin_api::stream_native) stream_native = nullptr;
+  decltype(bp_plugin_api::buffer_import) buffer_import = nullptr;
+  decltype(bp_plugin_api::stream_import) stream_import = nullptr;
+};
+
 struct Plugin {
   std::string path;
   const bp_plugin_api* api = nullptr;
@@ -33,6 +46,7 @@ struct Plugin {
   // find_kernel_id may be called, and launch takes bp_attr arrays with ids (Note [Attribute
   // ids] in plugin_abi.h); false: names and bp_attr_minor1 arrays.
   bool has_minor2 = false;
+  NativeSlots native;
   std::string no_devices_reason;
   std::vector<std::unique_ptr<Device>> devices;
 };
@@ -40,25 +54,30 @@ struct Plugin {
 class PluginDevice;
 
 // A plugin stream shared by its Stream object and the buffers allocated on it (Buffer frees on
-// the stream it was allocated on). The last owner synchronises and destroys it.
+// the stream it was allocated on). The last owner synchronises and destroys it; a wrapper of a
+// foreign queue (Device::import_stream) is destroyed without waiting, since the work it queued
+// belongs to the queue's owner (a DLPack consumer must not be blocked by its producer).
 struct StreamHandle {
-  StreamHandle(PluginDevice& d, bp_stream* h) : dev(d), s(h) {}
+  StreamHandle(PluginDevice& d, bp_stream* h, bool imported = false)
+      : dev(d), s(h), imported(imported) {}
   ~StreamHandle();
   StreamHandle(const StreamHandle&) = delete;
   StreamHandle& operator=(const StreamHandle&) = delete;
   PluginDevice& dev;
   bp_stream* s;
+  bool imported;
 };
 
 class PluginStream final : public Stream {
  public:
-  PluginStream(PluginDevice& dev, bp_stream* s)
-      : dev_(dev), h_(std::make_shared<StreamHandle>(dev, s)) {}
+  PluginStream(PluginDevice& dev, bp_stream* s, bool imported = false)
+      : dev_(dev), h_(std::make_shared<StreamHandle>(dev, s, imported)) {}
   Device& device() const override;
   bp_stream* handle() const override { return h_->s; }
   void synchronize() override;
   void wait(Event& event) override;
   const std::shared_ptr<StreamHandle>& shared_handle() const { return h_; }
+  void* native_handle() const override;
 
  private:
   PluginDevice& dev_;
@@ -122,6 +141,14 @@ class PluginDevice final : public Device {
   void memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n) override;
   void copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, uint64_t src_off,
                         uint64_t n) override;
+  std::shared_ptr<Buffer> import_buffer(void* address, uint64_t size,
+                                        std::function<void()> release) override;
+  std::unique_ptr<Stream> import_stream(void* native_stream) override;
+
+  // Native address of byte `offset` of a buffer of this device (handle may be NULL for a
+  // 0-byte allocation); `size` is the buffer's size, for the bounds check.
+  NativeBuffer native_of(bp_buffer* handle, uint64_t size, uint64_t offset);
+  void* stream_native(bp_stream* s);
 
   const bp_plugin_api* api() const { return plugin_.api; }
   Plugin& plugin() { return plugin_; }
@@ -141,6 +168,9 @@ class PluginDevice final : public Device {
   }
   Kernel& resolve_kernel(Op op, DType dtype);  // throws UnsupportedError
   Kernel* try_resolve(Op op, DType dtype);     // nullptr when the backend lacks it
+  // UnsupportedError for a missing minor-2 slot: names the device, what was asked, the
+  // plugin, its ABI and whether its table lacks the slot (`in_table` false) or leaves it NULL.
+  [[noreturn]] void no_native_slot(const char* slot, const char* what, bool in_table) const;
 
   Plugin& plugin_;
   std::string backend_;
@@ -151,6 +181,10 @@ class PluginDevice final : public Device {
   std::vector<std::unique_ptr<PluginStream>> streams_;
   std::vector<std::unique_ptr<PluginKernel>> kernel_store_;
   std::array<std::atomic<Kernel*>, static_cast<size_t>(kNumOps) * kNumDTypes> kernels_{};
+  // Ordinal and DLPack type of this device's memory, for 0-byte buffers whose handle is NULL
+  // (asked of the plugin once, with a small allocation).
+  std::once_flag native_identity_once_;
+  NativeBuffer native_identity_;
 };
 
 // The process-wide registry.

@@ -13,10 +13,14 @@
 // the Stream object while the buffer lives, reads the buffer through the default stream and
 // drops it: the buffer must be freed on its own stream, which must still exist then (the
 // fixture plugin's mem_free checks both; core reports a failed free on stderr).
+//
+// With a second argument "native", then one line per native-handle call (plugin ABI 1.2):
+// "<call>: ok" or "<call>: <error class>: <message>".
 #include <backplane/backplane.hpp>
 
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 namespace {
@@ -36,6 +40,17 @@ void streams(bp::Device& d) {
   std::printf("streams=");
   for (float v : out) std::printf("%g ", v);
   std::printf("\n");
+}
+
+void report(const char* call, const std::function<void()>& f) {
+  try {
+    f();
+    std::printf("%s: ok\n", call);
+  } catch (const bp::UnsupportedError& e) {
+    std::printf("%s: UnsupportedError: %s\n", call, e.what());
+  } catch (const bp::Error& e) {
+    std::printf("%s: Error: %s\n", call, e.what());
+  }
 }
 
 }  // namespace
@@ -68,6 +83,16 @@ int main(int argc, char** argv) {
       std::printf("reverse=");
       for (float v : r.to_vector<float>()) std::printf("%g ", v);
       std::printf("\n");
+    }
+    if (argc > 2 && std::strcmp(argv[2], "native") == 0) {
+      report("buffer_native", [&] { (void)c.native(); });
+      report("stream_native", [&] { (void)d.default_stream().native_handle(); });
+      float host[4] = {1, 2, 3, 4};
+      int released = 0;
+      report("buffer_import",
+             [&] { (void)d.import_buffer(host, sizeof host, [&] { ++released; }); });
+      report("stream_import", [&] { (void)d.import_stream(nullptr); });
+      std::printf("released=%d\n", released);
     }
     return 0;
   } catch (const bp::Error& e) {

@@ -120,7 +120,7 @@ TEST(Registry, BrokenPluginsNeverStopTheOthers) {
   struct Expect {
     const char* file;
     const char* status;
-    const char* fragment;
+    std::string fragment;
   } expects[] = {
       {"libbackplane-notelf.so", "failed", "not an ELF"},
       {"libbackplane-noentry.so", "failed", "missing entry symbol"},
@@ -141,6 +141,7 @@ TEST(Registry, BrokenPluginsNeverStopTheOthers) {
   }
   EXPECT_TRUE(has_device(j, "cpu:0"));
   EXPECT_TRUE(has_device(j, "oldminor:0"));
+  EXPECT_TRUE(has_device(j, "minor1:0"));
   EXPECT_TRUE(has_device(j, "fixture:0"));
 }
 
@@ -245,6 +246,55 @@ TEST(Registry, AlphaReachesAPluginOfMinor2) {
 // A pair outside the op's dtype domain is a DTypeError before any plugin is asked (Note [Dtype
 // domains] in plugin_abi.h); a pair inside it that a backend lacks is an UnsupportedError
 // naming the devices that have it.
+
+// Both ABI 1.1 fixtures: built from the 1.1 header, and from the current one with traps past
+// struct_size.
+TEST(Loader, Minor1Loads) {
+  for (const char* name : {"minor1", "minor1traps"}) {
+    bp::PluginReport r = bp::inspect_plugin(fixture(name));
+    EXPECT_EQ(r.status, bp::PluginReport::Status::loaded) << name << ": " << r.reason;
+    EXPECT_EQ(r.abi_major, 1u) << name;
+    EXPECT_EQ(r.abi_minor, 1u) << name;
+    ASSERT_NE(r.api, nullptr) << name;
+    EXPECT_EQ(r.api->struct_size, BP_API_MINOR2_OFFSET) << name;
+  }
+}
+
+// An ABI 1.1 plugin computes through the host, and every native-handle call is the host's
+// default, UnsupportedError naming the device, the plugin and its ABI; the traps the fixture
+// keeps past its struct_size are never called, and release never runs for a failed import.
+TEST(Registry, Minor1PluginComputesAndNativeCallsAreUnsupported) {
+  for (std::string name : {"minor1", "minor1traps"}) {
+    std::string out = run("env BACKPLANE_PLUGIN_PATH=" + fixture(name) + " " + kProbe + " " +
+                          name + ":0 native");
+    EXPECT_EQ(out.rfind("device=" + name + ":0 values=6.75 6.75 6.75 6.75 6.75 \n", 0), 0u)
+        << out;
+    for (const char* slot : {"buffer_native", "stream_native", "buffer_import", "stream_import"}) {
+      std::string line = std::string(slot) + ": UnsupportedError: " + name + ":0: ";
+      EXPECT_NE(out.find(line), std::string::npos) << slot << "\n" << out;
+    }
+    EXPECT_NE(out.find("plugin '" + name + "'"), std::string::npos) << out;
+    EXPECT_NE(out.find("implements plugin ABI 1.1"), std::string::npos) << out;
+    EXPECT_NE(out.find("which has no buffer_import slot (added in ABI 1.2)"), std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("called a minor-2 slot"), std::string::npos) << out;
+    EXPECT_NE(out.find("released=0"), std::string::npos) << out;
+  }
+}
+
+// A current-ABI plugin that leaves the native slots NULL gets the same default, naming the slot.
+TEST(Registry, NullNativeSlotsAreUnsupportedWithTheSlotNamed) {
+  std::string out =
+      run("env BACKPLANE_PLUGIN_PATH=" + fixture("fixture") + " " + kProbe + " fixture:0 native");
+  EXPECT_NE(out.find("buffer_native: UnsupportedError: fixture:0: a native buffer address is not "
+                     "supported: plugin 'fixture'"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("leaves the optional slot buffer_native NULL"), std::string::npos) << out;
+  EXPECT_NE(out.find("leaves the optional slot stream_import NULL"), std::string::npos) << out;
+  EXPECT_NE(out.find("released=0"), std::string::npos) << out;
+}
+
 TEST(Registry, UnsupportedOpIsNamed) {
   bp::Device& cpu = bp::device("cpu:0");
   EXPECT_TRUE(cpu.supports(bp::Op::exp, bp::DType::f32));
