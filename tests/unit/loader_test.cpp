@@ -265,10 +265,9 @@ TEST(Loader, Minor1Loads) {
 // keeps past its struct_size are never called, and release never runs for a failed import.
 TEST(Registry, Minor1PluginComputesAndNativeCallsAreUnsupported) {
   for (std::string name : {"minor1", "minor1traps"}) {
-    std::string out = run("env BACKPLANE_PLUGIN_PATH=" + fixture(name) + " " + kProbe + " " +
-                          name + ":0 native");
-    EXPECT_EQ(out.rfind("device=" + name + ":0 values=6.75 6.75 6.75 6.75 6.75 \n", 0), 0u)
-        << out;
+    std::string out =
+        run("env BACKPLANE_PLUGIN_PATH=" + fixture(name) + " " + kProbe + " " + name + ":0 native");
+    EXPECT_EQ(out.rfind("device=" + name + ":0 values=6.75 6.75 6.75 6.75 6.75 \n", 0), 0u) << out;
     for (const char* slot : {"buffer_native", "stream_native", "buffer_import", "stream_import"}) {
       std::string line = std::string(slot) + ": UnsupportedError: " + name + ":0: ";
       EXPECT_NE(out.find(line), std::string::npos) << slot << "\n" << out;
