@@ -37,7 +37,6 @@ from ._core import (
     dtype,
     exp,
     is_grad_enabled,
-    load_metadata,
     load_report,
     log,
     manual_seed,
@@ -92,7 +91,7 @@ from ._tensor import (
     zeros,
     zeros_like,
 )
-from .serialization import load, save
+from .serialization import load, load_metadata, save
 from . import nn, optim  # noqa: E402  (they use the names above)
 
 __version__ = "0.1.0"

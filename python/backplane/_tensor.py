@@ -36,7 +36,7 @@ def _device(d):
 
 
 def _size(size, what):
-    if len(size) == 1 and not isinstance(size[0], builtins.int):
+    if len(size) == 1 and isinstance(size[0], (list, tuple)):
         size = tuple(size[0])
     for s in size:
         if not isinstance(s, (builtins.int, np.integer)) or isinstance(s, builtins.bool):
@@ -55,9 +55,9 @@ def _finish(t, requires_grad):
 def _from_array(arr, dt, device):
     """Uploads a host array as `dt` (bfloat16 goes through float32 on the device)."""
     if dt == DT.bfloat16:
-        return _core._from_host(np.ascontiguousarray(arr, dtype=np.float32), DT.float32,
+        return _core._from_host(np.asarray(arr, dtype=np.float32, order="C"), DT.float32,
                                 device)._to_dtype(dt)
-    host = np.ascontiguousarray(arr, dtype=_NUMPY_OF[dt])
+    host = np.asarray(arr, dtype=_NUMPY_OF[dt], order="C")
     return _core._from_host(host, dt, device)
 
 

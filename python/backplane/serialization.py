@@ -47,9 +47,14 @@ def load(path, map_location=None):
     device = _core.device(map_location) if map_location is not None else _core.default_device()
     path = str(path)
     tensors = _core._load_file(path, device)
-    kind = _core.load_metadata(path).get(_KIND, "dict")
+    kind = _core._load_metadata(path).get(_KIND, "dict")
     if kind == "tensor" and set(tensors) == {"tensor"}:
         return tensors["tensor"]
     if kind == "list" and set(tensors) == {str(i) for i in range(len(tensors))}:
         return [tensors[str(i)] for i in range(len(tensors))]
     return OrderedDict(sorted(tensors.items()))
+
+
+def load_metadata(path):
+    """The __metadata__ of a safetensors file as a dict of strings (reads only the header)."""
+    return _core._load_metadata(str(path))

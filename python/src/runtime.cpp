@@ -159,16 +159,19 @@ void register_runtime(nb::module_& m) {
            [](const Device& d) {
              return "device(type='" + d.type() + "', index=" + std::to_string(d.index()) + ")";
            })
-      .def("__eq__",
-           [](const Device& a, nb::handle b) {
-             Device* d = nullptr;
-             return nb::try_cast<Device*>(b, d, false) && d == &a;
-           })
+      .def(
+          "__eq__",
+          [](const Device& a, nb::handle b) {
+            Device* d = nullptr;
+            return nb::try_cast<Device*>(b, d, false) && d == &a;
+          },
+          nb::arg("other").none())
       .def("__hash__", [](const Device& d) { return reinterpret_cast<uintptr_t>(&d); });
 
   auto ref = nb::rv_policy::reference;
   m.def(
-      "device", [](nb::handle spec) -> Device& { return as_device(spec); }, nb::arg("spec"), ref,
+      "device", [](nb::handle spec) -> Device& { return as_device(spec); }, nb::arg("spec").none(),
+      ref,
       "The device named by `spec` ('cuda:1', 'cuda' = 'cuda:0', 'cpu'). DeviceError listing the "
       "devices that exist, or quoting why a backend has none.");
   m.def(
@@ -190,7 +193,7 @@ void register_runtime(nb::module_& m) {
       "default_device", []() -> Device& { return default_device(); }, ref);
   m.def(
       "set_default_device", [](nb::handle d) { set_default_device(as_device(d)); },
-      nb::arg("device"));
+      nb::arg("device").none());
   m.def(
       "_synchronize",
       [](nb::handle d) {

@@ -589,6 +589,7 @@ void register_tensor(nb::module_& m) {
             else
               t.set_grad(nb::cast<const Tensor&>(g));
           },
+          nb::for_setter(nb::arg("value").none()),
           "The gradient after backward(), or None; assigning None drops it.")
       .def_prop_ro("is_leaf", [](const Tensor& t) { return t.grad_fn() == nullptr; })
       .def(

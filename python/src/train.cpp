@@ -119,8 +119,8 @@ void register_train(nb::module_& m) {
       },
       nb::arg("path"), nb::arg("device"));
   m.def(
-      "load_metadata", [](const std::string& path) { return load_metadata(path); }, nb::arg("path"),
-      "The __metadata__ of a safetensors file (reads only the header).");
+      "_load_metadata", [](const std::string& path) { return load_metadata(path); },
+      nb::arg("path"));
 }
 
 }  // namespace bp::python
