@@ -99,11 +99,21 @@ void register_indexing(nb::class_<Tensor>& cls) {
           v.copy_(src);
           return;
         }
-        if (!PyFloat_Check(value.ptr()) && !PyLong_Check(value.ptr()) &&
-            !nb::hasattr(value, "__float__"))
-          throw nb::type_error(("can assign a tensor or a number to tensor[...], not " +
-                                std::string(nb::type_name(value.type()).c_str()))
-                                   .c_str());
+        if (!PyFloat_Check(value.ptr()) && !PyLong_Check(value.ptr())) {
+          if (PySequence_Check(value.ptr()) || nb::hasattr(value, "__array__") ||
+              nb::hasattr(value, "__dlpack__")) {
+            // Lists, NumPy arrays, other libraries' tensors: through backplane.tensor().
+            nb::object make = nb::module_::import_("backplane").attr("tensor");
+            nb::object dev = nb::cast(&v.device(), nb::rv_policy::reference);
+            v.copy_(nb::cast<Tensor>(make(value, v.dtype(), dev)));
+            return;
+          }
+          if (!nb::hasattr(value, "__float__"))
+            throw nb::type_error(("can assign a tensor, a number or array-like data to "
+                                  "tensor[...], not " +
+                                  std::string(nb::type_name(value.type()).c_str()))
+                                     .c_str());
+        }
         double x = nb::cast<double>(value);
         if (!is_floating(v.dtype()) && x != static_cast<double>(static_cast<int64_t>(x)))
           throw DTypeError("__setitem__: the number " + std::to_string(x) +

@@ -239,11 +239,14 @@ def test_assignment_through_indices_writes_the_base(device):
     t[:, 2] = bp.tensor([1, 2, 3], device=device)
     t[0, ::2] = bp.tensor([7, 8], device=device)
     t[..., -1] = 9
+    t[2, :2] = [4, 5]
+    t[2, 2:3] = np.array([6.0])
     ref = np.zeros((3, 4), np.float32)
     ref[1] = 5
     ref[:, 2] = [1, 2, 3]
     ref[0, ::2] = [7, 8]
     ref[..., -1] = 9
+    ref[2, :3] = [4, 5, 6]
     np.testing.assert_array_equal(t.numpy(), ref)
 
 
@@ -264,7 +267,9 @@ def test_bad_indices(device):
     with pytest.raises(TypeError, match="valid indices"):
         t["a"]
     with pytest.raises(TypeError):
-        t[0] = "a"
+        t[0] = object()
+    with pytest.raises(ValueError):
+        t[0] = [1, 2]
     with pytest.raises(bp.DTypeError, match="whole number"):
         bp.zeros(2, dtype=bp.int32, device=device)[0] = 0.5
 
