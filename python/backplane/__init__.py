@@ -91,6 +91,7 @@ from ._tensor import (
     zeros,
     zeros_like,
 )
+from ._dlpack import from_dlpack
 from .serialization import load, load_metadata, save
 from . import nn, optim  # noqa: E402  (they use the names above)
 

@@ -49,6 +49,7 @@ void register_errors(nb::module_& m);
 void register_runtime(nb::module_& m);
 void register_tensor(nb::module_& m);
 void register_indexing(nb::class_<Tensor>& cls);
+void register_dlpack(nb::class_<Tensor>& cls, nb::module_& m);
 void register_train(nb::module_& m);
 
 }  // namespace bp::python

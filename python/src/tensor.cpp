@@ -626,6 +626,7 @@ void register_tensor(nb::module_& m) {
   m.def("_to_string", [](const Tensor& t) { return to_string(t); });
 
   register_indexing(cls);
+  register_dlpack(cls, m);
 
   // ---- creation ----
   m.def("_from_host", &from_host_array, nb::arg("array"), nb::arg("dtype"), nb::arg("device"));
