@@ -105,8 +105,13 @@ DType from_dl(DLDataType d) {
 // The Backplane device holding memory that DLPack calls (type, id). CUDA ids are vendor
 // ordinals, which need not be our indices: each cuda device's ordinal is read once from the
 // native handle of a small allocation.
+Device& host_device() {
+  static Device* cpu = &device("cpu:0");  // devices live as long as the process
+  return *cpu;
+}
+
 Device& device_of(int32_t type, int32_t id) {
-  if (type == kDLCPU || type == kDLCUDAHost) return device("cpu:0");
+  if (type == kDLCPU || type == kDLCUDAHost) return host_device();
   if (type == kDLCUDA || type == kDLCUDAManaged) {
     static std::mutex mu;
     static std::vector<std::pair<int, Device*>> ordinals;
@@ -147,15 +152,15 @@ struct ExportCtx {
 };
 
 template <typename M>
-void fill_export(M* m, ExportCtx* ctx, const Tensor& t) {
-  const Shape s = t.shape(), st = t.strides();
-  ctx->shape.assign(s.begin(), s.end());
-  ctx->strides.assign(st.begin(), st.end());
+void fill_export(M* m, ExportCtx* ctx, const Tensor& t, const NativeBuffer& n) {
+  const Dims& s = t.impl().shape;
+  const Dims& st = t.impl().strides;
+  ctx->shape.assign(s.d, s.d + s.rank);
+  ctx->strides.assign(st.d, st.d + st.rank);
   DLTensor& dl = m->dl_tensor;
-  NativeBuffer n = t.native();
   dl.data = n.address;
   dl.device = {static_cast<DLDeviceType>(n.dlpack_device_type), n.device_ordinal};
-  dl.ndim = static_cast<int32_t>(s.size());
+  dl.ndim = s.rank;
   dl.dtype = to_dl(t.dtype());
   dl.shape = ctx->shape.data();
   dl.strides = ctx->strides.data();
@@ -194,10 +199,21 @@ void capsule_destructor_legacy(PyObject* cap) {
 }
 
 // Note [DLPack streams], producer side.
+// Imported wrappers of the legacy and per-thread default streams and one event, per device,
+// reused by every export to them (the common case: PyTorch and CuPy pass 1 for the legacy
+// default stream). Other consumer streams are wrapped per call, since a handle value may be
+// reused by another stream once its owner destroys it. Never destroyed (leaked at exit, when
+// the plugins may already be gone).
+struct ConsumerStreams {
+  std::unique_ptr<Stream> special[2];
+  std::unique_ptr<Event> event;
+};
+std::mutex g_consumer_mu;
+auto* g_consumer = new std::vector<std::pair<Device*, ConsumerStreams>>();
+
 void order_for_consumer(const Tensor& t, nb::handle stream) {
   Device& dev = t.device();
   Stream& ours = dev.default_stream();
-  void* our_native = ours.native_handle();
   const bool host = dev.properties().unified_memory || dev.type() == "cpu";
   if (host) {
     if (!stream.is_none() && !(PyLong_Check(stream.ptr()) && nb::cast<int64_t>(stream) == -1))
@@ -222,7 +238,20 @@ void order_for_consumer(const Tensor& t, nb::handle stream) {
         "__dlpack__: stream=0 is ambiguous for CUDA (use 1 for the legacy default "
         "stream, 2 for the per-thread default stream)");
   void* consumer = s == 1 ? nullptr : reinterpret_cast<void*>(static_cast<intptr_t>(s));
-  if (consumer == our_native) return;  // same stream: already ordered
+  if (consumer == ours.native_handle()) return;  // same stream: already ordered
+  if (s == 1 || s == 2) {
+    std::lock_guard<std::mutex> lock(g_consumer_mu);
+    ConsumerStreams* c = nullptr;
+    for (auto& [d, cs] : *g_consumer)
+      if (d == &dev) c = &cs;
+    if (!c) c = &g_consumer->emplace_back(&dev, ConsumerStreams{}).second;
+    std::unique_ptr<Stream>& theirs = c->special[s - 1];
+    if (!theirs) theirs = dev.import_stream(consumer);
+    if (!c->event) c->event = dev.create_event();
+    c->event->record(ours);
+    theirs->wait(*c->event);
+    return;
+  }
   std::unique_ptr<Stream> theirs = dev.import_stream(consumer);
   std::unique_ptr<Event> ev = dev.create_event();
   ev->record(ours);
@@ -244,7 +273,7 @@ nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_vers
       if (want.first != kDLCPU)
         buffer_error("__dlpack__: can only copy to the host (kDLCPU, 0), not to DLPack device " +
                      std::string(nb::repr(dl_device).c_str()));
-      t = t.copy_to(device("cpu:0"));  // cross-device copies to host memory are synchronous
+      t = t.copy_to(host_device());  // cross-device copies to host memory are synchronous
       copied = true;
     }
   }
@@ -253,7 +282,7 @@ nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_vers
     copied = true;
   }
   if (t.requires_grad()) t = t.detach();
-  dl_device_of(t);  // UnsupportedError with the reason before anything is made
+  const NativeBuffer n = t.native();  // UnsupportedError with the reason (opencl) first
   order_for_consumer(t, stream);
 
   bool versioned = false;
@@ -273,7 +302,7 @@ nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_vers
     m->version = {DLPACK_MAJOR_VERSION, minor};
     m->deleter = delete_versioned;
     m->flags = copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0;
-    fill_export(m, ctx, t);
+    fill_export(m, ctx, t, n);
     ++g_live_exports;
     cap = PyCapsule_New(m, kVersioned, capsule_destructor_versioned);
     if (!cap) {
@@ -283,7 +312,7 @@ nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_vers
   } else {
     auto* m = new DLManagedTensor{};
     m->deleter = delete_legacy;
-    fill_export(m, ctx, t);
+    fill_export(m, ctx, t, n);
     ++g_live_exports;
     cap = PyCapsule_New(m, kLegacy, capsule_destructor_legacy);
     if (!cap) {
@@ -415,26 +444,33 @@ nb::object consumer_stream(Device& dev) {
 
 Tensor from_dlpack(nb::handle obj, nb::handle device_arg, nb::handle copy) {
   if (PyCapsule_CheckExact(obj.ptr())) return import_capsule(obj, copy);
-  if (!nb::hasattr(obj, "__dlpack__"))
+  nb::object dlpack = nb::getattr(obj, "__dlpack__", nb::none());
+  if (dlpack.is_none())
     throw nb::type_error(("from_dlpack: " + std::string(nb::type_name(obj.type()).c_str()) +
                           " has no __dlpack__ method (expected a DLPack producer such as a "
                           "NumPy, PyTorch or CuPy array, or a DLPack capsule)")
                              .c_str());
   nb::object stream = nb::none();
-  if (nb::hasattr(obj, "__dlpack_device__")) {
-    auto dd = nb::cast<std::pair<int32_t, int32_t>>(obj.attr("__dlpack_device__")());
-    Device& dev = device_of(dd.first, dd.second);
-    stream = consumer_stream(dev);
+  nb::object dlpack_device = nb::getattr(obj, "__dlpack_device__", nb::none());
+  if (!dlpack_device.is_none()) {
+    auto dd = nb::cast<std::pair<int32_t, int32_t>>(dlpack_device());
+    stream = consumer_stream(device_of(dd.first, dd.second));
   }
+  // __dlpack__(stream=stream, max_version=(1, 1)) by vectorcall; names and version made once
+  // (and kept for the process).
+  static PyObject* kwnames = Py_BuildValue("(ss)", "stream", "max_version");
+  static PyObject* max_version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+  PyObject* argv[3] = {nullptr, stream.ptr(), max_version};
+  PyObject* r =
+      PyObject_Vectorcall(dlpack.ptr(), argv + 1, PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
   nb::object cap;
-  try {
-    cap = obj.attr("__dlpack__")(
-        nb::arg("stream") = stream,
-        nb::arg("max_version") = nb::make_tuple(DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION));
-  } catch (nb::python_error& e) {
-    if (!e.matches(PyExc_TypeError)) throw;
+  if (r) {
+    cap = nb::steal(r);
+  } else {
+    nb::python_error e;
+    if (!e.matches(PyExc_TypeError)) throw e;
     // A producer from before DLPack 1.0 knows only `stream`.
-    cap = obj.attr("__dlpack__")(nb::arg("stream") = stream);
+    cap = dlpack(nb::arg("stream") = stream);
   }
   Tensor t = import_capsule(cap, copy);
   if (!device_arg.is_none()) {
