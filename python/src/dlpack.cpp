@@ -199,17 +199,13 @@ void capsule_destructor_legacy(PyObject* cap) {
 }
 
 // Note [DLPack streams], producer side.
-// Imported wrappers of the legacy and per-thread default streams and one event, per device,
-// reused by every export to them (the common case: PyTorch and CuPy pass 1 for the legacy
-// default stream). Other consumer streams are wrapped per call, since a handle value may be
-// reused by another stream once its owner destroys it. Never destroyed (leaked at exit, when
-// the plugins may already be gone).
-struct ConsumerStreams {
-  std::unique_ptr<Stream> special[2];
-  std::unique_ptr<Event> event;
-};
-std::mutex g_consumer_mu;
-auto* g_consumer = new std::vector<std::pair<Device*, ConsumerStreams>>();
+// One event per device, recorded and waited on under a mutex by every export to a consumer
+// stream (an event may be re-recorded once a wait has captured it), so an export costs no
+// event creation. Never destroyed (leaked at exit, when the plugins may already be gone). The
+// consumer's stream is wrapped per call and let go at once: a kept wrapper would join the
+// streams that Device::synchronize waits for.
+std::mutex g_event_mu;
+auto* g_events = new std::vector<std::pair<Device*, std::unique_ptr<Event>>>();
 
 void order_for_consumer(const Tensor& t, nb::handle stream) {
   Device& dev = t.device();
@@ -239,21 +235,12 @@ void order_for_consumer(const Tensor& t, nb::handle stream) {
         "stream, 2 for the per-thread default stream)");
   void* consumer = s == 1 ? nullptr : reinterpret_cast<void*>(static_cast<intptr_t>(s));
   if (consumer == ours.native_handle()) return;  // same stream: already ordered
-  if (s == 1 || s == 2) {
-    std::lock_guard<std::mutex> lock(g_consumer_mu);
-    ConsumerStreams* c = nullptr;
-    for (auto& [d, cs] : *g_consumer)
-      if (d == &dev) c = &cs;
-    if (!c) c = &g_consumer->emplace_back(&dev, ConsumerStreams{}).second;
-    std::unique_ptr<Stream>& theirs = c->special[s - 1];
-    if (!theirs) theirs = dev.import_stream(consumer);
-    if (!c->event) c->event = dev.create_event();
-    c->event->record(ours);
-    theirs->wait(*c->event);
-    return;
-  }
   std::unique_ptr<Stream> theirs = dev.import_stream(consumer);
-  std::unique_ptr<Event> ev = dev.create_event();
+  std::lock_guard<std::mutex> lock(g_event_mu);
+  Event* ev = nullptr;
+  for (auto& [d, e] : *g_events)
+    if (d == &dev) ev = e.get();
+  if (!ev) ev = g_events->emplace_back(&dev, dev.create_event()).second.get();
   ev->record(ours);
   theirs->wait(*ev);
 }
