@@ -15,7 +15,10 @@ NO_ADDRESS = [d for d in DEVICES if d.type == "opencl"]
 
 
 def live():
+    """(live exports, live imports). Imported CUDA memory is handed back once the freeing
+    stream is idle (at the latest at the next synchronisation), hence the synchronize."""
     gc.collect()
+    bp.synchronize()
     return bp._core._dlpack_live()
 
 

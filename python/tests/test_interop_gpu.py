@@ -29,7 +29,10 @@ needs_cupy = pytest.mark.skipif(cupy is None or not GPU_DEVICES,
 
 
 def live():
+    """(live exports, live imports). Imported CUDA memory is handed back once the freeing
+    stream is idle (at the latest at the next synchronisation), hence the synchronize."""
     gc.collect()
+    bp.synchronize()
     return bp._core._dlpack_live()
 
 

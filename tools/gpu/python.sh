@@ -23,7 +23,9 @@ if [ "${1:-}" = build ]; then
   py=${BP_PYTHON:-/root/.pyenv/versions/3.12.1/bin/python3}
   out=.device/python
   rm -rf "$out" && mkdir -p "$out/lib"
-  grep -qx '/.device/' .git/info/exclude 2>/dev/null || echo '/.device/' >> .git/info/exclude
+  exclude=$(git rev-parse --git-path info/exclude)
+  mkdir -p "$(dirname "$exclude")"
+  grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
   "$py" -m pip wheel --no-deps -w "$out" . \
     -Ccmake.define.BP_BUILD_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90
   whl=$(ls "$out"/backplane-*.whl)
