@@ -1,0 +1,116 @@
+"""Backplane: tensors and small models on any device, with the names d2l readers know.
+
+    >>> import backplane as bp
+    >>> gpu = bp.try_gpu()                # cuda:0, or cpu:0 when there is no GPU
+    >>> x = bp.tensor([1, 2, 3])          # on the default device (cpu:0), float32
+    >>> y = x.copy_to(gpu)                # always a new tensor
+    >>> z = x.to(gpu)                     # x itself when already there
+    >>> (z + 2).exp() * y                 # computed on the GPU, stays there
+    tensor([ 20.0855, 109.1963, 445.2395], device='cuda:0')
+
+Tensors exchange memory with NumPy, PyTorch and CuPy through DLPack (`from_dlpack`,
+`Tensor.__dlpack__`). Errors are subclasses of `backplane.Error` and of the builtin that says
+what went wrong (`ShapeError` is a `ValueError`, `DTypeError` a `TypeError`, ...).
+"""
+from . import _core
+from ._core import (
+    Device,
+    DeviceError,
+    DeviceMismatch,
+    DTypeError,
+    Error,
+    IOError,
+    OutOfMemory,
+    PluginError,
+    ShapeError,
+    SyncError,
+    Tensor,
+    UnsupportedError,
+    abs,
+    all_devices,
+    allclose,
+    allow_tf32,
+    cat,
+    default_device,
+    device,
+    devices,
+    dtype,
+    exp,
+    is_grad_enabled,
+    load_report,
+    log,
+    manual_seed,
+    matmul,
+    maximum,
+    minimum,
+    num_devices,
+    pow,
+    relu,
+    set_allow_tf32,
+    set_default_device,
+    set_sync_debug,
+    sigmoid,
+    sqrt,
+    stack,
+    sync_debug,
+    tanh,
+    try_device,
+    where,
+)
+from ._runtime import (
+    Availability,
+    empty_cache,
+    is_available,
+    max_memory_allocated,
+    memory_allocated,
+    memory_stats,
+    no_grad,
+    num_gpus,
+    reset_peak_memory_stats,
+    synchronize,
+    try_all_gpus,
+    try_gpu,
+)
+from ._tensor import (
+    arange,
+    as_tensor,
+    empty,
+    empty_like,
+    from_numpy,
+    full,
+    full_like,
+    normal,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randn,
+    randn_like,
+    tensor,
+    uniform,
+    zeros,
+    zeros_like,
+)
+from ._dlpack import from_dlpack
+from .serialization import load, load_metadata, save
+from . import nn, optim  # noqa: E402  (they use the names above)
+
+__version__ = "0.1.0"
+
+# dtype names as in PyTorch (backplane.float32, backplane.long, ...). Set last and through
+# globals() because `bool`, `int` and `float` shadow the builtins in this module's namespace.
+globals().update(
+    float32=dtype.float32,
+    float64=dtype.float64,
+    float16=dtype.float16,
+    bfloat16=dtype.bfloat16,
+    int32=dtype.int32,
+    int64=dtype.int64,
+    uint8=dtype.uint8,
+    bool=dtype.bool,
+    float=dtype.float32,
+    double=dtype.float64,
+    half=dtype.float16,
+    int=dtype.int32,
+    long=dtype.int64,
+)

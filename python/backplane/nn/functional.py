@@ -1,0 +1,64 @@
+"""Functional forms of the layers and losses (torch.nn.functional)."""
+from .. import _core
+from .._core import Tensor
+
+relu = _core.relu
+sigmoid = _core.sigmoid
+tanh = _core.tanh
+
+
+def linear(input, weight, bias=None):
+    """input @ weight.T + bias, with weight [out, in]."""
+    y = input.matmul(weight.t())
+    return y if bias is None else y + bias
+
+
+def softmax(input, dim=-1):
+    """exp(x - max) / sum(exp(x - max)) along `dim` (stable)."""
+    e = (input - input.max(dim, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def log_softmax(input, dim=-1):
+    """x - max - log(sum(exp(x - max))) along `dim` (stable)."""
+    shifted = input - input.max(dim, keepdim=True)
+    return shifted - shifted.exp().sum(dim, keepdim=True).log()
+
+
+def _reduce(loss, reduction, what):
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ValueError(f"{what}: reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+
+
+def mse_loss(input, target, reduction="mean"):
+    """(input - target)^2, averaged (reduction='mean'), summed ('sum') or per element
+    ('none'). The shapes must be equal (ShapeError otherwise)."""
+    if reduction == "mean":
+        return _core.mse_loss(input, target)
+    if tuple(input.shape) != tuple(target.shape):
+        raise _core.ShapeError(f"mse_loss: input of shape {tuple(input.shape)} and target of "
+                               f"shape {tuple(target.shape)} differ")
+    return _reduce((input - target) ** 2, reduction, "mse_loss")
+
+
+def cross_entropy(input, target, reduction="mean"):
+    """-log softmax(input)[target] for logits [N, C] and int64 (or int32) class indices [N]:
+    averaged over the batch (reduction='mean'), summed ('sum') or per example ('none')."""
+    if reduction == "mean":
+        return _core.cross_entropy(input, target)
+    if input.ndim != 2 or target.ndim != 1 or target.shape[0] != input.shape[0]:
+        raise _core.ShapeError(f"cross_entropy: expected input [N, C] and target [N], got "
+                               f"{tuple(input.shape)} and {tuple(target.shape)}")
+    classes = _core._arange(input.shape[1], input.device, target.dtype)
+    one_hot = (target.unsqueeze(1) == classes.unsqueeze(0)).to(input.dtype)
+    loss = -(log_softmax(input, 1) * one_hot).sum(1)
+    return _reduce(loss, reduction, "cross_entropy")
+
+
+__all__ = ["Tensor", "relu", "sigmoid", "tanh", "linear", "softmax", "log_softmax", "mse_loss",
+           "cross_entropy"]

@@ -1,0 +1,501 @@
+// DLPack 1.x exchange (the Python array API's protocol): Tensor.__dlpack__,
+// Tensor.__dlpack_device__ and backplane.from_dlpack, zero-copy both ways on cpu and cuda over
+// the native handles of plugin ABI 1.2 (Tensor::native, bp::from_blob, Device::import_stream).
+//
+// Note [DLPack streams]
+//   Producer (our __dlpack__(stream=s) on a cuda tensor): the consumer will use the memory on
+//   its stream s. We record an event on the tensor's device stream and make s wait for it
+//   (Device::import_stream wraps s without owning it): never a device-wide synchronisation.
+//   s follows the array API: None or 1 = the legacy default stream, 2 = the per-thread
+//   default stream, any other integer = a cudaStream_t, -1 = the consumer asks for no
+//   ordering, 0 is refused as ambiguous. On host-memory devices s must be None (or -1).
+//   Consumer (from_dlpack(obj) of a cuda array): we pass the native stream of our device's
+//   default stream, on which every op of the imported tensor will be queued, so the producer
+//   orders its pending writes before our work.
+//
+// Note [DLPack lifetimes]
+//   Export: the capsule owns a DLManagedTensor(Versioned) whose manager context holds a
+//   bp::Tensor (the storage stays alive) and the shape/stride arrays; its deleter frees them
+//   and needs no GIL. An unconsumed capsule calls the deleter from its destructor; a consumer
+//   renames it to "used_dltensor[_versioned]" and calls the deleter when done.
+//   Import: the tensor is bp::from_blob over the producer's memory; the release function
+//   (run once, after the last view is gone and our queued work is done with the memory) calls
+//   the producer's deleter under the GIL, as producers such as NumPy release Python objects
+//   there. Counters of live exports and imports (backplane._core._dlpack_live) let tests
+//   check that both sides let go.
+#include "bp_python.hpp"
+
+#include <dlpack/dlpack.h>
+
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace bp::python {
+
+namespace {
+
+constexpr const char* kVersioned = "dltensor_versioned";
+constexpr const char* kUsedVersioned = "used_dltensor_versioned";
+constexpr const char* kLegacy = "dltensor";
+constexpr const char* kUsedLegacy = "used_dltensor";
+
+std::atomic<int64_t> g_live_exports{0};
+std::atomic<int64_t> g_live_imports{0};
+
+[[noreturn]] void buffer_error(const std::string& msg) {
+  PyErr_SetString(PyExc_BufferError, msg.c_str());
+  throw nb::python_error();
+}
+
+// ---- dtypes ----------------------------------------------------------------------------------
+
+DLDataType to_dl(DType t) {
+  switch (t) {
+    case DType::f32:
+      return {kDLFloat, 32, 1};
+    case DType::f64:
+      return {kDLFloat, 64, 1};
+    case DType::f16:
+      return {kDLFloat, 16, 1};
+    case DType::bf16:
+      return {kDLBfloat, 16, 1};
+    case DType::i32:
+      return {kDLInt, 32, 1};
+    case DType::i64:
+      return {kDLInt, 64, 1};
+    case DType::u8:
+      return {kDLUInt, 8, 1};
+    case DType::boolean:
+      return {kDLBool, 8, 1};
+  }
+  return {kDLFloat, 32, 1};
+}
+
+DType from_dl(DLDataType d) {
+  if (d.lanes == 1) {
+    if (d.code == kDLFloat && d.bits == 32) return DType::f32;
+    if (d.code == kDLFloat && d.bits == 64) return DType::f64;
+    if (d.code == kDLFloat && d.bits == 16) return DType::f16;
+    if (d.code == kDLBfloat && d.bits == 16) return DType::bf16;
+    if (d.code == kDLInt && d.bits == 32) return DType::i32;
+    if (d.code == kDLInt && d.bits == 64) return DType::i64;
+    if (d.code == kDLUInt && d.bits == 8) return DType::u8;
+    if (d.code == kDLBool && d.bits == 8) return DType::boolean;
+  }
+  static const char* names[] = {"int",    "uint",    "float", "opaque handle",
+                                "bfloat", "complex", "bool"};
+  std::string name =
+      d.code < sizeof names / sizeof names[0]
+          ? std::string(names[d.code]) + std::to_string(d.bits)
+          : "type code " + std::to_string(d.code) + " of " + std::to_string(d.bits) + " bits";
+  if (d.lanes != 1) name += " x" + std::to_string(d.lanes) + " lanes";
+  throw DTypeError("from_dlpack: unsupported dtype " + name +
+                   "; Backplane tensors hold float32, float64, float16, bfloat16, int32, int64, "
+                   "uint8 or bool (convert on the producer's side first)");
+}
+
+// ---- devices ---------------------------------------------------------------------------------
+
+// The Backplane device holding memory that DLPack calls (type, id). CUDA ids are vendor
+// ordinals, which need not be our indices: each cuda device's ordinal is read once from the
+// native handle of a small allocation.
+Device& host_device() {
+  static Device* cpu = &device("cpu:0");  // devices live as long as the process
+  return *cpu;
+}
+
+Device& device_of(int32_t type, int32_t id) {
+  if (type == kDLCPU || type == kDLCUDAHost) return host_device();
+  if (type == kDLCUDA || type == kDLCUDAManaged) {
+    static std::mutex mu;
+    static std::vector<std::pair<int, Device*>> ordinals;
+    static bool filled = false;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!filled) {
+      for (Device* d : all_devices("cuda")) {
+        if (d->type() != "cuda") continue;
+        auto probe = d->allocator().allocate(256);
+        ordinals.emplace_back(probe->native().device_ordinal, d);
+      }
+      filled = true;
+    }
+    for (auto& [ord, d] : ordinals)
+      if (ord == id) return *d;
+    throw DeviceError("from_dlpack: the memory is on CUDA device " + std::to_string(id) +
+                      ", which Backplane does not have (" + std::to_string(ordinals.size()) +
+                      " cuda devices; is the cuda plugin loaded? see backplane.load_report())");
+  }
+  throw UnsupportedError("from_dlpack: DLPack device type " + std::to_string(type) + " (id " +
+                         std::to_string(id) +
+                         ") is not supported; Backplane imports host memory (kDLCPU, "
+                         "kDLCUDAHost) and CUDA memory (kDLCUDA, kDLCUDAManaged)");
+}
+
+// (DLPack device type, device id) of a tensor. UnsupportedError (with the backend's reason)
+// for devices without addressable memory, such as OpenCL.
+std::pair<int32_t, int32_t> dl_device_of(const Tensor& t) {
+  NativeBuffer n = t.native();
+  return {n.dlpack_device_type, n.device_ordinal};
+}
+
+// ---- export ----------------------------------------------------------------------------------
+
+struct ExportCtx {
+  Tensor tensor;
+  std::vector<int64_t> shape, strides;
+};
+
+template <typename M>
+void fill_export(M* m, ExportCtx* ctx, const Tensor& t, const NativeBuffer& n) {
+  const Dims& s = t.impl().shape;
+  const Dims& st = t.impl().strides;
+  ctx->shape.assign(s.d, s.d + s.rank);
+  ctx->strides.assign(st.d, st.d + st.rank);
+  DLTensor& dl = m->dl_tensor;
+  dl.data = n.address;
+  dl.device = {static_cast<DLDeviceType>(n.dlpack_device_type), n.device_ordinal};
+  dl.ndim = s.rank;
+  dl.dtype = to_dl(t.dtype());
+  dl.shape = ctx->shape.data();
+  dl.strides = ctx->strides.data();
+  dl.byte_offset = 0;
+  m->manager_ctx = ctx;
+}
+
+void delete_versioned(DLManagedTensorVersioned* m) {
+  delete static_cast<ExportCtx*>(m->manager_ctx);
+  delete m;
+  --g_live_exports;
+}
+
+void delete_legacy(DLManagedTensor* m) {
+  delete static_cast<ExportCtx*>(m->manager_ctx);
+  delete m;
+  --g_live_exports;
+}
+
+void capsule_destructor_versioned(PyObject* cap) {
+  if (!PyCapsule_IsValid(cap, kVersioned)) return;  // consumed: the consumer owns it
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  auto* m = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(cap, kVersioned));
+  if (m && m->deleter) m->deleter(m);
+  PyErr_Restore(type, value, tb);
+}
+
+void capsule_destructor_legacy(PyObject* cap) {
+  if (!PyCapsule_IsValid(cap, kLegacy)) return;
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap, kLegacy));
+  if (m && m->deleter) m->deleter(m);
+  PyErr_Restore(type, value, tb);
+}
+
+// Note [DLPack streams], producer side.
+// One event per device, recorded and waited on under a mutex by every export to a consumer
+// stream (an event may be re-recorded once a wait has captured it), so an export costs no
+// event creation. Never destroyed (leaked at exit, when the plugins may already be gone). The
+// consumer's stream is wrapped per call and let go at once: a kept wrapper would join the
+// streams that Device::synchronize waits for.
+std::mutex g_event_mu;
+auto* g_events = new std::vector<std::pair<Device*, std::unique_ptr<Event>>>();
+
+void order_for_consumer(const Tensor& t, nb::handle stream) {
+  Device& dev = t.device();
+  Stream& ours = dev.default_stream();
+  const bool host = dev.properties().unified_memory || dev.type() == "cpu";
+  if (host) {
+    if (!stream.is_none() && !(PyLong_Check(stream.ptr()) && nb::cast<int64_t>(stream) == -1))
+      buffer_error("__dlpack__: stream must be None for a tensor on " + dev.str() +
+                   " (host memory has no streams), got " + nb::repr(stream).c_str());
+    ours.synchronize();  // a no-op on eager host streams
+    return;
+  }
+  int64_t s = 1;
+  if (!stream.is_none()) {
+    if (!PyLong_Check(stream.ptr()))
+      throw nb::type_error(("__dlpack__: stream must be None or an integer (a cudaStream_t "
+                            "pointer, 1 legacy default, 2 per-thread default, -1 no "
+                            "synchronisation), got " +
+                            std::string(nb::repr(stream).c_str()))
+                               .c_str());
+    s = nb::cast<int64_t>(stream);
+  }
+  if (s == -1) return;
+  if (s == 0)
+    buffer_error(
+        "__dlpack__: stream=0 is ambiguous for CUDA (use 1 for the legacy default "
+        "stream, 2 for the per-thread default stream)");
+  void* consumer = s == 1 ? nullptr : reinterpret_cast<void*>(static_cast<intptr_t>(s));
+  if (consumer == ours.native_handle()) return;  // same stream: already ordered
+  std::unique_ptr<Stream> theirs = dev.import_stream(consumer);
+  std::lock_guard<std::mutex> lock(g_event_mu);
+  Event* ev = nullptr;
+  for (auto& [d, e] : *g_events)
+    if (d == &dev) ev = e.get();
+  if (!ev) ev = g_events->emplace_back(&dev, dev.create_event()).second.get();
+  ev->record(ours);
+  theirs->wait(*ev);
+}
+
+nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_version,
+                         nb::handle dl_device, nb::handle copy) {
+  Tensor t = nb::cast<const Tensor&>(self);
+  bool copied = false;
+  if (!dl_device.is_none()) {
+    auto want = nb::cast<std::pair<int32_t, int32_t>>(dl_device);
+    auto have = dl_device_of(t);
+    if (want != have) {
+      if (!copy.is_none() && !nb::cast<bool>(copy))
+        buffer_error("__dlpack__: dl_device " + std::string(nb::repr(dl_device).c_str()) +
+                     " differs from the tensor's device " + t.device().str() +
+                     " and copy=False forbids a copy");
+      if (want.first != kDLCPU)
+        buffer_error("__dlpack__: can only copy to the host (kDLCPU, 0), not to DLPack device " +
+                     std::string(nb::repr(dl_device).c_str()));
+      t = t.copy_to(host_device());  // cross-device copies to host memory are synchronous
+      copied = true;
+    }
+  }
+  if (!copied && !copy.is_none() && nb::cast<bool>(copy)) {
+    t = t.clone();
+    copied = true;
+  }
+  if (t.requires_grad()) t = t.detach();
+  const NativeBuffer n = t.native();  // UnsupportedError with the reason (opencl) first
+  order_for_consumer(t, stream);
+
+  bool versioned = false;
+  uint32_t minor = DLPACK_MINOR_VERSION;
+  if (!max_version.is_none()) {
+    auto mv = nb::cast<std::pair<int64_t, int64_t>>(max_version);
+    if (mv.first >= 1) {
+      versioned = true;
+      if (mv.first == 1 && mv.second < static_cast<int64_t>(minor))
+        minor = static_cast<uint32_t>(std::max<int64_t>(mv.second, 0));
+    }
+  }
+  auto* ctx = new ExportCtx{t, {}, {}};
+  PyObject* cap = nullptr;
+  if (versioned) {
+    auto* m = new DLManagedTensorVersioned{};
+    m->version = {DLPACK_MAJOR_VERSION, minor};
+    m->deleter = delete_versioned;
+    m->flags = copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0;
+    fill_export(m, ctx, t, n);
+    ++g_live_exports;
+    cap = PyCapsule_New(m, kVersioned, capsule_destructor_versioned);
+    if (!cap) {
+      delete_versioned(m);
+      throw nb::python_error();
+    }
+  } else {
+    auto* m = new DLManagedTensor{};
+    m->deleter = delete_legacy;
+    fill_export(m, ctx, t, n);
+    ++g_live_exports;
+    cap = PyCapsule_New(m, kLegacy, capsule_destructor_legacy);
+    if (!cap) {
+      delete_legacy(m);
+      throw nb::python_error();
+    }
+  }
+  return nb::steal(cap);
+}
+
+// ---- import ----------------------------------------------------------------------------------
+
+bool finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+// Note [DLPack lifetimes], import side: the producer's deleter, once, under the GIL.
+template <typename M>
+std::function<void()> releaser(M* m) {
+  ++g_live_imports;
+  return [m]() {
+    --g_live_imports;
+    if (!m->deleter || !Py_IsInitialized() || finalizing()) return;  // at exit: let it go
+    PyGILState_STATE g = PyGILState_Ensure();
+    m->deleter(m);
+    PyGILState_Release(g);
+  };
+}
+
+template <typename M>
+Tensor import_managed(M* m, bool read_only, nb::handle copy) {
+  DLTensor& dl = m->dl_tensor;
+  DType dtype;
+  try {
+    dtype = from_dl(dl.dtype);
+    if (dl.ndim < 0 || dl.ndim > BP_MAX_RANK)
+      throw ShapeError("from_dlpack: rank " + std::to_string(dl.ndim) +
+                       " is outside what Backplane supports (0.." + std::to_string(BP_MAX_RANK) +
+                       ")");
+  } catch (...) {
+    if (m->deleter) m->deleter(m);
+    throw;
+  }
+  Shape shape(dl.shape, dl.shape + dl.ndim), strides;
+  if (dl.strides) strides.assign(dl.strides, dl.strides + dl.ndim);
+  for (size_t k = 0; k < strides.size(); ++k)
+    if (strides[k] < 0) {
+      if (m->deleter) m->deleter(m);
+      throw ShapeError("from_dlpack: negative stride " + std::to_string(strides[k]) +
+                       " in dimension " + std::to_string(k) +
+                       " (a reversed view); Backplane tensors have non-negative strides: pass a "
+                       "copy, e.g. numpy.ascontiguousarray(a)");
+    }
+  Device* dev;
+  try {
+    dev = &device_of(dl.device.device_type, dl.device.device_id);
+  } catch (...) {
+    if (m->deleter) m->deleter(m);
+    throw;
+  }
+  void* data = static_cast<char*>(dl.data) + dl.byte_offset;
+  // from_blob calls the release function only on success; on failure the deleter is ours.
+  std::function<void()> release = releaser(m);
+  Tensor t;
+  try {
+    t = from_blob(*dev, data, shape, strides, dtype, release);
+  } catch (...) {
+    --g_live_imports;
+    if (m->deleter) m->deleter(m);
+    throw;
+  }
+  bool want_copy = !copy.is_none() && nb::cast<bool>(copy);
+  if (read_only && !copy.is_none() && !want_copy)
+    buffer_error(
+        "from_dlpack: the producer marked the memory read-only and copy=False; "
+        "Backplane tensors are writable (pass copy=None or True)");
+  if (read_only || want_copy) t = t.clone();
+  return t;
+}
+
+Tensor import_capsule(nb::handle cap, nb::handle copy) {
+  PyObject* c = cap.ptr();
+  if (PyCapsule_IsValid(c, kVersioned)) {
+    auto* m = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, kVersioned));
+    if (m->version.major != DLPACK_MAJOR_VERSION) {
+      // A newer major layout: only `version` may be read; hand it back untouched.
+      buffer_error("from_dlpack: DLPack " + std::to_string(m->version.major) + "." +
+                   std::to_string(m->version.minor) + " capsule; Backplane reads major version 1");
+    }
+    if (PyCapsule_SetName(c, kUsedVersioned) != 0) throw nb::python_error();
+    bool ro = (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0;
+    return import_managed(m, ro, copy);
+  }
+  if (PyCapsule_IsValid(c, kLegacy)) {
+    auto* m = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(c, kLegacy));
+    if (PyCapsule_SetName(c, kUsedLegacy) != 0) throw nb::python_error();
+    return import_managed(m, false, copy);
+  }
+  PyErr_Clear();
+  if (PyCapsule_CheckExact(c)) {
+    const char* name = PyCapsule_GetName(c);
+    PyErr_Clear();
+    std::string n = name ? name : "(unnamed)";
+    if (n == kUsedVersioned || n == kUsedLegacy)
+      buffer_error("from_dlpack: this DLPack capsule was already consumed (its name is '" + n +
+                   "'); a capsule can be imported only once: call __dlpack__() again for "
+                   "another one");
+    throw nb::type_error(("from_dlpack: a capsule named '" + n +
+                          "' is not a DLPack tensor ('dltensor_versioned' or 'dltensor')")
+                             .c_str());
+  }
+  throw nb::type_error(("from_dlpack: expected an object with __dlpack__ or a DLPack capsule, "
+                        "got " +
+                        std::string(nb::type_name(cap.type()).c_str()))
+                           .c_str());
+}
+
+// Note [DLPack streams], consumer side: the stream argument for a producer on `dev`.
+nb::object consumer_stream(Device& dev) {
+  if (dev.type() == "cpu" || dev.properties().unified_memory) return nb::none();
+  void* s = dev.default_stream().native_handle();
+  if (!s) return nb::int_(1);  // the legacy default stream
+  return nb::int_(reinterpret_cast<intptr_t>(s));
+}
+
+Tensor from_dlpack(nb::handle obj, nb::handle device_arg, nb::handle copy) {
+  if (PyCapsule_CheckExact(obj.ptr())) return import_capsule(obj, copy);
+  nb::object dlpack = nb::getattr(obj, "__dlpack__", nb::none());
+  if (dlpack.is_none())
+    throw nb::type_error(("from_dlpack: " + std::string(nb::type_name(obj.type()).c_str()) +
+                          " has no __dlpack__ method (expected a DLPack producer such as a "
+                          "NumPy, PyTorch or CuPy array, or a DLPack capsule)")
+                             .c_str());
+  nb::object stream = nb::none();
+  nb::object dlpack_device = nb::getattr(obj, "__dlpack_device__", nb::none());
+  if (!dlpack_device.is_none()) {
+    auto dd = nb::cast<std::pair<int32_t, int32_t>>(dlpack_device());
+    stream = consumer_stream(device_of(dd.first, dd.second));
+  }
+  // __dlpack__(stream=stream, max_version=(1, 1)) by vectorcall; names and version made once
+  // (and kept for the process).
+  static PyObject* kwnames = Py_BuildValue("(ss)", "stream", "max_version");
+  static PyObject* max_version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
+  PyObject* argv[3] = {nullptr, stream.ptr(), max_version};
+  PyObject* r =
+      PyObject_Vectorcall(dlpack.ptr(), argv + 1, PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
+  nb::object cap;
+  if (r) {
+    cap = nb::steal(r);
+  } else {
+    nb::python_error e;
+    if (!e.matches(PyExc_TypeError)) throw e;
+    // A producer from before DLPack 1.0 knows only `stream`.
+    cap = dlpack(nb::arg("stream") = stream);
+  }
+  Tensor t = import_capsule(cap, copy);
+  if (!device_arg.is_none()) {
+    Device& want = as_device(device_arg);
+    if (&want != &t.device()) {
+      if (!copy.is_none() && !nb::cast<bool>(copy))
+        buffer_error("from_dlpack: the data is on " + t.device().str() + ", device=" + want.str() +
+                     " needs a copy and copy=False forbids it");
+      t = t.copy_to(want);
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+void register_dlpack(nb::class_<Tensor>& cls, nb::module_& m) {
+  cls.def("__dlpack__", &dlpack_export, nb::kw_only(), nb::arg("stream").none() = nb::none(),
+          nb::arg("max_version").none() = nb::none(), nb::arg("dl_device").none() = nb::none(),
+          nb::arg("copy").none() = nb::none(),
+          "A DLPack capsule sharing this tensor's memory (Note [DLPack streams]): "
+          "'dltensor_versioned' when max_version >= (1, 0), else the legacy 'dltensor'.");
+  cls.def(
+      "__dlpack_device__",
+      [](const Tensor& t) {
+        auto d = dl_device_of(t);
+        return nb::make_tuple(d.first, d.second);
+      },
+      "(DLPack device type, device id): (1, 0) on cpu, (2, CUDA ordinal) on cuda.");
+  cls.def(
+      "data_ptr", [](const Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()); },
+      "The native address of the first element (host address or CUDA device pointer).");
+  m.def("from_dlpack", &from_dlpack, nb::arg("x"), nb::kw_only(),
+        nb::arg("device").none() = nb::none(), nb::arg("copy").none() = nb::none(),
+        "A tensor sharing the memory of a DLPack producer (NumPy, PyTorch, CuPy, ...) or of a "
+        "DLPack capsule, without copying (Note [DLPack streams], Note [DLPack lifetimes]).");
+  m.def("_dlpack_live",
+        []() { return nb::make_tuple(g_live_exports.load(), g_live_imports.load()); });
+}
+
+}  // namespace bp::python

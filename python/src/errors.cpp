@@ -1,0 +1,120 @@
+// The Python exception classes of backplane and the translation of bp::Error subclasses.
+//
+// Each class subclasses backplane.Error (itself a RuntimeError, as PyTorch raises for device
+// and shape problems) and the builtin that says what kind of mistake it is, so both
+// `except backplane.ShapeError` and `except ValueError` catch a shape mismatch:
+//   Error(RuntimeError)
+//   DeviceError(Error)             DeviceMismatch(Error)        SyncError(Error)
+//   PluginError(Error)             OutOfMemory(Error, MemoryError)
+//   ShapeError(Error, ValueError)  DTypeError(Error, TypeError)
+//   UnsupportedError(Error, NotImplementedError)                IOError(Error, OSError)
+// The message is the C++ message unchanged; PluginError carries `native_name` (the vendor's
+// error name, "" when there is none).
+#include "bp_python.hpp"
+
+#include <array>
+#include <exception>
+
+namespace bp::python {
+
+namespace {
+
+std::array<PyObject*, static_cast<size_t>(ErrorKind::count_)> g_classes{};
+
+struct ClassSpec {
+  ErrorKind kind;
+  const char* name;
+  PyObject* builtin;  // besides backplane.Error; nullptr for none
+  const char* doc;
+};
+
+void set_error(ErrorKind kind, const char* message) {
+  PyErr_SetString(error_class(kind), message);
+}
+
+void translate(const std::exception_ptr& p, void*) {
+  try {
+    std::rethrow_exception(p);
+  } catch (const DeviceMismatch& e) {
+    set_error(ErrorKind::mismatch, e.what());
+  } catch (const DeviceError& e) {
+    set_error(ErrorKind::device, e.what());
+  } catch (const OutOfMemory& e) {
+    set_error(ErrorKind::oom, e.what());
+  } catch (const PluginError& e) {
+    PyObject* cls = error_class(ErrorKind::plugin);
+    PyObject* inst = PyObject_CallFunction(cls, "s", e.what());
+    if (!inst) return;  // the call set an error already
+    PyObject* name = PyUnicode_FromString(e.native_name().c_str());
+    if (name) {
+      PyObject_SetAttrString(inst, "native_name", name);
+      Py_DECREF(name);
+    }
+    PyErr_SetObject(cls, inst);
+    Py_DECREF(inst);
+  } catch (const UnsupportedError& e) {
+    set_error(ErrorKind::unsupported, e.what());
+  } catch (const ShapeError& e) {
+    set_error(ErrorKind::shape, e.what());
+  } catch (const DTypeError& e) {
+    set_error(ErrorKind::dtype, e.what());
+  } catch (const IOError& e) {
+    set_error(ErrorKind::io, e.what());
+  } catch (const SyncError& e) {
+    set_error(ErrorKind::sync, e.what());
+  } catch (const Error& e) {
+    set_error(ErrorKind::error, e.what());
+  }
+}
+
+}  // namespace
+
+PyObject* error_class(ErrorKind kind) {
+  return g_classes[static_cast<size_t>(kind)];
+}
+
+void register_errors(nb::module_& m) {
+  PyObject* base = PyErr_NewExceptionWithDoc(
+      "backplane.Error", "Base of every error Backplane raises (a RuntimeError).",
+      PyExc_RuntimeError, nullptr);
+  if (!base) throw nb::python_error();
+  g_classes[static_cast<size_t>(ErrorKind::error)] = base;
+  m.attr("Error") = nb::handle(base);
+
+  const ClassSpec specs[] = {
+      {ErrorKind::device, "DeviceError", nullptr,
+       "A device string that does not parse, a device that does not exist, or a backend that "
+       "is not available (the message quotes the reason)."},
+      {ErrorKind::mismatch, "DeviceMismatch", nullptr,
+       "Operands of one op live on different devices; never resolved by a silent copy."},
+      {ErrorKind::oom, "OutOfMemory", PyExc_MemoryError,
+       "A device allocation failed after the backend trimmed its caches and retried."},
+      {ErrorKind::plugin, "PluginError", nullptr,
+       "A plugin failed to load or returned an error; `native_name` is the vendor's error "
+       "name."},
+      {ErrorKind::unsupported, "UnsupportedError", PyExc_NotImplementedError,
+       "An op or feature the device's backend does not have; the message names who does."},
+      {ErrorKind::shape, "ShapeError", PyExc_ValueError,
+       "Shapes that do not fit the op (broadcast, matmul, reshape, a model's parameter)."},
+      {ErrorKind::dtype, "DTypeError", PyExc_TypeError,
+       "Dtypes that do not fit the op, or an unknown dtype name."},
+      {ErrorKind::io, "IOError", PyExc_OSError,
+       "A file that cannot be read or written, or whose contents are malformed."},
+      {ErrorKind::sync, "SyncError", nullptr,
+       "An implicit device-to-host synchronisation while sync-debug mode is 'error'."},
+  };
+  for (const ClassSpec& s : specs) {
+    PyObject* bases = s.builtin ? PyTuple_Pack(2, base, s.builtin) : PyTuple_Pack(1, base);
+    if (!bases) throw nb::python_error();
+    std::string qual = std::string("backplane.") + s.name;
+    PyObject* cls = PyErr_NewExceptionWithDoc(qual.c_str(), s.doc, bases, nullptr);
+    Py_DECREF(bases);
+    if (!cls) throw nb::python_error();
+    g_classes[static_cast<size_t>(s.kind)] = cls;
+    m.attr(s.name) = nb::handle(cls);
+  }
+  nb::handle(error_class(ErrorKind::plugin)).attr("native_name") = "";
+  nb::register_exception_translator(translate);
+}
+
+}  // namespace bp::python

@@ -1,0 +1,11 @@
+// The `backplane._core` extension module. The public package is the pure-Python layer in
+// python/backplane, which re-exports what is bound here.
+#include "bp_python.hpp"
+
+NB_MODULE(_core, m) {
+  m.doc() = "Backplane's C++ core bound with nanobind (use the `backplane` package).";
+  bp::python::register_errors(m);
+  bp::python::register_runtime(m);
+  bp::python::register_tensor(m);
+  bp::python::register_train(m);
+}

@@ -1,0 +1,198 @@
+"""Exchange with PyTorch and CuPy (where installed): zero-copy checked by pointer, writes seen
+on the other side, and stream ordering (Note [DLPack streams]) checked with long work on a
+side stream. Runs on the GPU machine (tools/gpu/python.sh); PyTorch's cpu tests run wherever
+PyTorch is installed."""
+import gc
+
+import numpy as np
+import pytest
+
+import backplane as bp
+from conftest import GPU_DEVICES
+
+try:
+    import torch
+except ImportError:
+    torch = None
+try:
+    import cupy
+    cupy.cuda.runtime.getDeviceCount()
+except Exception:  # not installed, or no driver
+    cupy = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+needs_torch_cuda = pytest.mark.skipif(
+    torch is None or not GPU_DEVICES or not torch.cuda.is_available(),
+    reason="needs PyTorch with CUDA and a cuda device")
+needs_cupy = pytest.mark.skipif(cupy is None or not GPU_DEVICES,
+                                reason="needs CuPy and a cuda device")
+
+
+def live():
+    """(live exports, live imports). Imported CUDA memory is handed back once the freeing
+    stream is idle (at the latest at the next synchronisation), hence the synchronize."""
+    gc.collect()
+    bp.synchronize()
+    return bp._core._dlpack_live()
+
+
+def torch_devices():
+    out = ["cpu"] if torch is not None else []
+    if torch is not None and GPU_DEVICES and torch.cuda.is_available():
+        out.append("cuda:0")
+    return out
+
+
+@needs_torch
+@pytest.mark.parametrize("where", torch_devices())
+def test_torch_round_trip_shares_memory(where):
+    before = live()
+    dev = bp.device(where)
+    t = bp.arange(8, device=dev).reshape(2, 4)
+    x = torch.from_dlpack(t)
+    assert x.data_ptr() == t.data_ptr() and x.device == torch.device(where)
+    assert x.dtype == torch.float32 and tuple(x.shape) == (2, 4)
+    x[1, 3] = 100
+    torch.cuda.synchronize() if where != "cpu" else None
+    assert t[1, 3].item() == 100
+    t[0] = -1
+    bp.synchronize(dev)  # our write is on our stream; torch reads on its own
+    assert x[0].tolist() == [-1, -1, -1, -1]
+    y = torch.arange(6, dtype=torch.float64, device=where).reshape(3, 2)
+    u = bp.from_dlpack(y)
+    assert u.data_ptr() == y.data_ptr() and u.device is dev and u.dtype == bp.float64
+    u += 1
+    bp.synchronize(dev)
+    assert y.tolist() == [[1, 2], [3, 4], [5, 6]]
+    v = bp.from_dlpack(y.t())  # a transposed view keeps its strides
+    assert v.stride() == (1, 2) and v.tolist() == y.t().tolist()
+    for dt, bdt in [(torch.bfloat16, bp.bfloat16), (torch.float16, bp.float16),
+                    (torch.int64, bp.int64), (torch.bool, bp.bool), (torch.uint8, bp.uint8)]:
+        z = torch.ones(3, dtype=dt, device=where)
+        w = bp.from_dlpack(z)
+        assert w.dtype == bdt and w.data_ptr() == z.data_ptr()
+        assert torch.from_dlpack(w).dtype == dt
+    with pytest.raises(bp.DTypeError, match="complex"):
+        bp.from_dlpack(torch.ones(2, dtype=torch.complex64, device=where))
+    del t, x, y, u, v, z, w
+    assert live() == before
+
+
+@needs_torch
+@pytest.mark.parametrize("where", torch_devices())
+def test_torch_lifetimes_producer_deleted_first(where):
+    before = live()
+    dev = bp.device(where)
+    base = dev.memory_stats()["allocated"]
+    t = bp.arange(1 << 16, device=dev)
+    x = torch.from_dlpack(t)
+    del t
+    gc.collect()
+    assert x.sum().item() == (1 << 16) * ((1 << 16) - 1) / 2
+    assert dev.memory_stats()["allocated"] >= base + 4 * (1 << 16)
+    del x
+    gc.collect()
+    bp.synchronize(dev)
+    assert dev.memory_stats()["allocated"] == base and live() == before
+    y = torch.arange(1 << 16, dtype=torch.float32, device=where)
+    ptr = y.data_ptr()
+    u = bp.from_dlpack(y)
+    del y
+    gc.collect()
+    assert u.data_ptr() == ptr and u.sum().item() == (1 << 16) * ((1 << 16) - 1) / 2
+    assert live()[1] == before[1] + 1
+    del u
+    gc.collect()
+    bp.synchronize(dev)
+    assert live() == before
+
+
+def long_torch_work(stream, x, rounds=300):
+    """Queues ~1 s of matmuls on `stream`, then writes 1 into x (on that stream)."""
+    with torch.cuda.stream(stream):
+        a = torch.rand(4096, 4096, device="cuda:0")
+        for _ in range(rounds):
+            a = (a @ a) / 4096
+        x.copy_(torch.ones_like(x) + a[0, :1] * 0)
+
+
+@needs_torch_cuda
+def test_import_orders_after_the_producers_stream():
+    side = torch.cuda.Stream()
+    x = torch.zeros(1 << 20, device="cuda:0")
+    torch.cuda.synchronize()
+    long_torch_work(side, x)
+    with torch.cuda.stream(side):
+        t = bp.from_dlpack(x)  # torch makes our stream wait for `side` (an event)
+    # ~1 s of work was queued microseconds ago: had the producer synchronised the device
+    # instead of handing us an event, `side` would be idle here.
+    assert not side.query()
+    assert t.sum().item() == 1 << 20  # ran after the long work on our stream
+
+
+@needs_torch_cuda
+def test_export_orders_the_consumers_stream_after_ours():
+    dev = GPU_DEVICES[0]
+    t = bp.zeros(1 << 20, device=dev)
+    a = bp.rand(4096, 4096, device=dev)
+    for _ in range(300):
+        a = (a @ a) / 4096.0
+    t += a[0, :1] * 0 + 1  # the last write comes after ~1 s of work on our stream
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        x = torch.from_dlpack(t)  # our __dlpack__(stream=side): side waits for our event
+        total = x.sum()
+    done = torch.cuda.Event()
+    done.record(side)
+    assert not done.query()  # side is still waiting: we did not synchronise the device
+    assert total.item() == 1 << 20
+
+
+@needs_torch_cuda
+def test_stream_argument_values():
+    t = bp.ones(4, device=GPU_DEVICES[0])
+    for s in (None, 1, 2, -1, torch.cuda.current_stream().cuda_stream,
+              torch.cuda.Stream().cuda_stream):
+        cap = t.__dlpack__(stream=s, max_version=(1, 1))
+        assert bp.from_dlpack(cap).data_ptr() == t.data_ptr()
+    with pytest.raises(BufferError, match="ambiguous"):
+        t.__dlpack__(stream=0)
+    with pytest.raises(TypeError, match="stream must be None or an integer"):
+        t.__dlpack__(stream="s")
+    assert t.__dlpack_device__() == (2, torch.cuda.current_device())
+    host = np.from_dlpack(t.__dlpack__(dl_device=(1, 0), max_version=(1, 1)))
+    assert host.tolist() == [1, 1, 1, 1]  # copied to the host on request
+
+
+@needs_cupy
+def test_cupy_round_trip_shares_memory():
+    before = live()
+    dev = GPU_DEVICES[0]
+    t = bp.arange(10, device=dev)
+    c = cupy.from_dlpack(t)
+    assert c.data.ptr == t.data_ptr() and c.shape == (10,)
+    c[3] = 30
+    cupy.cuda.Device().synchronize()
+    assert t[3].item() == 30
+    d = cupy.arange(5, dtype=cupy.float64) * 2
+    u = bp.from_dlpack(d)
+    assert u.data_ptr() == d.data.ptr and u.device.type == "cuda"
+    u *= 10
+    bp.synchronize(u.device)
+    assert d.get().tolist() == [0, 20, 40, 60, 80]
+    del t, c, d, u
+    assert live() == before
+
+
+@needs_cupy
+def test_cupy_stream_ordering():
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        x = cupy.zeros(1 << 20, dtype=cupy.float32)
+        a = cupy.random.rand(4096, 4096, dtype=cupy.float32)
+        for _ in range(300):
+            a = (a @ a) / 4096
+        x += a[0, :1] * 0 + 1
+        t = bp.from_dlpack(x)  # cupy's __dlpack__(stream=ours) orders our stream after s
+    assert not s.done
+    assert t.sum().item() == 1 << 20
