@@ -1,4 +1,5 @@
-// Vectorised transcendental functions for the CPU kernels, from SLEEF, on dense arrays.
+// Vectorised transcendental functions for the CPU kernels, from SLEEF, on dense arrays; and
+// the f32 sums (accumulated in double) that need wider vectors than the x86-64 baseline has.
 //
 // Note [CPU vector math]
 //   exp, log, tanh, sigmoid and pow of f32 and f64 go through SLEEF's vector functions of its
@@ -32,6 +33,9 @@ struct Table {
   void (*unary_f64[kNumFns])(const double* in, double* out, int64_t n);
   void (*pow_f32)(const float* a, const float* b, float* out, int64_t n);
   void (*pow_f64)(const double* a, const double* b, double* out, int64_t n);
+  // Sum and sum of squares of n floats, accumulated in double.
+  double (*sum_f32)(const float* p, int64_t n);
+  double (*sumsq_f32)(const float* p, int64_t n);
 };
 
 // The tables of cpu_vmath_<isa>.cpp.
@@ -53,6 +57,13 @@ inline void pow(const float* a, const float* b, float* out, int64_t n) {
 }
 inline void pow(const double* a, const double* b, double* out, int64_t n) {
   table().pow_f64(a, b, out, n);
+}
+
+inline double sum(const float* p, int64_t n) {
+  return table().sum_f32(p, n);
+}
+inline double sum_of_squares(const float* p, int64_t n) {
+  return table().sumsq_f32(p, n);
 }
 
 }  // namespace bp::cpu::vmath

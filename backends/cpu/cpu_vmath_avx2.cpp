@@ -62,6 +62,26 @@ inline VD select_negd(VD x, VD neg, VD pos) {
   return _mm256_or_pd(_mm256_and_pd(m, neg), _mm256_andnot_pd(m, pos));
 }
 
+// Adds p[0..8) to two double accumulators (8 floats per step).
+inline void widen_add(const float* p, VD& a, VD& b) {
+  a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_loadu_ps(p)));
+  b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm_loadu_ps(p + 4)));
+}
+inline void widen_add_squares(const float* p, VD& a, VD& b) {
+  const VD lo = _mm256_cvtps_pd(_mm_loadu_ps(p)), hi = _mm256_cvtps_pd(_mm_loadu_ps(p + 4));
+  a = _mm256_fmadd_pd(lo, lo, a);
+  b = _mm256_fmadd_pd(hi, hi, b);
+}
+constexpr int kWiden = 8;
+inline double hsumd(VD v) {
+  alignas(32) double t[4];
+  _mm256_store_pd(t, v);
+  return (t[0] + t[2]) + (t[1] + t[3]);
+}
+inline VD zerod() {
+  return _mm256_setzero_pd();
+}
+
 }  // namespace
 
 #include "cpu_vmath_impl.inc"

@@ -2,6 +2,8 @@
 // in cpu_vmath.hpp: this file may use nothing but intrinsics, SLEEF and cpu_vmath_impl.inc.
 #include "cpu_vmath.hpp"
 
+// GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized in _mm512_cvtps_pd (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #include <sleef.h>
 
@@ -58,6 +60,26 @@ inline VD absd(VD x) {
 }
 inline VD select_negd(VD x, VD neg, VD pos) {
   return _mm512_mask_blend_pd(_mm512_cmp_pd_mask(x, _mm512_setzero_pd(), _CMP_LT_OQ), pos, neg);
+}
+
+// Adds p[0..16) to two double accumulators (16 floats per step).
+inline void widen_add(const float* p, VD& a, VD& b) {
+  a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(p)));
+  b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm256_loadu_ps(p + 8)));
+}
+inline void widen_add_squares(const float* p, VD& a, VD& b) {
+  const VD lo = _mm512_cvtps_pd(_mm256_loadu_ps(p)), hi = _mm512_cvtps_pd(_mm256_loadu_ps(p + 8));
+  a = _mm512_fmadd_pd(lo, lo, a);
+  b = _mm512_fmadd_pd(hi, hi, b);
+}
+constexpr int kWiden = 16;
+inline double hsumd(VD v) {
+  alignas(64) double t[8];
+  _mm512_store_pd(t, v);
+  return ((t[0] + t[4]) + (t[2] + t[6])) + ((t[1] + t[5]) + (t[3] + t[7]));
+}
+inline VD zerod() {
+  return _mm512_setzero_pd();
 }
 
 }  // namespace

@@ -62,6 +62,28 @@ inline VD select_negd(VD x, VD neg, VD pos) {
   return _mm_or_pd(_mm_and_pd(m, neg), _mm_andnot_pd(m, pos));
 }
 
+// Adds p[0..4) to two double accumulators (4 floats per step).
+inline void widen_add(const float* p, VD& a, VD& b) {
+  const VF x = _mm_loadu_ps(p);
+  a = _mm_add_pd(a, _mm_cvtps_pd(x));
+  b = _mm_add_pd(b, _mm_cvtps_pd(_mm_movehl_ps(x, x)));
+}
+inline void widen_add_squares(const float* p, VD& a, VD& b) {
+  const VF x = _mm_loadu_ps(p);
+  const VD lo = _mm_cvtps_pd(x), hi = _mm_cvtps_pd(_mm_movehl_ps(x, x));
+  a = _mm_add_pd(a, _mm_mul_pd(lo, lo));
+  b = _mm_add_pd(b, _mm_mul_pd(hi, hi));
+}
+constexpr int kWiden = 4;
+inline double hsumd(VD v) {
+  alignas(16) double t[2];
+  _mm_store_pd(t, v);
+  return t[0] + t[1];
+}
+inline VD zerod() {
+  return _mm_setzero_pd();
+}
+
 }  // namespace
 
 #include "cpu_vmath_impl.inc"

@@ -893,6 +893,14 @@ TEST_P(MatmulTest, BroadcastBatchStridedAndTransposedOutput) {
   run(2, 5, 3, 4, Kind::kDense, Kind::kTransposed, false, false, /*out_transposed=*/true);
 }
 
+// Products large enough to be split into output tiles over the workers (Note [One thread pool]),
+// odd sizes so tiles are ragged, a batch of them, a transposed output and operands; with
+// BACKPLANE_CPU_MATMUL_THREADS=openmp (a CTest variant) the same go through OpenMP teams.
+TEST_P(MatmulTest, LargeProductsSplitIntoTiles) {
+  run(1, 300, 70, 270, Kind::kTransposed, Kind::kDense);
+  run(3, 257, 20, 130, Kind::kDense, Kind::kTransposed, false, false, /*out_transposed=*/true);
+  run(2, 260, 33, 259, Kind::kDense, Kind::kDense, /*a_bcast=*/false, /*b_bcast=*/true);
+}
 TEST_P(MatmulTest, EmptyAndZeroK) {
   run(2, 3, 0, 4, Kind::kDense, Kind::kDense);  // K == 0: zeros
   run(0, 3, 5, 4, Kind::kDense, Kind::kDense);
