@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # The CPU backend against PyTorch on the GPU machine's host CPU (issue 14; backends/cpu/README.md).
 #
-# Here, after building (Release, BP_BUILD_TESTS=ON), pack the BLAS candidates the build does
-# not link (OpenBLAS's OpenMP build, BLIS's pthread and OpenMP builds; oneDNN and OpenBLAS's
-# pthread build travel with the plugin) into the build folder, then bundle as usual:
+# Here, after building (Release, BP_BUILD_TESTS=ON), pack the BLAS libraries xz-compressed into
+# the build folder (the plugin's oneDNN and OpenBLAS, 76 MiB as they are, 11 MiB packed; and the
+# candidates the build does not link: OpenBLAS's OpenMP build, BLIS's pthread and OpenMP
+# builds), bundle as usual, and drop the two big uncompressed copies so the carry stays under
+# 64 MiB (this script, and tools/gpu/cpu_speed_env.sh for any other program, put them back):
 #     bash tools/gpu/cpu_speed.sh --pack build-device
 #     ../shared/tools/device-bundle build-device
+#     rm -f .device/lib/libdnnl.so.2 .device/lib/libopenblas.so.0
 # There (repo root, .device carried; needs nothing compiled there):
 #     bash tools/gpu/cpu_speed.sh .device/build
 # Steps, each logged to $OUT/<step>.log (or ./cpu-speed-out):
 #   tests      cpu_vmath_test (ulp bounds on that CPU's ISA) and cpu_plugin_test
 #   blas       bp-blas-bench: every candidate at 1 and all threads, oneTBB tiles, concurrent callers
 #   bench      compare.py --device cpu:0 (PyTorch CPU in the same run), matmul in tbb tiles
-#   bench_omp  the same with BACKPLANE_CPU_MATMUL_THREADS=openmp
+#   bench_omp  the matmul rows with BACKPLANE_CPU_MATMUL_THREADS=openmp
 #   mlp/train  bp-bench-mlp and bp-bench-train on cpu:0 vs PyTorch, both matmul modes
 #   thresholds cpu_threshold_bench (the serial thresholds, since the kernels changed)
 # QUICK=1 shortens every step (a smoke test of the script, not a measurement).
@@ -26,8 +29,13 @@ if [ "${1:-}" = "--pack" ]; then
 import os, sys, tarfile
 out, arch = sys.argv[1], sys.argv[2]
 with tarfile.open(out, "w:xz") as t:
-    for d, lib in [("openblas-openmp", "libopenblas.so.0"), ("blis-pthread", "libblis.so.4"),
+    for d, lib in [("linked", "libdnnl.so.2"), ("linked", "libopenblas.so.0"),
+                   ("openblas-openmp", "libopenblas.so.0"), ("blis-pthread", "libblis.so.4"),
                    ("blis-openmp", "libblis.so.4")]:
+        if d == "linked":  # what the plugin resolves here
+            p = f"/usr/lib/{arch}/{lib}"
+            t.add(os.path.realpath(p), arcname=f"{d}/{lib}")
+            continue
         p = f"/usr/lib/{arch}/{d}/{lib}"
         if os.path.exists(p):
             t.add(os.path.realpath(p), arcname=f"{d}/{lib}")
@@ -40,6 +48,9 @@ build=${1:-.device/build}
 out=${OUT:-cpu-speed-out}
 mkdir -p "$out"
 [ -f .device/env.sh ] && source .device/env.sh
+_bp_had_libs=${BP_CPU_LIBS:-}
+source "$(dirname "${BASH_SOURCE[0]}")/cpu_speed_env.sh" "$build"
+[ -z "$_bp_had_libs" ] && [ -n "${BP_CPU_LIBS:-}" ] && trap 'rm -rf "$BP_CPU_LIBS"' EXIT
 export PYTHONUNBUFFERED=1
 q=() iters=100 reps=15
 [ -n "${QUICK:-}" ] && q=(--quick) iters=5 reps=2
@@ -70,10 +81,8 @@ for pair in "onednn=dnnl:libdnnl.so.2" "openblas-pthread=openblas:libopenblas.so
   path=$(ldd "$plugin" | awk -v l="$lib" '$1 == l {print $3}')
   [ -n "$path" ] && cands+=("$name:$path")
 done
-if [ -f "$build/cpu-speed-libs.tar.xz" ]; then
-  tmp=$(mktemp -d)
-  python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" \
-    "$build/cpu-speed-libs.tar.xz" "$tmp"
+if [ -n "${BP_CPU_LIBS:-}" ]; then
+  tmp=$BP_CPU_LIBS
   [ -f "$tmp/openblas-openmp/libopenblas.so.0" ] && cands+=("openblas-openmp=openblas:$tmp/openblas-openmp/libopenblas.so.0")
   [ -f "$tmp/blis-pthread/libblis.so.4" ] && cands+=("blis-pthread=blis:$tmp/blis-pthread/libblis.so.4")
   [ -f "$tmp/blis-openmp/libblis.so.4" ] && cands+=("blis-openmp=blis:$tmp/blis-openmp/libblis.so.4")
