@@ -234,14 +234,21 @@ void matmul_kernel(const Launch& l) {
   constexpr int64_t kSerialFlops = 64 * 64 * 64, kMinTile = 128;
   const int workers = std::max(1, tbb::this_task_arena::max_concurrency());
   if (g_openmp_mode && std::is_same_v<T, float> && M * N * K > kSerialFlops && workers > 1) {
-    // One oneDNN call per product with an OpenMP team of the threads no other call holds.
-    int got = g_free_threads.load();
-    while (got > 0 && !g_free_threads.compare_exchange_weak(got, 0)) {
-    }
-    t_omp_threads = std::max(got, 1);
+    // One oneDNN call per product with an OpenMP team of the threads no other call holds,
+    // given back (and the thread count reset) however the calls end.
+    struct Lease {
+      int got = g_free_threads.load();
+      Lease() {
+        while (got > 0 && !g_free_threads.compare_exchange_weak(got, 0)) {
+        }
+        t_omp_threads = std::max(got, 1);
+      }
+      ~Lease() {
+        t_omp_threads = 1;
+        g_free_threads.fetch_add(std::max(got, 0));
+      }
+    } lease;
     for (int64_t bi = 0; bi < B; ++bi) product(bi, 0, M, 0, N);
-    t_omp_threads = 1;
-    g_free_threads.fetch_add(std::max(got, 0));
     return;
   }
   int64_t tm = M, tn = N;
