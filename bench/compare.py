@@ -25,7 +25,8 @@ extra = (["--quick"] if args.quick else []) + (["--only", args.only] if args.onl
 bp_cmd = [args.bp] + sum((["--device", d] for d in args.device), []) + extra
 bp_rows = [json.loads(l) for l in subprocess.run(bp_cmd, check=True, capture_output=True,
                                                    text=True).stdout.splitlines() if l.strip()]
-ref = subprocess.run([sys.executable, os.path.join(here, "torch_bench.py")] + extra,
+ref = subprocess.run([sys.executable, os.path.join(here, "torch_bench.py")] + extra +
+                     sum((["--device", d] for d in args.device), []),
                      capture_output=True, text=True)
 if ref.returncode != 0:
     print(ref.stderr, file=sys.stderr)

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The reference side of bench/compare.py: the same measurements as bp-bench with PyTorch
-(CUDA when available) or, where PyTorch is missing, NumPy on the CPU. One JSON object per
+"""The reference side of bench/compare.py: the same measurements as bp-bench with PyTorch on
+each device kind asked for (`--device cpu:0`, `--device cuda:0`; without any: CUDA when
+available, and the CPU) or, where PyTorch is missing, NumPy on the CPU. One JSON object per
 line: {"metric", "device", "value", "unit", "impl"}."""
 import json
 import statistics
@@ -9,6 +10,7 @@ import time
 
 quick = "--quick" in sys.argv
 only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
+kinds = {sys.argv[i + 1].split(":")[0] for i, a in enumerate(sys.argv[:-1]) if a == "--device"}
 
 
 def emit(metric, device, value, unit, impl):
@@ -23,6 +25,8 @@ def wanted(metric):
 def torch_bench(torch, dev):
     cuda = dev.startswith("cuda")
     impl = "torch " + torch.__version__
+    if not cuda:
+        impl += f" ({torch.get_num_threads()} threads)"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def time_ms(fn, reps, inner=1):
@@ -71,7 +75,7 @@ def torch_bench(torch, dev):
         metric = f"{name} f32 2^{lg}"
         if wanted(metric):
             emit(metric, dev, k * mb / time_ms(fn, reps) / 1e6, "GB/s", impl)
-    sizes = ([2048] if quick else [4096, 8192]) if cuda else ([512] if quick else [1024])
+    sizes = ([2048] if quick else [4096, 8192]) if cuda else ([512] if quick else [1024, 2048])
     modes = [("f32", torch.float32, False)]
     if cuda:
         modes += [("tf32", torch.float32, True), ("bf16", torch.bfloat16, False)]
@@ -140,12 +144,12 @@ def numpy_bench(np):
         metric = f"{name} f32 2^{lg}"
         if wanted(metric):
             emit(metric, "cpu:0", k * mb / time_ms(fn, 5 if quick else 20) / 1e6, "GB/s", impl)
-    size = 512 if quick else 1024
-    x = rng.random((size, size), dtype=np.float32)
-    y = rng.random((size, size), dtype=np.float32)
-    if wanted(f"matmul f32 {size}"):
-        emit(f"matmul f32 {size}", "cpu:0", 2.0 * size ** 3 / time_ms(lambda: x @ y, 10) / 1e9,
-             "TFLOP/s", impl)
+    for size in [512] if quick else [1024, 2048]:
+        x = rng.random((size, size), dtype=np.float32)
+        y = rng.random((size, size), dtype=np.float32)
+        if wanted(f"matmul f32 {size}"):
+            emit(f"matmul f32 {size}", "cpu:0",
+                 2.0 * size ** 3 / time_ms(lambda: x @ y, 10) / 1e9, "TFLOP/s", impl)
     x1 = np.ones(1, np.float32)
     if wanted("queued"):
         reps = 20000
@@ -158,9 +162,10 @@ def numpy_bench(np):
 
 try:
     import torch
-    torch_bench(torch, "cuda:0" if torch.cuda.is_available() else "cpu:0")
-    if torch.cuda.is_available():
-        torch.set_num_threads(torch.get_num_threads())
+    if torch.cuda.is_available() and (not kinds or "cuda" in kinds):
+        torch_bench(torch, "cuda:0")
+    if not kinds or "cpu" in kinds:
+        torch_bench(torch, "cpu:0")
 except ImportError:
     try:
         import numpy

@@ -27,8 +27,9 @@ install_packages() {
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends \
     build-essential cmake ninja-build clang libclang-rt-dev pkg-config file python3 \
-    libtbb-dev libopenblas-dev libtomlplusplus-dev nlohmann-json3-dev libgtest-dev \
-    ocl-icd-opencl-dev opencl-headers pocl-opencl-icd python3-dev python3-venv >/dev/null
+    libtbb-dev libopenblas-dev libdnnl-dev libsleef-dev libtomlplusplus-dev nlohmann-json3-dev \
+    libgtest-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd python3-dev python3-venv \
+    >/dev/null
 }
 
 # nvcc is often installed outside PATH.

@@ -1,5 +1,6 @@
 // Elementwise kernels: binary arithmetic (add sub mul div pow maximum minimum), comparisons
-// (eq ne lt le gt ge), where, and unary math (neg exp log sqrt relu sigmoid tanh abs).
+// (eq ne lt le gt ge), where, and unary math (neg exp log sqrt relu sigmoid tanh abs); the
+// transcendental ones (exp log sigmoid tanh pow) through SLEEF (Note [CPU vector math]).
 //
 // Note [Row loops]
 //   Every kernel is a functor over compute values wrapped by one row loop per arity. The
@@ -12,7 +13,9 @@
 #include "cpu_kernels.hpp"
 #include "cpu_strided.hpp"
 #include "cpu_types.hpp"
+#include "cpu_vmath.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -43,12 +46,6 @@ struct Div {
   template <class C>
   C operator()(C a, C b) const {
     return a / b;
-  }
-};
-struct Pow {
-  template <class C>
-  C operator()(C a, C b) const {
-    return std::pow(a, b);
   }
 };
 // maximum/minimum propagate NaN from either side, like torch.maximum.
@@ -125,44 +122,12 @@ struct Relu {
     return x < C(0) ? C(0) : x;
   }
 };
-struct Exp {
-  template <class C>
-  C operator()(C x) const {
-    return std::exp(x);
-  }
-};
-struct Log {
-  template <class C>
-  C operator()(C x) const {
-    return std::log(x);
-  }
-};
 struct Sqrt {
   template <class C>
   C operator()(C x) const {
     return std::sqrt(x);
   }
 };
-struct Sigmoid {
-  template <class C>
-  C operator()(C x) const {
-    return C(1) / (C(1) + std::exp(-x));
-  }
-};
-struct Tanh {
-  template <class C>
-  C operator()(C x) const {
-    return std::tanh(x);
-  }
-};
-
-// The cost class of an op (Note [CPU serial thresholds]).
-template <class F>
-constexpr Cost kCostOf = (std::is_same_v<F, Pow> || std::is_same_v<F, Exp> ||
-                          std::is_same_v<F, Log> || std::is_same_v<F, Sigmoid> ||
-                          std::is_same_v<F, Tanh>)
-                             ? Cost::kTranscendental
-                             : Cost::kCheap;
 
 // ---- Row loops (Note [Row loops]) ------------------------------------------------------------
 
@@ -271,7 +236,7 @@ void binary_kernel(const Launch& l) {
       }
     }
   }
-  run_binary<T, T>(l, F{}, kCostOf<F>);
+  run_binary<T, T>(l, F{}, Cost::kCheap);
 }
 
 template <class T, class F>
@@ -292,7 +257,7 @@ void unary_kernel(const Launch& l) {
   const bp_tensor_desc* ts[2] = {&out, &a};
   const Layout<2> lay = make_layout<2>(ts);
   auto f = [](T x) { return DType<T>::store(F{}(DType<T>::load(x))); };
-  parallel_rows(lay, kCostOf<F>, [&](const int64_t* off, int64_t n) {
+  parallel_rows(lay, Cost::kCheap, [&](const int64_t* off, int64_t n) {
     unary_row(po + off[0], pa + off[1], n, lay.inner(0), lay.inner(1), f);
   });
 }
@@ -326,6 +291,132 @@ void where_kernel(const Launch& l) {
       for (int64_t i = 0; i < n; ++i) o[i] = q[i] ? x[i] : y[i];
     } else {
       for (int64_t i = 0; i < n; ++i) o[i * so] = q[i * sc] ? x[i * sa] : y[i * sb];
+    }
+  });
+}
+
+// ---- Transcendental functions (Note [CPU vector math]) ------------------------------------
+
+constexpr int64_t kChunk = 256;  // elements gathered per vector-math call on strided rows
+
+// out = f(a) for f32 f64 f16 bf16: dense f32/f64 rows go to SLEEF directly, anything else
+// through a chunk of compute values.
+template <class T, vmath::Fn fn>
+void vmath_unary_kernel(const Launch& l) {
+  using C = compute_t<T>;
+  check_arity(l, 1, 1);
+  const bp_tensor_desc &a = l.inputs[0], &out = l.outputs[0];
+  check_dtype(l, a, DType<T>::id, "input 0");
+  check_dtype(l, out, DType<T>::id, "output");
+  check_same_shape(l, a, out, "input 0");
+  if (numel(out) == 0) return;
+  T* po = data<T>(out);
+  const T* pa = data<const T>(a);
+  const bp_tensor_desc* ts[2] = {&out, &a};
+  const Layout<2> lay = make_layout<2>(ts);
+  const int64_t so = lay.inner(0), sa = lay.inner(1);
+  parallel_rows(lay, Cost::kTranscendental, [&](const int64_t* off, int64_t n) {
+    T* o = po + off[0];
+    const T* x = pa + off[1];
+    if constexpr (std::is_same_v<T, C>) {
+      if (so == 1 && sa == 1) return vmath::unary(fn, x, o, n);
+    }
+    C buf[kChunk];
+    if (sa == 0) {  // a broadcast value: once
+      buf[0] = DType<T>::load(*x);
+      vmath::unary(fn, buf, buf, 1);
+      const T v = DType<T>::store(buf[0]);
+      for (int64_t i = 0; i < n; ++i) o[i * so] = v;
+      return;
+    }
+    for (int64_t i = 0; i < n; i += kChunk) {
+      const int64_t m = std::min(kChunk, n - i);
+      for (int64_t j = 0; j < m; ++j) buf[j] = DType<T>::load(x[(i + j) * sa]);
+      vmath::unary(fn, buf, buf, m);
+      for (int64_t j = 0; j < m; ++j) o[(i + j) * so] = DType<T>::store(buf[j]);
+    }
+  });
+}
+
+// pow(a, b), or pow(a, scalar) and pow(scalar, a) (`reverse`). The exponents 0.5, 1, 2, 3 and
+// -1 as scalars are sqrt, a copy, x*x, x*x*x and 1/x, as in PyTorch (so the walkthrough's
+// y ** 2 is exactly [1 4 9]); everything else is SLEEF's pow.
+template <class T>
+void pow_kernel(const Launch& l) {
+  using C = compute_t<T>;
+  if (l.num_inputs != 1 && l.num_inputs != 2)
+    launch_error(l, bp::sdk::format("expects 2 inputs, or 1 input and attribute 'scalar'; got %d",
+                                    l.num_inputs));
+  check_arity(l, l.num_inputs, 1);
+  const bp_tensor_desc &a = l.inputs[0], &out = l.outputs[0];
+  check_dtype(l, a, DType<T>::id, "input 0");
+  check_dtype(l, out, DType<T>::id, "output");
+  check_same_shape(l, a, out, "input 0");
+  T* po = data<T>(out);
+  const T* pa = data<const T>(a);
+  if (l.num_inputs == 2) {
+    const bp_tensor_desc& b = l.inputs[1];
+    check_dtype(l, b, DType<T>::id, "input 1");
+    check_same_shape(l, b, out, "input 1");
+    if (numel(out) == 0) return;
+    const T* pb = data<const T>(b);
+    const bp_tensor_desc* ts[3] = {&out, &a, &b};
+    const Layout<3> lay = make_layout<3>(ts);
+    const int64_t so = lay.inner(0), sa = lay.inner(1), sb = lay.inner(2);
+    parallel_rows(lay, Cost::kTranscendental, [&](const int64_t* off, int64_t n) {
+      T* o = po + off[0];
+      const T* x = pa + off[1];
+      const T* y = pb + off[2];
+      if constexpr (std::is_same_v<T, C>) {
+        if (so == 1 && sa == 1 && sb == 1) return vmath::pow(x, y, o, n);
+      }
+      C bx[kChunk], by[kChunk];
+      for (int64_t i = 0; i < n; i += kChunk) {
+        const int64_t m = std::min(kChunk, n - i);
+        for (int64_t j = 0; j < m; ++j) {
+          bx[j] = DType<T>::load(x[(i + j) * sa]);
+          by[j] = DType<T>::load(y[(i + j) * sb]);
+        }
+        vmath::pow(bx, by, bx, m);
+        for (int64_t j = 0; j < m; ++j) o[(i + j) * so] = DType<T>::store(bx[j]);
+      }
+    });
+    return;
+  }
+  const C s = scalar_operand<T>(l);
+  const bool reverse = l.attrs.i(BP_ATTR_ID_REVERSE, 0) != 0;
+  if (numel(out) == 0) return;
+  const bp_tensor_desc* ts[2] = {&out, &a};
+  const Layout<2> lay = make_layout<2>(ts);
+  const int64_t so = lay.inner(0), sa = lay.inner(1);
+  if (!reverse && (s == C(0.5) || s == C(1) || s == C(2) || s == C(3) || s == C(-1))) {
+    auto f = [s](T v) {
+      const C x = DType<T>::load(v);
+      C r = std::sqrt(x);
+      if (s == C(1)) r = x;
+      if (s == C(2)) r = x * x;
+      if (s == C(3)) r = x * x * x;
+      if (s == C(-1)) r = C(1) / x;
+      return DType<T>::store(r);
+    };
+    parallel_rows(lay, Cost::kCheap, [&](const int64_t* off, int64_t n) {
+      unary_row(po + off[0], pa + off[1], n, so, sa, f);
+    });
+    return;
+  }
+  parallel_rows(lay, Cost::kTranscendental, [&](const int64_t* off, int64_t n) {
+    T* o = po + off[0];
+    const T* x = pa + off[1];
+    C bx[kChunk], bs[kChunk];
+    for (int64_t j = 0; j < kChunk; ++j) bs[j] = s;
+    for (int64_t i = 0; i < n; i += kChunk) {
+      const int64_t m = std::min(kChunk, n - i);
+      for (int64_t j = 0; j < m; ++j) bx[j] = DType<T>::load(x[(i + j) * sa]);
+      if (reverse)
+        vmath::pow(bs, bx, bx, m);
+      else
+        vmath::pow(bx, bs, bx, m);
+      for (int64_t j = 0; j < m; ++j) o[(i + j) * so] = DType<T>::store(bx[j]);
     }
   });
 }
@@ -387,17 +478,17 @@ KernelFn kernel_for(Op op) {
       case Op::kDiv:
         return &binary_kernel<T, Div>;
       case Op::kPow:
-        return &binary_kernel<T, Pow>;
+        return &pow_kernel<T>;
       case Op::kExp:
-        return &unary_kernel<T, Exp>;
+        return &vmath_unary_kernel<T, vmath::kExp>;
       case Op::kLog:
-        return &unary_kernel<T, Log>;
+        return &vmath_unary_kernel<T, vmath::kLog>;
       case Op::kSqrt:
         return &unary_kernel<T, Sqrt>;
       case Op::kSigmoid:
-        return &unary_kernel<T, Sigmoid>;
+        return &vmath_unary_kernel<T, vmath::kSigmoid>;
       case Op::kTanh:
-        return &unary_kernel<T, Tanh>;
+        return &vmath_unary_kernel<T, vmath::kTanh>;
       default:
         break;
     }

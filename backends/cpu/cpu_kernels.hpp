@@ -69,8 +69,9 @@ KernelFn copy_family(Op op, bp_dtype dtype);         // fill copy cast (cpu_copy
 KernelFn elementwise_family(Op op, bp_dtype dtype);  // binary, compare, where, unary
 KernelFn reduction_family(Op op, bp_dtype dtype);    // sum mean max
 KernelFn matmul_family(Op op, bp_dtype dtype);       // matmul
-// Makes OpenBLAS single-threaded: oneTBB owns the cores (Note [One thread pool]).
-void configure_blas_threads();
+// Makes OpenBLAS single-threaded and reads BACKPLANE_CPU_MATMUL_THREADS (Note [One thread pool]
+// in cpu_matmul.cpp); throws BP_ERROR_INVALID_ARGUMENT naming the variable for a bad value.
+void configure_matmul();
 KernelFn random_family(Op op, bp_dtype dtype);  // uniform normal
 
 // ---- Byte copies (cpu_copy.cpp): memcpy/memset split across threads when large. ----------

@@ -1,34 +1,46 @@
-// Batched matmul through OpenBLAS: cblas_sgemm for f32 (and f16/bf16, converted to f32 and
-// back), cblas_dgemm for f64.
+// Batched matmul: f32 through oneDNN's dnnl_sgemm (f16/bf16 converted to f32 and back), f64
+// through OpenBLAS's cblas_dgemm. README.md, "Choosing the matrix-product library", has the
+// measurement that chose oneDNN.
 //
 // Note [CPU matmul layouts]
-//   cblas is called in row-major mode. A matrix whose last dimension has unit stride is passed
-//   as is (lda = its row stride); one whose second-to-last dimension has unit stride is the
-//   transpose of a row-major matrix and is passed with CblasTrans. Dimensions of size 1 make
-//   either reading valid, and BLAS needs a leading dimension of at least the row length, so
-//   the layout is chosen per operand and anything BLAS cannot describe (a broadcast row, an
-//   overlapping view) is first packed into a dense scratch matrix. A column-major output is
-//   produced as the row-major product out^T = b^T a^T. Batches run one gemm per matrix.
+//   Both libraries are called in row-major mode. A matrix whose last dimension has unit stride
+//   is passed as is (lda = its row stride); one whose second-to-last dimension has unit stride
+//   is the transpose of a row-major matrix and is passed transposed ('T'), so x @ w^T of
+//   nn::Linear and every transposed view are read where they lie. Dimensions of size 1 make
+//   either reading valid, and the libraries need a leading dimension of at least the row
+//   length, so the layout is chosen per operand and anything they cannot describe (a broadcast
+//   row, an overlapping view) is first packed into a dense scratch matrix. A column-major output
+//   is produced as the row-major product out^T = b^T a^T.
 //
 // Note [One thread pool]
-//   OpenBLAS's own pthreads busy-wait between calls; next to oneTBB's workers (and any other
-//   load) they oversubscribe the cores, which made a 100x100 product take milliseconds. So
-//   OpenBLAS runs single-threaded (set once in init) and all parallelism comes from oneTBB:
-//   many small matrices are spread over the batch, and one large product is split into 2-D
-//   tiles of the output, each a single-threaded gemm over the full K.
+//   Debian's oneDNN threads with OpenMP and OpenBLAS with its own pthreads; either pool
+//   busy-waits after a call, and next to oneTBB's workers (or a second thread issuing products)
+//   they oversubscribe the cores: a 100x100 product then took milliseconds. So by default the
+//   libraries run one-threaded (OpenMP's thread count is set to 1 around each call on the
+//   calling thread and restored after) and all parallelism comes from oneTBB: the products of
+//   a batch and 2-D tiles of each output (at least 128 a side, each a one-threaded gemm over the
+//   full K) are spread over oneTBB's workers in one parallel loop, and two host threads issuing
+//   products at once share those workers.
+//   BACKPLANE_CPU_MATMUL_THREADS=openmp (read at init) instead runs each large f32 product as
+//   one oneDNN call with an OpenMP team; concurrent callers share the hardware threads through
+//   a counter, so together they never ask for more. tools/gpu/cpu_speed.sh measures both.
 #include "cpu_kernels.hpp"
 #include "cpu_types.hpp"
 
 #include <cblas.h>
+#include <omp.h>
+#include <oneapi/dnnl/dnnl.h>
 #include <tbb/blocked_range.h>
-#include <tbb/blocked_range2d.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <type_traits>
 
 namespace bp::cpu {
@@ -82,11 +94,40 @@ void pack(const Mat<T>& m, C* dst) {
       dst[i * m.cols + j] = static_cast<C>(DType<T>::load(m.p[i * m.rs + j * m.cs]));
 }
 
+// Note [One thread pool]: how many OpenMP threads oneDNN may use for the current call.
+thread_local int t_omp_threads = 1;
+bool g_openmp_mode = false;
+// Hardware threads not lent to a running oneDNN call (openmp mode only).
+std::atomic<int> g_free_threads{1};
+
+// Sets OpenMP's thread count of the calling thread for one call, then restores it (the
+// application may use OpenMP on the same thread).
+class OmpThreads {
+ public:
+  explicit OmpThreads(int n) : prev_(omp_get_max_threads()) {
+    if (prev_ != n) omp_set_num_threads(n);
+  }
+  ~OmpThreads() {
+    if (omp_get_max_threads() != prev_) omp_set_num_threads(prev_);
+  }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int prev_;
+};
+
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const float* a,
           int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-              1.0f, a, static_cast<int>(lda), b, static_cast<int>(ldb), 0.0f, c,
-              static_cast<int>(ldc));
+  OmpThreads threads(t_omp_threads);
+  const dnnl_status_t st = dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', m,
+                                      n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  if (st != dnnl_success)
+    bp::sdk::fail(BP_ERROR_INTERNAL,
+                  bp::sdk::format("cpu:0: matmul(f32): dnnl_sgemm(%lld x %lld x %lld) failed with "
+                                  "oneDNN status %d",
+                                  static_cast<long long>(m), static_cast<long long>(n),
+                                  static_cast<long long>(k), static_cast<int>(st)));
 }
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const double* a,
           int64_t lda, const double* b, int64_t ldb, double* c, int64_t ldc) {
@@ -182,49 +223,71 @@ void matmul_kernel(const Launch& l) {
   const T* pa = data<const T>(a);
   const T* pb = data<const T>(b);
   const int64_t ors = out.strides[1], ocs = out.strides[2];
-  auto one = [&](int64_t bi) {
-    const Mat<T> ma{pa + bi * a.strides[0], M, K, a.strides[1], a.strides[2]};
-    const Mat<T> mb{pb + bi * b.strides[0], K, N, b.strides[1], b.strides[2]};
-    T* o = po + bi * out.strides[0];
-    // Note [One thread pool]: split a large product into 2-D tiles of the output, each a
-    // single-threaded gemm over the full K. Tiles stay at least 128 on a side so that the
-    // operand packing each gemm does is small next to its arithmetic.
-    constexpr int64_t kSerialFlops = 64 * 64 * 64, kMinTile = 128;
-    const int64_t workers = std::max(1, tbb::this_task_arena::max_concurrency());
-    int64_t tm = M, tn = N;
-    auto tiles = [&] { return ((M + tm - 1) / tm) * ((N + tn - 1) / tn); };
-    while (tiles() < workers && std::max(tm, tn) >= 2 * kMinTile) {
-      if (tm >= tn)
-        tm = (tm + 1) / 2;
-      else
-        tn = (tn + 1) / 2;
-    }
-    if (M * N * K <= kSerialFlops || tiles() == 1) {
-      matmul_one(ma, mb, o, ors, ocs);
-      return;
-    }
-    tbb::parallel_for(tbb::blocked_range2d<int64_t>(0, M, tm, 0, N, tn), [&](const tbb::
-                                                                                 blocked_range2d<
-                                                                                     int64_t>& r) {
-      const int64_t i0 = r.rows().begin(), j0 = r.cols().begin();
-      const Mat<T> rows{ma.p + i0 * ma.rs, static_cast<int64_t>(r.rows().size()), K, ma.rs, ma.cs};
-      const Mat<T> cols{mb.p + j0 * mb.cs, K, static_cast<int64_t>(r.cols().size()), mb.rs, mb.cs};
-      matmul_one(rows, cols, o + i0 * ors + j0 * ocs, ors, ocs);
-    });
+  auto product = [&](int64_t bi, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
+    const Mat<T> ma{pa + bi * a.strides[0] + i0 * a.strides[1], i1 - i0, K, a.strides[1],
+                    a.strides[2]};
+    const Mat<T> mb{pb + bi * b.strides[0] + j0 * b.strides[2], K, j1 - j0, b.strides[1],
+                    b.strides[2]};
+    matmul_one(ma, mb, po + bi * out.strides[0] + i0 * ors + j0 * ocs, ors, ocs);
   };
-  if (B > 1 && M * N * K <= 64 * 64 * 64) {
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, B), [&](const tbb::blocked_range<int64_t>& r) {
-      for (int64_t bi = r.begin(); bi < r.end(); ++bi) one(bi);
-    });
-  } else {
-    for (int64_t bi = 0; bi < B; ++bi) one(bi);
+  // Note [One thread pool].
+  constexpr int64_t kSerialFlops = 64 * 64 * 64, kMinTile = 128;
+  const int workers = std::max(1, tbb::this_task_arena::max_concurrency());
+  if (g_openmp_mode && std::is_same_v<T, float> && M * N * K > kSerialFlops && workers > 1) {
+    // One oneDNN call per product with an OpenMP team of the threads no other call holds,
+    // given back (and the thread count reset) however the calls end.
+    struct Lease {
+      int got = g_free_threads.load();
+      Lease() {
+        while (got > 0 && !g_free_threads.compare_exchange_weak(got, 0)) {
+        }
+        t_omp_threads = std::max(got, 1);
+      }
+      ~Lease() {
+        t_omp_threads = 1;
+        g_free_threads.fetch_add(std::max(got, 0));
+      }
+    } lease;
+    for (int64_t bi = 0; bi < B; ++bi) product(bi, 0, M, 0, N);
+    return;
   }
+  int64_t tm = M, tn = N;
+  auto tiles = [&] { return B * ((M + tm - 1) / tm) * ((N + tn - 1) / tn); };
+  while (tiles() < workers && std::max(tm, tn) >= 2 * kMinTile) {
+    if (tm >= tn)
+      tm = (tm + 1) / 2;
+    else
+      tn = (tn + 1) / 2;
+  }
+  const int64_t mt = (M + tm - 1) / tm, nt = (N + tn - 1) / tn;
+  auto task = [&](int64_t t) {
+    const int64_t bi = t / (mt * nt), i = t / nt % mt, j = t % nt;
+    product(bi, i * tm, std::min(M, (i + 1) * tm), j * tn, std::min(N, (j + 1) * tn));
+  };
+  if (B * M * N * K <= kSerialFlops || tiles() == 1) {
+    for (int64_t t = 0; t < tiles(); ++t) task(t);
+    return;
+  }
+  // Small products of a batch: several per task.
+  const size_t grain = static_cast<size_t>(std::max<int64_t>(1, kSerialFlops / (tm * tn * K)));
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, tiles(), grain),
+                    [&](const tbb::blocked_range<int64_t>& r) {
+                      for (int64_t t = r.begin(); t < r.end(); ++t) task(t);
+                    });
 }
 
 }  // namespace
 
-void configure_blas_threads() {
+void configure_matmul() {
   openblas_set_num_threads(1);
+  const char* mode = std::getenv("BACKPLANE_CPU_MATMUL_THREADS");
+  if (mode && *mode && std::strcmp(mode, "tbb") != 0 && std::strcmp(mode, "openmp") != 0)
+    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                  bp::sdk::format("cpu: BACKPLANE_CPU_MATMUL_THREADS='%s' is not 'tbb' (the "
+                                  "default) or 'openmp'",
+                                  mode));
+  g_openmp_mode = mode && std::strcmp(mode, "openmp") == 0;
+  g_free_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 KernelFn matmul_family(Op op, bp_dtype dtype) {

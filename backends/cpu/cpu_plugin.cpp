@@ -79,7 +79,7 @@ class CpuBackend final : public bp::sdk::Backend {
  public:
   void init() override {
     configure_thresholds_from_environment();
-    configure_blas_threads();  // Note [One thread pool] in cpu_matmul.cpp
+    configure_matmul();  // Note [One thread pool] in cpu_matmul.cpp
   }
 
   int32_t device_count(const char** out_reason) override {

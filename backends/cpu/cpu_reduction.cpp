@@ -14,11 +14,13 @@
 //     the loop adds whole contiguous input rows into it, again a vectorisable loop.
 //   Parallelism is over outputs when there are enough of them; otherwise the reduced range is
 //   split with tbb::parallel_deterministic_reduce, so results do not change from run to run.
-//   Accumulators: sum/mean of f32 and f64 in double, of f16/bf16 in float; sums of i32/i64
+//   Accumulators: sum/mean of f32 and f64 in double (dense f32 rows through vmath::sum, double
+//   vectors of the widest ISA), of f16/bf16 in float; sums of i32/i64
 //   wrap in 64 bits; max compares in the compute type and propagates NaN.
 #include "cpu_kernels.hpp"
 #include "cpu_strided.hpp"
 #include "cpu_types.hpp"
+#include "cpu_vmath.hpp"
 
 #include <tbb/parallel_reduce.h>
 #include <tbb/task_arena.h>
@@ -89,6 +91,8 @@ constexpr int64_t kTile = 512;
 template <class R, class T>
 typename R::Acc reduce_contig(const T* p, int64_t n) {
   using Acc = typename R::Acc;
+  if constexpr (std::is_same_v<T, float> && std::is_base_of_v<SumR<float>, R>)
+    return vmath::sum(p, n);  // vectorised past the baseline ISA (Note [CPU vector math])
   if (n > kPairwiseBlock) {
     const int64_t half = (n / 2 + kLanes - 1) / kLanes * kLanes;
     return R::combine(reduce_contig<R>(p, half), reduce_contig<R>(p + half, n - half));

@@ -99,7 +99,8 @@ void bench_elementwise(bp::Device& d) {
 }
 
 void bench_matmul(bp::Device& d, bool gpu) {
-  std::vector<int64_t> sizes = gpu ? std::vector<int64_t>{4096, 8192} : std::vector<int64_t>{1024};
+  std::vector<int64_t> sizes =
+      gpu ? std::vector<int64_t>{4096, 8192} : std::vector<int64_t>{1024, 2048};
   if (g_quick) sizes = {gpu ? 2048 : 512};
   struct Mode {
     const char* name;

@@ -9,9 +9,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <map>
 #include <set>
+#include <utility>
 
 namespace bpt {
 namespace {
@@ -180,6 +183,29 @@ TEST_F(PluginTest, SupportTableMatchesTheCatalogue) {
   int want_yes = 0;
   for (const auto& [op, dts] : support_matrix()) want_yes += static_cast<int>(dts.size());
   EXPECT_EQ(yes, want_yes);
+}
+
+// A bad BACKPLANE_CPU_MATMUL_THREADS or BACKPLANE_CPU_SERIAL_THRESHOLD makes init fail with a
+// message naming the variable and the values it takes (checked in a fresh process of this
+// binary, since init runs once per process).
+TEST_F(PluginTest, BadEnvironmentValuesFailInitWithTheVariableNamed) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  for (const auto& [env, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"BACKPLANE_CPU_MATMUL_THREADS=many",
+            "BACKPLANE_CPU_MATMUL_THREADS='many' is not 'tbb' (the default) or 'openmp'"},
+           {"BACKPLANE_CPU_SERIAL_THRESHOLD=-3",
+            "BACKPLANE_CPU_SERIAL_THRESHOLD='-3' is not a positive integer"}}) {
+    const std::string cmd =
+        "env " + env + " '" + self + "' --gtest_filter=PluginTest.Identity --gtest_brief=1 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string output;
+    char buf[512];
+    while (std::fgets(buf, sizeof buf, p)) output += buf;
+    const int status = ::pclose(p);
+    EXPECT_NE(status, 0) << env << ": " << output;
+    EXPECT_NE(output.find(expect), std::string::npos) << env << ": " << output;
+  }
 }
 
 TEST_F(PluginTest, KernelHandlesAreStable) {
@@ -893,6 +919,14 @@ TEST_P(MatmulTest, BroadcastBatchStridedAndTransposedOutput) {
   run(2, 5, 3, 4, Kind::kDense, Kind::kTransposed, false, false, /*out_transposed=*/true);
 }
 
+// Products large enough to be split into output tiles over the workers (Note [One thread pool]),
+// odd sizes so tiles are ragged, a batch of them, a transposed output and operands; with
+// BACKPLANE_CPU_MATMUL_THREADS=openmp (a CTest variant) the same go through OpenMP teams.
+TEST_P(MatmulTest, LargeProductsSplitIntoTiles) {
+  run(1, 300, 70, 270, Kind::kTransposed, Kind::kDense);
+  run(3, 257, 20, 130, Kind::kDense, Kind::kTransposed, false, false, /*out_transposed=*/true);
+  run(2, 260, 33, 259, Kind::kDense, Kind::kDense, /*a_bcast=*/false, /*b_bcast=*/true);
+}
 TEST_P(MatmulTest, EmptyAndZeroK) {
   run(2, 3, 0, 4, Kind::kDense, Kind::kDense);  // K == 0: zeros
   run(0, 3, 5, 4, Kind::kDense, Kind::kDense);
