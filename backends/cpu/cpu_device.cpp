@@ -116,6 +116,7 @@ void fill_device_properties(bp_device_properties& props) {
   props.cores = threads;
   props.supports_f64 = 1;
   props.unified_memory = 1;
+  props.kind = BP_DEVICE_KIND_CPU;
 }
 
 }  // namespace bp::cpu

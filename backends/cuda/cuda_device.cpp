@@ -188,6 +188,7 @@ void Device::properties(bp_device_properties& props) {
   props.cores = info_.sm_count;
   props.supports_f64 = 1;
   props.unified_memory = 0;
+  props.kind = BP_DEVICE_KIND_GPU;
 }
 
 // ---- Streams ---------------------------------------------------------------------------------

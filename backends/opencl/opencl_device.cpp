@@ -85,6 +85,10 @@ DeviceInfo query_info(cl_platform_id platform, cl_device_id d) {
   info.compute_units = device_value<cl_uint>(d, CL_DEVICE_MAX_COMPUTE_UNITS);
   info.max_work_group = device_value<size_t>(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, 1);
   info.base_align_bytes = device_value<cl_uint>(d, CL_DEVICE_MEM_BASE_ADDR_ALIGN, 1024) / 8;
+  const cl_device_type type = device_value<cl_device_type>(d, CL_DEVICE_TYPE);
+  info.kind = (type & CL_DEVICE_TYPE_GPU)   ? BP_DEVICE_KIND_GPU
+              : (type & CL_DEVICE_TYPE_CPU) ? BP_DEVICE_KIND_CPU
+                                            : BP_DEVICE_KIND_ACCELERATOR;  // ACCELERATOR, CUSTOM
 
   std::string ext = device_string(d, CL_DEVICE_EXTENSIONS);
   // Note [fp64]: doubles need the extension (our kernels enable it with a pragma) and a

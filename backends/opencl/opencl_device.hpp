@@ -39,6 +39,7 @@ struct DeviceInfo {
   bool fp64 = false;              // cl_khr_fp64 and a non-zero CL_DEVICE_DOUBLE_FP_CONFIG
   int32_t compute_major = 0;      // NVIDIA compute capability when the driver reports it, else 0
   int32_t compute_minor = 0;
+  int32_t kind = BP_DEVICE_KIND_UNKNOWN;  // from CL_DEVICE_TYPE: CPU, GPU, or ACCELERATOR
 };
 
 // One OpenCL device, opencl:<index>. Created at discovery, destroyed at plugin shutdown.

@@ -73,6 +73,7 @@ class OpenclBackend final : public sdk::Backend {
     p.cores = static_cast<int32_t>(info.compute_units);
     p.supports_f64 = info.fp64 ? 1 : 0;
     p.unified_memory = 0;
+    p.kind = info.kind;
   }
 
   // ---- Streams ----

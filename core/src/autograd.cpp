@@ -1,12 +1,4 @@
-// Note [Autograd]
-//   Reverse-mode differentiation over the tensor ops. An op whose operands require gradients
-//   (and that runs while grad_enabled()) records a Node holding what its derivative needs;
-//   the output's grad_fn points at it. Leaves (tensors made by the user with
-//   requires_grad_()) collect gradients through an AccumulateGrad node. backward() walks the
-//   graph from the root in reverse topological order, summing gradients that meet, reducing
-//   broadcast dimensions back to each input's shape, and runs with recording off (no
-//   higher-order gradients). Gradients are computed with the same device ops, so they live
-//   on the device of the tensors they belong to; to_device nodes move them back.
+// Reverse-mode differentiation (Note [Autograd] in tensor.hpp).
 #include "autograd_internal.hpp"
 #include "tensor_internal.hpp"
 
@@ -15,6 +7,10 @@
 #include <unordered_map>
 
 namespace bp {
+
+using detail::impl;
+using detail::impl_ptr;
+using detail::TensorImpl;
 
 namespace detail {
 Tensor scalar_raw(Op op, const Tensor& a, double s, bool reverse, DType out_dtype);
@@ -214,11 +210,12 @@ class AccumulateGrad final : public Node {
   const char* name() const override { return "AccumulateGrad"; }
   std::vector<Tensor> apply(const Tensor& g) override {
     Meta& m = *leaf_->autograd;
-    Tensor gg = g.impl().shape == leaf_->shape ? g : g.reshape(leaf_->shape.vec());
+    Tensor gg = impl(g).shape == leaf_->shape ? g : g.reshape(leaf_->shape.vec());
     if (m.grad.defined())
       m.grad = m.grad + gg;
     else
-      m.grad = gg.is_contiguous() && !gg.shares_storage(Tensor(leaf_)) ? gg : gg.clone();
+      m.grad =
+          gg.is_contiguous() && !gg.shares_storage(detail::make_tensor(leaf_)) ? gg : gg.clone();
     return {};
   }
 
@@ -227,17 +224,17 @@ class AccumulateGrad final : public Node {
 };
 
 Meta& meta_of(const Tensor& t) {
-  TensorImpl& i = t.impl();
+  TensorImpl& i = impl(t);
   if (!i.autograd) i.autograd = std::make_shared<Meta>();
   return *i.autograd;
 }
 
 std::shared_ptr<Node> edge_for(const Tensor& t) {
-  const auto& m = t.impl().autograd;
+  const auto& m = impl(t).autograd;
   if (!m || !m->requires_grad) return nullptr;
   if (m->grad_fn) return m->grad_fn;
   if (auto acc = m->accumulator.lock()) return acc;
-  auto acc = std::make_shared<AccumulateGrad>(t.impl_ptr());
+  auto acc = std::make_shared<AccumulateGrad>(impl_ptr(t));
   m->accumulator = acc;
   return acc;
 }
@@ -247,7 +244,7 @@ std::shared_ptr<Node> edge_for(const Tensor& t) {
 bool needs_grad(std::initializer_list<const Tensor*> operands) {
   if (!t_grad_enabled) return false;
   for (const Tensor* t : operands) {
-    const auto& m = t->impl().autograd;
+    const auto& m = impl(*t).autograd;
     if (m && m->requires_grad) return true;
   }
   return false;
@@ -277,7 +274,7 @@ void record(GradKind kind, const Tensor& out, std::vector<Tensor> inputs, std::v
 // ---- Tensor's autograd surface ----------------------------------------------------------------
 
 bool Tensor::requires_grad() const {
-  const auto& m = impl().autograd;
+  const auto& m = impl_->autograd;
   return m && m->requires_grad;
 }
 
@@ -290,7 +287,7 @@ Tensor& Tensor::requires_grad_(bool on) {
 }
 
 Tensor Tensor::grad() const {
-  const auto& m = impl().autograd;
+  const auto& m = impl_->autograd;
   return m ? m->grad : Tensor();
 }
 
@@ -299,17 +296,17 @@ void Tensor::set_grad(const Tensor& g) {
 }
 
 void Tensor::zero_grad() {
-  if (impl().autograd) impl().autograd->grad = Tensor();
+  if (impl_->autograd) impl_->autograd->grad = Tensor();
 }
 
 const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<autograd::Node> none;
-  const auto& m = impl().autograd;
+  const auto& m = impl_->autograd;
   return m ? m->grad_fn : none;
 }
 
 Tensor Tensor::detach() const {
-  const TensorImpl& i = impl();
+  const TensorImpl& i = *impl_;
   return detail::make_view(*this, i.shape, i.strides, i.offset);
 }
 
@@ -322,11 +319,11 @@ void Tensor::backward(const Tensor& seed0) const {
   if (!seed.defined()) {
     if (numel() != 1)
       throw ShapeError("backward: implicit gradient needs a one-element tensor, got shape " +
-                       impl().shape.str() + "; pass a seed gradient");
+                       impl_->shape.str() + "; pass a seed gradient");
     seed = ones(shape(), device(), dtype());
-  } else if (!(seed.impl().shape == impl().shape)) {
-    throw ShapeError("backward: seed shape " + seed.impl().shape.str() + " differs from " +
-                     impl().shape.str());
+  } else if (!(impl(seed).shape == impl_->shape)) {
+    throw ShapeError("backward: seed shape " + impl(seed).shape.str() + " differs from " +
+                     impl_->shape.str());
   }
   NoGradGuard no_grad;
   std::shared_ptr<autograd::Node> root = autograd::edge_for(*this);

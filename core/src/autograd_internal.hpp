@@ -1,4 +1,4 @@
-// Internal: recording of differentiable ops (Note [Autograd] in autograd.cpp).
+// Internal: recording of differentiable ops (Note [Autograd] in tensor.hpp).
 #pragma once
 
 #include <backplane/tensor.hpp>

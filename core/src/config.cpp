@@ -1,20 +1,4 @@
-// Note [Config precedence]
-//   The file: BACKPLANE_CONFIG if set (a missing file is then an error), else ./backplane.toml,
-//   else $XDG_CONFIG_HOME/backplane/config.toml (~/.config/backplane/config.toml). Keys:
-//
-//     device = "cuda:0"                 # default device
-//     [plugins]
-//     paths = ["/opt/backplane/plugins"] # searched after BACKPLANE_PLUGIN_PATH
-//     allow = ["cpu", "cuda"]           # only these plugin names
-//     deny  = ["opencl"]                # never these
-//     [matmul]
-//     allow_tf32 = false
-//     [debug]
-//     sync = "warn"                     # "off", "warn" or "error"
-//
-//   Environment beats file: BACKPLANE_DEVICE, BACKPLANE_PLUGINS (allow list),
-//   BACKPLANE_ALLOW_TF32 (0/1), BACKPLANE_SYNC_DEBUG. An unknown key, a wrong type or a syntax
-//   error is an IOError naming the file, the line and the key.
+// Reading the configuration (Note [Config precedence] in runtime.hpp).
 #include "config_internal.hpp"
 
 #include <backplane/errors.hpp>
@@ -41,7 +25,7 @@ std::string env(const char* name) {
 std::vector<std::string> string_list(const std::string& file, const toml::node& node,
                                      const std::string& key) {
   const toml::array* arr = node.as_array();
-  if (!arr) bad_key(file, node, key, "expected an array of strings, e.g. [\"cpu\", \"cuda\"]");
+  if (!arr) bad_key(file, node, key, "expected an array of strings, e.g. [\"cpu\"]");
   std::vector<std::string> out;
   for (const toml::node& item : *arr) {
     auto s = item.value<std::string>();
@@ -69,7 +53,7 @@ void read_file(Config& c, const std::string& file) {
     std::string key(k.str());
     if (key == "device") {
       auto v = node.value<std::string>();
-      if (!v) bad_key(file, node, key, "expected a device string such as \"cuda:0\"");
+      if (!v) bad_key(file, node, key, "expected a device string such as \"cpu:0\"");
       c.default_device = *v;
     } else if (key == "plugins" || key == "matmul" || key == "debug") {
       const toml::table* t = node.as_table();
@@ -154,6 +138,22 @@ Config load_config() {
     c.sync_debug = sync_mode("BACKPLANE_SYNC_DEBUG", v);
   return c;
 }
+
+}  // namespace bp::detail
+
+namespace bp {
+
+Config Config::load() {
+  return detail::load_config();
+}
+
+const Config& config() {
+  return detail::settings();
+}
+
+}  // namespace bp
+
+namespace bp::detail {
 
 const Config& settings() {
   static const Config* c = new Config(load_config());  // read once; never destroyed

@@ -1,4 +1,4 @@
-// Internal: reading the configuration (Note [Config precedence] in config.cpp).
+// Internal: reading the configuration (Note [Config precedence] in runtime.hpp).
 #pragma once
 
 #include <backplane/runtime.hpp>

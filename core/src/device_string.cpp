@@ -1,9 +1,6 @@
-// Note [Device strings]
-//   grammar:  type[:index]
-//   type:     one or more of [a-z0-9_], starting with a letter (the plugin's device_type)
-//   index:    a non-negative decimal without sign or leading zeros ("0", "7", "12")
-//   "cuda" means "cuda:0". Anything else is a DeviceError that says what was wrong and what
-//   the right form is; device() adds the list of devices that exist.
+// Device strings (parse_device_string in runtime.hpp): type[:index], the type being a plugin's
+// device_type. Anything else is a DeviceError that says what was wrong and what the right form
+// is; device() adds the list of devices that exist.
 #include <backplane/errors.hpp>
 #include <backplane/runtime.hpp>
 
@@ -15,7 +12,7 @@ namespace bp {
 namespace {
 [[noreturn]] void bad(std::string_view spec, const std::string& why) {
   throw DeviceError("invalid device string '" + std::string(spec) + "': " + why +
-                    "; expected 'type[:index]' such as 'cpu', 'cuda:0' or 'cuda:1' (type in "
+                    "; expected 'type[:index]' such as 'cpu' or 'cpu:0' (type in "
                     "lower-case letters, digits and '_', index a non-negative integer without "
                     "sign or leading zeros)");
 }

@@ -1,4 +1,5 @@
-// Device, Allocator, Stream, Event and Kernel implemented over a plugin's C table.
+// Device, Allocator, Buffer, Stream, Event and Kernel over a plugin's C table (device.hpp),
+// with their state in DeviceState (device_state.hpp).
 #include "registry.hpp"
 #include "tensor_internal.hpp"
 
@@ -9,19 +10,13 @@
 
 namespace bp {
 
-// ---- Buffer ----------------------------------------------------------------------------------
-
-Buffer::~Buffer() {
-  static_cast<detail::PluginDevice*>(device_)->release(handle_, size_, stream_.get());
-}
-
-void* Buffer::host_pointer() const noexcept {
-  return static_cast<detail::PluginDevice*>(device_)->host_pointer(handle_);
-}
-
-namespace detail {
+using detail::Access;
+using detail::check;
+using detail::DeviceState;
+using detail::StreamState;
 
 namespace {
+
 std::string format_bytes(uint64_t n) {
   char buf[64];
   if (n >= (1ull << 30))
@@ -32,7 +27,23 @@ std::string format_bytes(uint64_t n) {
     std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
   return buf;
 }
+
+DeviceKind kind_of(const bp_device_properties& p) {
+  switch (p.kind) {
+    case BP_DEVICE_KIND_CPU:
+      return DeviceKind::cpu;
+    case BP_DEVICE_KIND_GPU:
+      return DeviceKind::gpu;
+    case BP_DEVICE_KIND_ACCELERATOR:
+      return DeviceKind::accelerator;
+    default:  // not said (a plugin built before 1.2), or a value of a newer ABI
+      return p.unified_memory ? DeviceKind::cpu : DeviceKind::accelerator;
+  }
+}
+
 }  // namespace
+
+namespace detail {
 
 [[noreturn]] void throw_plugin_error(const bp_plugin_api* api, bp_error* err,
                                      const std::string& context, bool invalid_is_device_error) {
@@ -56,152 +67,236 @@ std::string format_bytes(uint64_t n) {
   }
 }
 
-// ---- Stream / Event --------------------------------------------------------------------------
-
 // The ABI destroys a stream only after its work is finished: synchronise first. Errors have
 // nobody to go to from a destructor and are dropped.
-StreamHandle::~StreamHandle() {
-  const bp_plugin_api* api = dev.api();
+StreamState::~StreamState() {
+  const bp_plugin_api* api = state(dev).api;
   if (!imported)
     if (bp_error* e = api->stream_synchronize(s)) api->error_free(e);
   if (bp_error* e = api->stream_destroy(s)) api->error_free(e);
 }
-Device& PluginStream::device() const {
-  return dev_;
-}
-void PluginStream::synchronize() {
-  check(dev_.api(), dev_.api()->stream_synchronize(h_->s), "stream synchronize", &dev_);
-}
 
-namespace {
-// Note [Events without plugin support]: when a plugin leaves the event slots NULL, record
-// synchronises the stream and stamps a host clock, so wait() has nothing left to wait for.
-class PluginEvent final : public Event {
- public:
-  PluginEvent(PluginDevice& dev, bp_event* e) : dev_(dev), e_(e) {}
-  ~PluginEvent() override {
-    if (e_)
-      if (bp_error* err = dev_.api()->event_destroy(e_)) dev_.api()->error_free(err);
-  }
-  void record(Stream& s) override {
-    if (e_) {
-      check(dev_.api(), dev_.api()->event_record(e_, s.handle()), "event record", &dev_);
-    } else {
-      s.synchronize();
-      host_time_ = std::chrono::steady_clock::now();
-    }
-  }
-  void synchronize() override {
-    if (e_) check(dev_.api(), dev_.api()->event_synchronize(e_), "event synchronize", &dev_);
-  }
-  double elapsed_ms(Event& end_base) override {
-    auto& end = static_cast<PluginEvent&>(end_base);
-    if (e_ && dev_.api()->event_elapsed_ms) {
-      double ms = 0;
-      check(dev_.api(), dev_.api()->event_elapsed_ms(e_, end.e_, &ms), "event elapsed", &dev_);
-      return ms;
-    }
-    if (e_) {  // events without timing: synchronise and use host clocks from here on
-      end.synchronize();
-    }
-    return std::chrono::duration<double, std::milli>(end.host_time_ - host_time_).count();
-  }
-  bp_event* handle() const { return e_; }
-
- private:
-  PluginDevice& dev_;
-  bp_event* e_;
-  std::chrono::steady_clock::time_point host_time_{};
-};
-}  // namespace
-
-void PluginStream::wait(Event& event) {
-  auto& ev = static_cast<PluginEvent&>(event);
-  if (ev.handle())
-    check(dev_.api(), dev_.api()->stream_wait_event(h_->s, ev.handle()), "stream wait", &dev_);
+bp_stream* DeviceState::create_default_stream() {
+  std::lock_guard<std::mutex> lock(mu);
+  if (bp_stream* h = default_handle.load(std::memory_order_relaxed)) return h;
+  bp_stream* h = nullptr;
+  check(api, api->stream_create(index, &h), "create default stream", self);
+  streams.push_back(Access::make_stream(*self, h));
+  default_stream.store(streams.back().get(), std::memory_order_release);
+  default_handle.store(h, std::memory_order_release);
+  return h;
 }
 
-// ---- Kernel ----------------------------------------------------------------------------------
+Kernel* DeviceState::try_resolve(Op op, DType dtype) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (Kernel* k = kernels[slot(op, dtype)].load(std::memory_order_relaxed)) return k;
+  bp_kernel* handle = nullptr;
+  // The registry sets has_minor2 only when the table is new enough to hold find_kernel_id.
+  bp_error* err =
+      plugin.has_minor2 && api->find_kernel_id
+          ? api->find_kernel_id(index, static_cast<int32_t>(op), static_cast<int32_t>(dtype),
+                                &handle)
+          : api->find_kernel(index, op_name(op).data(), static_cast<int32_t>(dtype), &handle);
+  if (err) {
+    if (err->code != BP_ERROR_UNSUPPORTED)
+      throw_plugin_error(api, err, self->str() + ": find kernel");
+    api->error_free(err);
+    return nullptr;
+  }
+  kernel_store.push_back(Access::make_kernel(*self, op, dtype, handle));
+  Kernel* k = kernel_store.back().get();
+  kernels[slot(op, dtype)].store(k, std::memory_order_release);
+  return k;
+}
 
-void PluginKernel::launch(Stream& stream, std::span<const bp_tensor_desc> in,
-                          std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
-  const bp_plugin_api* api = dev_.api();
+// Note [Unsupported ops]: the message lists the devices of other backends (of the same
+// registry) that have the op; no lock is held while asking them, so two backends lacking the
+// same op cannot deadlock.
+Kernel& DeviceState::resolve_kernel(Op op, DType dtype) {
+  check_domain(op, dtype);  // Note [Dtype domains]: a pair outside it is never asked for
+  if (Kernel* k = try_resolve(op, dtype)) return *k;
+  std::string others;
+  for (Device* d : plugin.registry->devices()) {
+    if (&state(*d).plugin == &plugin) continue;  // same backend
+    if (d->supports(op, dtype)) others += (others.empty() ? "" : ", ") + d->str();
+  }
+  throw UnsupportedError("op '" + std::string(op_name(op)) + "' with dtype " +
+                         std::string(dtype_name(dtype)) + " is not implemented on " + self->str() +
+                         " (backend " + self->backend_name() +
+                         "); devices that have it: " + (others.empty() ? "none" : others));
+}
+
+std::shared_ptr<Buffer> DeviceState::allocate(uint64_t bytes, std::shared_ptr<StreamState> stream) {
+  bp_buffer* b = nullptr;
+  bp_error* err = api->mem_alloc(index, stream ? stream->s : stream_handle(), bytes, &b);
+  if (err) [[unlikely]] {
+    std::string what = "allocating " + format_bytes(bytes) + " (free " +
+                       format_bytes(self->free_memory()) + " of " +
+                       format_bytes(self->properties().total_memory) + ")";
+    throw_plugin_error(api, err, self->str() + ": " + what);
+  }
+  try {
+    return Access::make_buffer(*self, b, bytes, std::move(stream), false);
+  } catch (...) {
+    release(b, bytes, nullptr);
+    throw;
+  }
+}
+
+void DeviceState::release(bp_buffer* b, uint64_t size, const StreamState* stream) noexcept {
+  bp_stream* s = stream ? stream->s : default_handle.load(std::memory_order_acquire);
+  if (bp_error* e = api->mem_free(index, s, b, size)) {
+    // A free that fails has nothing to hand the error to: report it once on stderr.
+    std::fprintf(stderr, "backplane: %s: freeing %llu bytes failed: %s\n", self->str().c_str(),
+                 static_cast<unsigned long long>(size), e->message ? e->message : "");
+    api->error_free(e);
+  }
+}
+
+void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
+            std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
+  DeviceState& s = state(k.device());
   const bp_attr* pass = attrs.data();
   // Note [Attribute ids]: a plugin of minor 0 or 1 reads attribute arrays of the old layout.
   constexpr size_t kMaxAttrs = 8;
   bp_attr_minor1 legacy[kMaxAttrs];
-  if (!dev_.plugin().has_minor2 && !attrs.empty()) [[unlikely]] {
+  if (!s.plugin.has_minor2 && !attrs.empty()) [[unlikely]] {
     if (attrs.size() > kMaxAttrs)
-      throw Error(dev_.str() + ": launch " + std::string(op_name(op_)) + " with " +
+      throw Error(k.device().str() + ": launch " + std::string(op_name(k.op())) + " with " +
                   std::to_string(attrs.size()) + " attributes (at most 8)");
-    for (size_t k = 0; k < attrs.size(); ++k)
-      legacy[k] = {sizeof(bp_attr_minor1), attrs[k].name, attrs[k].kind, attrs[k].i, attrs[k].f};
+    for (size_t i = 0; i < attrs.size(); ++i)
+      legacy[i] = {sizeof(bp_attr_minor1), attrs[i].name, attrs[i].kind, attrs[i].i, attrs[i].f};
     pass = reinterpret_cast<const bp_attr*>(legacy);
   }
-  bp_error* err =
-      api->launch(k_, stream.handle(), in.data(), static_cast<int32_t>(in.size()), out.data(),
-                  static_cast<int32_t>(out.size()), pass, static_cast<int32_t>(attrs.size()));
-  if (err) {
+  bp_error* err = s.api->launch(
+      Access::handle(k), stream, in.data(), static_cast<int32_t>(in.size()), out.data(),
+      static_cast<int32_t>(out.size()), pass, static_cast<int32_t>(attrs.size()));
+  if (err) [[unlikely]] {
     std::string what =
-        "launch " + std::string(op_name(op_)) + " (" + std::string(dtype_name(dtype_)) + ")";
-    throw_plugin_error(api, err, dev_.str() + ": " + what);
+        "launch " + std::string(op_name(k.op())) + " (" + std::string(dtype_name(k.dtype())) + ")";
+    throw_plugin_error(s.api, err, k.device().str() + ": " + what);
   }
+}
+
+}  // namespace detail
+
+// ---- Buffer ----------------------------------------------------------------------------------
+
+Buffer::~Buffer() {
+  detail::state(*device_).release(static_cast<bp_buffer*>(handle_), size_, stream_.get());
+}
+
+void* Buffer::host_pointer() const noexcept {
+  const bp_plugin_api* api = detail::state(*device_).api;
+  return api->mem_host_pointer ? api->mem_host_pointer(static_cast<bp_buffer*>(handle_)) : nullptr;
+}
+
+// ---- Stream / Event --------------------------------------------------------------------------
+
+Stream::Stream(Device& device, std::shared_ptr<StreamState> state) noexcept
+    : device_(&device), state_(std::move(state)) {}
+Stream::~Stream() = default;
+
+void Stream::synchronize() {
+  const bp_plugin_api* api = detail::state(*device_).api;
+  check(api, api->stream_synchronize(state_->s), "stream synchronize", device_);
+}
+
+// Note [Events without plugin support]: when a plugin leaves the event slots NULL, record
+// synchronises the stream and stamps a host clock, so wait() has nothing left to wait for.
+void Stream::wait(Event& event) {
+  bp_event* e = Access::handle(event);
+  if (!e) return;
+  const bp_plugin_api* api = detail::state(*device_).api;
+  check(api, api->stream_wait_event(state_->s, e), "stream wait", device_);
+}
+
+Event::~Event() {
+  if (!handle_) return;
+  const bp_plugin_api* api = detail::state(*device_).api;
+  if (bp_error* err = api->event_destroy(static_cast<bp_event*>(handle_))) api->error_free(err);
+}
+
+void Event::record(Stream& s) {
+  if (handle_) {
+    const bp_plugin_api* api = detail::state(*device_).api;
+    check(api, api->event_record(static_cast<bp_event*>(handle_), detail::handle(s)),
+          "event record", device_);
+  } else {
+    s.synchronize();
+    host_time_ = std::chrono::steady_clock::now();
+  }
+}
+
+void Event::synchronize() {
+  if (!handle_) return;
+  const bp_plugin_api* api = detail::state(*device_).api;
+  check(api, api->event_synchronize(static_cast<bp_event*>(handle_)), "event synchronize", device_);
+}
+
+double Event::elapsed_ms(Event& end) {
+  const bp_plugin_api* api = detail::state(*device_).api;
+  if (handle_ && api->event_elapsed_ms) {
+    double ms = 0;
+    check(api,
+          api->event_elapsed_ms(static_cast<bp_event*>(handle_),
+                                static_cast<bp_event*>(end.handle_), &ms),
+          "event elapsed", device_);
+    return ms;
+  }
+  if (handle_) end.synchronize();  // events without timing: host clocks from here on
+  return std::chrono::duration<double, std::milli>(end.host_time_ - host_time_).count();
 }
 
 // ---- Allocator -------------------------------------------------------------------------------
 
-bp_buffer* PluginAllocator::allocate_raw(uint64_t bytes, bp_stream* stream) {
-  bp_buffer* b = nullptr;
-  bp_error* err = dev_.api()->mem_alloc(dev_.index(), stream, bytes, &b);
-  if (err) {
-    std::string what = "allocating " + format_bytes(bytes) + " (free " +
-                       format_bytes(dev_.free_memory()) + " of " +
-                       format_bytes(dev_.properties().total_memory) + ")";
-    throw_plugin_error(dev_.api(), err, dev_.str() + ": " + what);
-  }
-  return b;
-}
-
 // The default stream lives as long as the device; any other stream is kept alive by the
-// buffers allocated on it, which are freed there (PluginDevice::release).
-std::shared_ptr<Buffer> PluginAllocator::allocate(uint64_t bytes, Stream& stream) {
-  if (&stream.device() != &dev_) [[unlikely]]
+// buffers allocated on it, which are freed there (DeviceState::release).
+std::shared_ptr<Buffer> Allocator::allocate(uint64_t bytes, Stream& stream) {
+  if (&stream.device() != device_) [[unlikely]]
     throw DeviceMismatch("allocate: the stream belongs to " + stream.device().str() +
-                         ", the allocation to " + dev_.str());
-  if (&stream == &dev_.default_stream()) return allocate(bytes);
-  const auto& handle = static_cast<PluginStream&>(stream).shared_handle();
-  return std::make_shared<Buffer>(dev_, allocate_raw(bytes, handle->s), bytes, handle);
+                         ", the allocation to " + device_->str());
+  DeviceState& s = detail::state(*device_);
+  if (&stream == s.default_stream.load(std::memory_order_acquire)) return s.allocate(bytes, {});
+  return s.allocate(bytes, Access::shared_state(stream));
 }
 
-std::shared_ptr<Buffer> PluginAllocator::allocate(uint64_t bytes) {
-  return std::make_shared<Buffer>(dev_, allocate_raw(bytes, dev_.default_stream().handle()), bytes);
+std::shared_ptr<Buffer> Allocator::allocate(uint64_t bytes) {
+  return detail::state(*device_).allocate(bytes, {});
 }
 
-MemoryStats PluginAllocator::stats() {
-  bp_memory_stats s{};
-  s.struct_size = sizeof s;
-  check(dev_.api(), dev_.api()->memory_stats(dev_.index(), &s), "memory stats", &dev_);
-  return {s.allocated, s.reserved, s.peak_allocated, s.num_allocs};
+MemoryStats Allocator::stats() {
+  DeviceState& s = detail::state(*device_);
+  bp_memory_stats m{};
+  m.struct_size = sizeof m;
+  check(s.api, s.api->memory_stats(s.index, &m), "memory stats", device_);
+  return {m.allocated, m.reserved, m.peak_allocated, m.num_allocs};
 }
-void PluginAllocator::reset_peak() {
-  check(dev_.api(), dev_.api()->memory_reset_peak(dev_.index()), "reset peak", &dev_);
+void Allocator::reset_peak() {
+  DeviceState& s = detail::state(*device_);
+  check(s.api, s.api->memory_reset_peak(s.index), "reset peak", device_);
 }
-void PluginAllocator::empty_cache() {
-  if (dev_.api()->memory_empty_cache)
-    check(dev_.api(), dev_.api()->memory_empty_cache(dev_.index()), "empty cache", &dev_);
+void Allocator::empty_cache() {
+  DeviceState& s = detail::state(*device_);
+  if (s.api->memory_empty_cache)
+    check(s.api, s.api->memory_empty_cache(s.index), "empty cache", device_);
 }
 
 // ---- Device ----------------------------------------------------------------------------------
 
-PluginDevice::PluginDevice(Plugin& plugin, int index)
-    : Device(plugin.api->device_type, index),
-      plugin_(plugin),
-      backend_(plugin.api->name),
-      allocator_(*this) {
+Device::Device(std::unique_ptr<DeviceState> state)
+    : str_(std::string(state->api->device_type) + ":" + std::to_string(state->index)),
+      type_(state->api->device_type),
+      backend_(state->api->name),
+      index_(state->index),
+      allocator_(*this),
+      state_(std::move(state)) {
+  state_->self = this;
+  const bp_plugin_api* api = state_->api;
   bp_device_properties p{};
   p.struct_size = sizeof p;
   p.supports_f64 = 1;
-  check(api(), api()->device_properties(index, &p), "device properties", this);
+  check(api, api->device_properties(index_, &p), "device properties", this);
   props_.name = p.name;
   props_.vendor = p.vendor;
   props_.uuid = p.uuid;
@@ -213,158 +308,112 @@ PluginDevice::PluginDevice(Plugin& plugin, int index)
   props_.cores = p.cores;
   props_.supports_f64 = p.supports_f64 != 0;
   props_.unified_memory = p.unified_memory != 0;
+  props_.kind = kind_of(p);
 }
 
-// Note [Plugin lifetime]: devices are destroyed only at process exit, when plugins may already
-// have torn down their drivers; streams are therefore leaked rather than destroyed late.
-PluginDevice::~PluginDevice() {
-  for (auto& s : streams_) (void)s.release();
-}
+// Streams are synchronised and destroyed with their owners (Note [Plugin lifetime] in
+// registry.cpp: only devices of registries other than the process default are ever
+// destroyed).
+Device::~Device() = default;
 
-uint64_t PluginDevice::free_memory() const {
+uint64_t Device::free_memory() const {
+  const bp_plugin_api* api = state_->api;
   bp_device_properties p{};
   p.struct_size = sizeof p;
-  if (bp_error* e = api()->device_properties(index(), &p)) {
-    api()->error_free(e);
+  if (bp_error* e = api->device_properties(index_, &p)) {
+    api->error_free(e);
     return props_.free_memory;
   }
   return p.free_memory;
 }
 
-Stream& PluginDevice::default_stream() {
-  PluginStream* s = default_stream_.load(std::memory_order_acquire);
-  if (s) return *s;
-  std::lock_guard<std::mutex> lock(mu_);
-  s = default_stream_.load(std::memory_order_relaxed);
-  if (!s) {
-    bp_stream* h = nullptr;
-    check(api(), api()->stream_create(index(), &h), "create default stream", this);
-    streams_.push_back(std::make_unique<PluginStream>(*this, h));
-    s = streams_.back().get();
-    default_stream_.store(s, std::memory_order_release);
-  }
-  return *s;
+Stream& Device::default_stream() {
+  return state_->stream();
 }
 
-std::unique_ptr<Stream> PluginDevice::create_stream() {
+std::unique_ptr<Stream> Device::create_stream() {
+  const bp_plugin_api* api = state_->api;
   bp_stream* h = nullptr;
-  check(api(), api()->stream_create(index(), &h), "create stream", this);
-  return std::make_unique<PluginStream>(*this, h);
+  check(api, api->stream_create(index_, &h), "create stream", this);
+  try {
+    return Access::make_stream(*this, h);
+  } catch (...) {
+    if (bp_error* e = api->stream_destroy(h)) api->error_free(e);
+    throw;
+  }
 }
 
-std::unique_ptr<Event> PluginDevice::create_event() {
+std::unique_ptr<Event> Device::create_event() {
+  const bp_plugin_api* api = state_->api;
   bp_event* e = nullptr;
-  if (has_events()) check(api(), api()->event_create(index(), &e), "create event", this);
-  return std::make_unique<PluginEvent>(*this, e);
+  if (state_->has_events()) check(api, api->event_create(index_, &e), "create event", this);
+  return Access::make_event(*this, e);
 }
 
-void PluginDevice::synchronize() {
-  if (default_stream_.load(std::memory_order_acquire)) default_stream().synchronize();
+void Device::synchronize() {
+  if (state_->default_handle.load(std::memory_order_acquire)) default_stream().synchronize();
 }
 
-Kernel* PluginDevice::try_resolve(Op op, DType dtype) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (Kernel* k = kernels_[slot(op, dtype)].load(std::memory_order_relaxed)) return k;
-  bp_kernel* handle = nullptr;
-  // The registry sets has_minor2 only when the table is new enough to hold find_kernel_id.
-  bp_error* err =
-      plugin_.has_minor2 && api()->find_kernel_id
-          ? api()->find_kernel_id(index(), static_cast<int32_t>(op), static_cast<int32_t>(dtype),
-                                  &handle)
-          : api()->find_kernel(index(), op_name(op).data(), static_cast<int32_t>(dtype), &handle);
-  if (err) {
-    if (err->code != BP_ERROR_UNSUPPORTED) throw_plugin_error(api(), err, str() + ": find kernel");
-    api()->error_free(err);
-    return nullptr;
-  }
-  kernel_store_.push_back(std::make_unique<PluginKernel>(*this, op, dtype, handle));
-  Kernel* k = kernel_store_.back().get();
-  kernels_[slot(op, dtype)].store(k, std::memory_order_release);
-  return k;
+Kernel& Device::kernel(Op op, DType dtype) {
+  return state_->kernel(op, dtype);
 }
 
-// Note [Unsupported ops]: the message lists the devices of other backends that have the op;
-// no lock is held while asking them, so two backends lacking the same op cannot deadlock.
-Kernel& PluginDevice::resolve_kernel(Op op, DType dtype) {
-  check_domain(op, dtype);  // Note [Dtype domains]: a pair outside it is never asked for
-  if (Kernel* k = try_resolve(op, dtype)) return *k;
-  std::string others;
-  for (Device* d : Registry::get().devices()) {
-    if (&static_cast<PluginDevice*>(d)->plugin_ == &plugin_) continue;  // same backend
-    if (d->supports(op, dtype)) others += (others.empty() ? "" : ", ") + d->str();
-  }
-  throw UnsupportedError("op '" + std::string(op_name(op)) + "' with dtype " +
-                         std::string(dtype_name(dtype)) + " is not implemented on " + str() +
-                         " (backend " + backend_ +
-                         "); devices that have it: " + (others.empty() ? "none" : others));
-}
-
-bool PluginDevice::supports(Op op, DType dtype) {
-  if (kernels_[slot(op, dtype)].load(std::memory_order_acquire)) return true;
+bool Device::supports(Op op, DType dtype) {
+  if (state_->kernels[DeviceState::slot(op, dtype)].load(std::memory_order_acquire)) return true;
   if (!bp_op_in_domain(static_cast<int32_t>(op), static_cast<int32_t>(dtype))) return false;
   try {
-    return try_resolve(op, dtype) != nullptr;
+    return state_->try_resolve(op, dtype) != nullptr;
   } catch (const Error&) {
     return false;
   }
 }
 
-void PluginDevice::copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void* src,
-                                  uint64_t n) {
+void Device::copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void* src, uint64_t n) {
   if (n == 0) return;
-  check(api(), api()->copy_h2d(s.handle(), dst.handle(), dst_off, src, n), "copy host->device",
-        this);
+  const bp_plugin_api* api = state_->api;
+  check(api, api->copy_h2d(detail::handle(s), detail::handle(dst), dst_off, src, n),
+        "copy host->device", this);
 }
-void PluginDevice::copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_off,
-                                uint64_t n) {
+void Device::copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_off, uint64_t n) {
   if (n == 0) return;
-  check(api(), api()->copy_d2h(s.handle(), dst, src.handle(), src_off, n), "copy device->host",
-        this);
+  const bp_plugin_api* api = state_->api;
+  check(api, api->copy_d2h(detail::handle(s), dst, detail::handle(src), src_off, n),
+        "copy device->host", this);
 }
-void PluginDevice::copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer& src,
-                               uint64_t src_off, uint64_t n) {
+void Device::copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer& src,
+                         uint64_t src_off, uint64_t n) {
   if (n == 0) return;
-  check(api(), api()->copy_d2d(s.handle(), dst.handle(), dst_off, src.handle(), src_off, n),
+  const bp_plugin_api* api = state_->api;
+  check(api,
+        api->copy_d2d(detail::handle(s), detail::handle(dst), dst_off, detail::handle(src), src_off,
+                      n),
         "copy device->device", this);
 }
-void PluginDevice::memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n) {
+void Device::memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n) {
   if (n == 0) return;
-  check(api(), api()->memset(s.handle(), dst.handle(), off, value, n), "memset", this);
+  const bp_plugin_api* api = state_->api;
+  check(api, api->memset(detail::handle(s), detail::handle(dst), off, value, n), "memset", this);
 }
 
-void* PluginDevice::host_alloc(uint64_t n) {
-  if (api()->host_alloc) {
+void* Device::host_alloc(uint64_t n) {
+  const bp_plugin_api* api = state_->api;
+  if (api->host_alloc) {
     void* p = nullptr;
-    check(api(), api()->host_alloc(index(), n, &p), "pinned host alloc", this);
+    check(api, api->host_alloc(index_, n, &p), "pinned host alloc", this);
     return p;
   }
   void* p = std::aligned_alloc(64, (n + 63) / 64 * 64 + 64);
   if (!p) throw OutOfMemory(str() + ": out of host memory staging " + format_bytes(n));
   return p;
 }
-void PluginDevice::host_free(void* p) noexcept {
+void Device::host_free(void* p) noexcept {
   if (!p) return;
-  if (api()->host_alloc) {
-    if (bp_error* e = api()->host_free(index(), p)) api()->error_free(e);
+  const bp_plugin_api* api = state_->api;
+  if (api->host_alloc) {
+    if (bp_error* e = api->host_free(index_, p)) api->error_free(e);
   } else {
     std::free(p);
   }
-}
-
-void PluginDevice::release(bp_buffer* b, uint64_t size, const StreamHandle* stream) noexcept {
-  bp_stream* s = stream ? stream->s : nullptr;
-  if (!s)
-    if (PluginStream* d = default_stream_.load(std::memory_order_acquire)) s = d->handle();
-  if (bp_error* e = api()->mem_free(index(), s, b, size)) {
-    // A free that fails has nothing to hand the error to: report it once on stderr.
-    std::fprintf(stderr, "backplane: %s: freeing %llu bytes failed: %s\n", str().c_str(),
-                 static_cast<unsigned long long>(size), e->message ? e->message : "");
-    api()->error_free(e);
-  }
-}
-
-bool takes_alpha(const Device& dev) {
-  return static_cast<const PluginDevice&>(dev).plugin().has_minor2;
 }
 
 // Note [Cross-device copies]
@@ -372,29 +421,30 @@ bool takes_alpha(const Device& dev) {
 //   src's stream, and src's stream then waits for the copy so that a later free of src stays
 //   ordered after it. Otherwise the data goes through host memory: straight from or into a
 //   unified-memory device's buffer, else through a pinned staging buffer, synchronously.
-void PluginDevice::copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src,
-                                    uint64_t src_off, uint64_t n) {
+void Device::copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, uint64_t src_off,
+                              uint64_t n) {
   if (n == 0) return;
-  auto& sdev = static_cast<PluginDevice&>(src.device());
+  Device& sdev = src.device();
   Stream& ds = default_stream();
   Stream& ss = sdev.default_stream();
   if (&sdev == this) {
     copy_within(ds, dst, dst_off, src, src_off, n);
     return;
   }
-  if (&sdev.plugin_ == &plugin_ && api()->copy_peer) {
-    if (has_events()) {
+  const bp_plugin_api* api = state_->api;
+  if (&sdev.state_->plugin == &state_->plugin && api->copy_peer) {
+    if (state_->has_events()) {
       auto before = sdev.create_event();
       before->record(ss);
       ds.wait(*before);
     } else {
       ss.synchronize();
     }
-    check(api(),
-          api()->copy_peer(ds.handle(), index(), dst.handle(), dst_off, sdev.index(), src.handle(),
-                           src_off, n),
+    check(api,
+          api->copy_peer(detail::handle(ds), index_, detail::handle(dst), dst_off, sdev.index(),
+                         detail::handle(src), src_off, n),
           "peer copy", this);
-    if (has_events()) {
+    if (state_->has_events()) {
       auto after = create_event();
       after->record(ds);
       ss.wait(*after);
@@ -428,5 +478,4 @@ void PluginDevice::copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer&
   sdev.host_free(staging);
 }
 
-}  // namespace detail
 }  // namespace bp

@@ -1,19 +1,24 @@
 // Plugin discovery, loading and the load report (Note [Plugin search order] in runtime.hpp).
 //
 // Note [Plugin lifetime]
-//   Plugins are opened with RTLD_NOW | RTLD_LOCAL and never closed: buffers, streams and
-//   kernels they created may be referenced until process exit, and unloading a GPU driver
-//   stack while anything is alive is a crash. The registry itself is intentionally never
-//   destroyed for the same reason (no static-destruction-order hazards at exit).
+//   Plugin libraries are opened with RTLD_NOW | RTLD_LOCAL, once per process whichever
+//   registries ask for them (load_library keeps the table of opened libraries), initialised
+//   once, and never closed: buffers, streams and kernels they created may be referenced until
+//   process exit, and unloading a GPU driver stack while anything is alive is a crash. The
+//   process default registry is never destroyed for the same reason (no static-destruction-order
+//   hazards at exit); another registry, when destroyed, synchronises and destroys its devices'
+//   streams, and its libraries stay open.
 #include "registry.hpp"
 #include "config_internal.hpp"
 
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <set>
 
 namespace bp::detail {
@@ -101,9 +106,22 @@ std::string version_string(uint32_t major, uint32_t minor) {
   return std::to_string(major) + "." + std::to_string(minor);
 }
 
+// A library opened and checked once (Note [Plugin lifetime]).
+struct OpenedLibrary {
+  void* handle;
+  PluginReport report;       // as the first load saw it
+  const bp_plugin_api* api;  // nullptr when init failed
+};
+std::mutex g_libraries_mutex;
+std::vector<OpenedLibrary>& opened_libraries() {         // guarded by g_libraries_mutex
+  static auto* libs = new std::vector<OpenedLibrary>();  // never destroyed
+  return *libs;
+}
+
 }  // namespace
 
-PluginReport Registry::load_candidate(const std::string& path) {
+PluginReport load_library(const std::string& path, const bp_plugin_api** out_api) {
+  *out_api = nullptr;
   PluginReport r;
   r.path = path;
   r.status = PluginReport::Status::failed;
@@ -126,6 +144,15 @@ PluginReport Registry::load_candidate(const std::string& path) {
                " (is it a Backplane plugin built with BP_SDK_DEFINE_PLUGIN or exporting it?)";
     dlclose(h);
     return r;
+  }
+  std::lock_guard<std::mutex> lock(g_libraries_mutex);
+  for (const OpenedLibrary& lib : opened_libraries()) {
+    if (lib.handle != h) continue;
+    dlclose(h);  // drops this call's reference; the first one keeps the library open
+    PluginReport again = lib.report;
+    again.path = path;
+    *out_api = lib.api;
+    return again;
   }
   const bp_plugin_api* api = get(BP_ABI_MAJOR, BP_ABI_MINOR);
   if (!api) {
@@ -182,6 +209,7 @@ PluginReport Registry::load_candidate(const std::string& path) {
     if (e->native_name && *e->native_name) r.reason += std::string(" [") + e->native_name + "]";
     api->error_free(e);
     // Not closed: init may have started threads or loaded drivers (Note [Plugin lifetime]).
+    opened_libraries().push_back({h, r, nullptr});
     return r;
   }
   const char* reason = "";
@@ -191,16 +219,114 @@ PluginReport Registry::load_candidate(const std::string& path) {
     r.reason = std::string("0 devices because ") + (reason && *reason ? reason : "none found");
   r.status = PluginReport::Status::loaded;
   r.decision = "loaded";
-  r.api = api;
+  opened_libraries().push_back({h, r, api});
+  *out_api = api;
   return r;
 }
 
-Registry::Registry() {
-  const Config& cfg = settings();
-  std::vector<std::string> entries = env_plugin_path();
-  for (const auto& p : cfg.plugin_paths) entries.push_back(p);
-  std::string own = library_dir();
-  if (!own.empty()) entries.push_back(own + "/backplane/plugins");
+RegistryOptions options_from(const Config& c) {
+  RegistryOptions o;
+  o.plugin_paths = env_plugin_path();
+  for (const auto& p : c.plugin_paths) o.plugin_paths.push_back(p);
+  o.allow = c.allow;
+  o.deny = c.deny;
+  o.default_device = c.default_device;
+  const char* env = std::getenv("BACKPLANE_DEVICE");
+  o.default_device_origin = env && *env ? "BACKPLANE_DEVICE" : "config file " + c.source;
+  return o;
+}
+
+// ---- RegistryState ---------------------------------------------------------------------------
+
+void RegistryState::register_plugin(PluginReport& r, const bp_plugin_api* a) {
+  auto p = std::make_unique<Plugin>();
+  p->path = r.path;
+  p->api = a;
+  p->registry = this;
+  p->has_minor1 = a->abi_minor >= 1 && a->struct_size > BP_API_MINOR1_OFFSET;
+  // Note [ABI versioning]: a minor-2 slot is read only when the table declares minor 2 and
+  // its struct_size covers the slot.
+  p->has_minor2 = BP_API_HAS_SLOT(a, 2, find_kernel_id);
+  if (BP_API_HAS_SLOT(a, 2, buffer_native)) p->native.buffer_native = a->buffer_native;
+  if (BP_API_HAS_SLOT(a, 2, stream_native)) p->native.stream_native = a->stream_native;
+  if (BP_API_HAS_SLOT(a, 2, buffer_import)) p->native.buffer_import = a->buffer_import;
+  if (BP_API_HAS_SLOT(a, 2, stream_import)) p->native.stream_import = a->stream_import;
+  p->no_devices_reason = r.device_count == 0 ? r.reason : "";
+  Plugin& plugin = *p;
+  plugins.push_back(std::move(p));
+  try {
+    for (int i = 0; i < r.device_count; ++i)
+      plugin.devices.push_back(Access::make_device(std::make_unique<DeviceState>(plugin, i)));
+  } catch (const Error& e) {
+    plugin.devices.clear();
+    r.status = PluginReport::Status::failed;
+    r.decision = "failed";
+    r.reason = std::string("reading device properties failed: ") + e.what();
+    r.device_count = 0;
+    plugin.no_devices_reason = r.reason;
+  }
+}
+
+std::vector<Device*> RegistryState::devices() const {
+  std::vector<Device*> out;
+  for (const auto& p : plugins)
+    for (const auto& d : p->devices) out.push_back(d.get());
+  return out;
+}
+
+Plugin* RegistryState::plugin_for_type(std::string_view type) const {
+  for (const auto& p : plugins)
+    if (p->api->device_type == type && !p->devices.empty()) return p.get();
+  for (const auto& p : plugins)
+    if (p->api->device_type == type) return p.get();
+  return nullptr;
+}
+
+const PluginReport* RegistryState::report_for_type(std::string_view type) const {
+  const PluginReport* best = nullptr;
+  for (const auto& r : report) {
+    if (r.device_type == type || r.name == type) {
+      if (!best || r.status == PluginReport::Status::loaded) best = &r;
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> RegistryState::known_types() const {
+  std::vector<std::string> out;
+  for (const auto& p : plugins) out.push_back(p->api->device_type);
+  return out;
+}
+
+std::string RegistryState::device_list() const {
+  std::string out;
+  for (Device* d : devices()) out += (out.empty() ? "" : ", ") + d->str();
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace bp::detail
+
+// ---- Registry --------------------------------------------------------------------------------
+
+namespace bp {
+
+using detail::Plugin;
+using detail::RegistryState;
+
+RegistryOptions RegistryOptions::from_environment() {
+  return detail::options_from(Config::load());
+}
+
+Registry::Registry(RegistryOptions options)
+    : s_(std::make_unique<RegistryState>(std::move(options))) {
+  namespace fs = std::filesystem;
+  RegistryState& st = *s_;
+  const RegistryOptions& opt = st.options;
+  std::vector<std::string> entries = opt.plugin_paths;
+  if (opt.search_library_dir) {
+    std::string own = detail::library_dir();
+    if (!own.empty()) entries.push_back(own + "/backplane/plugins");
+  }
 
   std::vector<std::string> candidates;
   std::set<std::string> seen;
@@ -209,7 +335,7 @@ Registry::Registry() {
     if (fs::is_directory(e, ec)) {
       std::vector<std::string> files;
       for (const auto& f : fs::directory_iterator(e, ec))
-        if (!name_from_file(f.path()).empty()) files.push_back(f.path().string());
+        if (!detail::name_from_file(f.path()).empty()) files.push_back(f.path().string());
       std::sort(files.begin(), files.end());
       for (auto& f : files)
         if (seen.insert(fs::weakly_canonical(f, ec).string()).second) candidates.push_back(f);
@@ -221,120 +347,160 @@ Registry::Registry() {
       r.status = PluginReport::Status::skipped;
       r.decision = "skipped";
       r.reason = "no such file or directory";
-      report_.push_back(std::move(r));
+      st.report.push_back(std::move(r));
     }
   }
 
-  auto skip = [this](const std::string& path, const std::string& name, std::string reason) {
+  auto skip = [&st](const std::string& path, const std::string& name, std::string reason) {
     PluginReport r;
     r.path = path;
     r.name = name;
     r.status = PluginReport::Status::skipped;
     r.decision = "skipped";
     r.reason = std::move(reason);
-    report_.push_back(std::move(r));
+    st.report.push_back(std::move(r));
   };
   std::set<std::string> types;
   for (const auto& path : candidates) {
-    std::string name = name_from_file(path);
+    std::string name = detail::name_from_file(path);
     auto listed = [&](const std::vector<std::string>& l) {
       return std::find(l.begin(), l.end(), name) != l.end();
     };
-    if (!name.empty() && !cfg.allow.empty() && !listed(cfg.allow)) {
+    if (!name.empty() && !opt.allow.empty() && !listed(opt.allow)) {
       skip(path, name, "not in the allow list (BACKPLANE_PLUGINS or plugins.allow)");
       continue;
     }
-    if (!name.empty() && listed(cfg.deny)) {
+    if (!name.empty() && listed(opt.deny)) {
       skip(path, name, "in the deny list (plugins.deny)");
       continue;
     }
     if (!name.empty()) {
-      auto prev = std::find_if(plugins_.begin(), plugins_.end(),
+      auto prev = std::find_if(st.plugins.begin(), st.plugins.end(),
                                [&](const auto& p) { return p->api->name && name == p->api->name; });
-      if (prev != plugins_.end()) {
+      if (prev != st.plugins.end()) {
         skip(path, name, "shadowed by " + (*prev)->path + " (earlier in the search order)");
         continue;
       }
     }
-    PluginReport r = load_candidate(path);
+    const bp_plugin_api* api = nullptr;
+    PluginReport r = detail::load_library(path, &api);
     if (r.status == PluginReport::Status::loaded) {
       if (types.count(r.device_type)) {
         r.status = PluginReport::Status::skipped;
         r.decision = "skipped";
         r.reason = "device type '" + r.device_type + "' is already served by another plugin";
-        r.api = nullptr;
       } else {
-        register_plugin(r);
+        st.register_plugin(r, api);
         if (r.status == PluginReport::Status::loaded) types.insert(r.device_type);
       }
     }
-    report_.push_back(r);
+    st.report.push_back(r);
   }
 }
 
-void Registry::register_plugin(PluginReport& r) {
-  auto p = std::make_unique<Plugin>();
-  p->path = r.path;
-  p->api = r.api;
-  p->has_minor1 = r.api->abi_minor >= 1 && r.api->struct_size > BP_API_MINOR1_OFFSET;
-  // Note [ABI versioning]: a minor-2 slot is read only when the table declares minor 2 and
-  // its struct_size covers the slot.
-  const bp_plugin_api* a = r.api;
-  p->has_minor2 = BP_API_HAS_SLOT(a, 2, find_kernel_id);
-  if (BP_API_HAS_SLOT(a, 2, buffer_native)) p->native.buffer_native = a->buffer_native;
-  if (BP_API_HAS_SLOT(a, 2, stream_native)) p->native.stream_native = a->stream_native;
-  if (BP_API_HAS_SLOT(a, 2, buffer_import)) p->native.buffer_import = a->buffer_import;
-  if (BP_API_HAS_SLOT(a, 2, stream_import)) p->native.stream_import = a->stream_import;
-  p->no_devices_reason = r.device_count == 0 ? r.reason : "";
-  Plugin& plugin = *p;
-  plugins_.push_back(std::move(p));
-  try {
-    for (int i = 0; i < r.device_count; ++i)
-      plugin.devices.push_back(std::make_unique<PluginDevice>(plugin, i));
-  } catch (const Error& e) {
-    plugin.devices.clear();
-    r.status = PluginReport::Status::failed;
-    r.decision = "failed";
-    r.reason = std::string("reading device properties failed: ") + e.what();
-    r.device_count = 0;
-    plugin.no_devices_reason = r.reason;
-  }
-}
+Registry::~Registry() = default;
 
-Registry& Registry::get() {
-  static Registry* r = new Registry();  // never destroyed: Note [Plugin lifetime]
+Registry& Registry::process_default() {
+  // Never destroyed: Note [Plugin lifetime].
+  static Registry* r = new Registry(detail::options_from(detail::settings()));
   return *r;
 }
 
+const std::vector<PluginReport>& Registry::report() const {
+  return s_->report;
+}
+
 std::vector<Device*> Registry::devices() const {
+  return s_->devices();
+}
+
+std::vector<Device*> Registry::devices(DeviceKind kind) const {
   std::vector<Device*> out;
-  for (const auto& p : plugins_)
-    for (const auto& d : p->devices) out.push_back(d.get());
+  for (Device* d : s_->devices())
+    if (d->properties().kind == kind) out.push_back(d);
   return out;
 }
 
-Plugin* Registry::plugin_for_type(std::string_view type) const {
-  for (const auto& p : plugins_)
-    if (p->api->device_type == type && !p->devices.empty()) return p.get();
-  for (const auto& p : plugins_)
-    if (p->api->device_type == type) return p.get();
-  return nullptr;
-}
-
-const PluginReport* Registry::report_for_type(std::string_view type) const {
-  const PluginReport* best = nullptr;
-  for (const auto& r : report_) {
-    if (r.device_type == type || r.name == type) {
-      if (!best || r.status == PluginReport::Status::loaded) best = &r;
-    }
+Device& Registry::device(std::string_view spec) {
+  DeviceSpec s = parse_device_string(spec);
+  RegistryState& st = *s_;
+  Plugin* p = st.plugin_for_type(s.type);
+  if (!p) {
+    std::string msg = "unknown device type '" + s.type + "' in '" + std::string(spec) + "'";
+    if (const PluginReport* r = st.report_for_type(s.type))
+      msg += ": plugin " + r->path + " " + r->decision + ": " + r->reason;
+    std::string known;
+    for (const auto& t : st.known_types()) known += (known.empty() ? "" : ", ") + t;
+    msg += "; known device types: " + (known.empty() ? std::string("none") : known) +
+           "; devices: " + st.device_list();
+    throw DeviceError(msg);
   }
-  return best;
+  if (p->devices.empty())
+    throw DeviceError(std::string(spec) + " is not available: " + p->no_devices_reason +
+                      " (plugin " + p->path + "); devices: " + st.device_list());
+  if (s.index >= static_cast<int>(p->devices.size()))
+    throw DeviceError("device " + s.type + ":" + std::to_string(s.index) +
+                      " does not exist: index out of range, " + s.type + " has " +
+                      std::to_string(p->devices.size()) +
+                      " device(s); devices: " + st.device_list());
+  return *p->devices[s.index];
 }
 
-std::vector<std::string> Registry::known_types() const {
-  std::vector<std::string> out;
-  for (const auto& p : plugins_) out.push_back(p->api->device_type);
+int Registry::num_devices(std::string_view type) const {
+  Plugin* p = s_->plugin_for_type(type);
+  return p ? static_cast<int>(p->devices.size()) : 0;
+}
+
+Device& Registry::try_device(std::string_view spec) {
+  DeviceSpec s = parse_device_string(spec);
+  Plugin* p = s_->plugin_for_type(s.type);
+  if (p && s.index < static_cast<int>(p->devices.size())) return *p->devices[s.index];
+  return device("cpu:0");
+}
+
+std::vector<Device*> Registry::all_devices(std::string_view type) {
+  std::vector<Device*> out;
+  if (Plugin* p = s_->plugin_for_type(type))
+    for (const auto& d : p->devices) out.push_back(d.get());
+  if (out.empty()) out.push_back(&device("cpu:0"));
   return out;
 }
 
-}  // namespace bp::detail
+Availability Registry::is_available(std::string_view type) const {
+  Plugin* p = s_->plugin_for_type(type);
+  if (p && !p->devices.empty()) return {true, ""};
+  if (p) return {false, p->no_devices_reason};
+  if (const PluginReport* r = s_->report_for_type(type))
+    return {false, "plugin " + r->path + " " + r->decision + ": " + r->reason};
+  return {false, "no plugin provides device type '" + std::string(type) + "'"};
+}
+
+Device& Registry::default_device() {
+  if (Device* d = s_->default_device.load(std::memory_order_acquire)) return *d;
+  const RegistryOptions& o = s_->options;
+  Device* d = nullptr;
+  if (!o.default_device.empty()) {
+    try {
+      d = &device(o.default_device);
+    } catch (const DeviceError& e) {
+      throw DeviceError("default device from " +
+                        (o.default_device_origin.empty() ? std::string("the registry options")
+                                                         : o.default_device_origin) +
+                        ": " + e.what());
+    }
+  } else {
+    d = &device("cpu:0");
+  }
+  s_->default_device.store(d, std::memory_order_release);
+  return *d;
+}
+
+void Registry::set_default_device(Device& d) {
+  s_->default_device.store(&d, std::memory_order_release);
+}
+
+void Registry::synchronize() {
+  for (Device* d : s_->devices()) d->synchronize();
+}
+
+}  // namespace bp

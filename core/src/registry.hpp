@@ -1,219 +1,43 @@
-// Internal: the plugin registry and the Device implementation over the plugin ABI.
+// Internal: registries and the process-wide table of opened plugin libraries (Note
+// [Registries] in runtime.hpp).
 #pragma once
 
-#include <backplane/device.hpp>
-#include <backplane/errors.hpp>
+#include "device_state.hpp"
+
 #include <backplane/runtime.hpp>
 
-#include <array>
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace bp::detail {
 
-// Converts a plugin's error object (freed here) into the matching bp::Error subclass:
-// BP_ERROR_OUT_OF_MEMORY -> OutOfMemory, BP_ERROR_UNSUPPORTED -> UnsupportedError,
-// anything else -> PluginError. `context` says what the host was doing ("cuda:0: launch add").
-// With `invalid_is_device_error`, BP_ERROR_INVALID_ARGUMENT becomes DeviceError (a bad
-// address or foreign queue handed to an import) instead of PluginError.
-[[noreturn]] void throw_plugin_error(const bp_plugin_api* api, bp_error* err,
-                                     const std::string& context,
-                                     bool invalid_is_device_error = false);
+struct RegistryState {
+  explicit RegistryState(RegistryOptions o) : options(std::move(o)) {}
+  RegistryOptions options;
+  std::vector<PluginReport> report;
+  std::vector<std::unique_ptr<Plugin>> plugins;
+  std::atomic<Device*> default_device{nullptr};
 
-inline void check(const bp_plugin_api* api, bp_error* err, const char* what, const Device* dev) {
-  if (err) throw_plugin_error(api, err, (dev ? dev->str() + ": " : std::string()) + what);
-}
-
-// A loaded plugin. Lives until process exit (plugins are never unloaded: Note [Plugin
-// lifetime] in registry.cpp).
-// The minor-2 slots the host may call, copied from the table at registration: NULL when the
-// plugin leaves a slot NULL or its table does not have it (abi_minor < 2, or a struct_size
-// that does not cover the slot). Nothing else reads these slots from the table.
-struct NativeSlots {
-  decltype(bp_plugin_api::buffer_native) buffer_native = nullptr;
-  decltype(bp_plugin_api::stream_native) stream_native = nullptr;
-  decltype(bp_plugin_api::buffer_import) buffer_import = nullptr;
-  decltype(bp_plugin_api::stream_import) stream_import = nullptr;
-};
-
-struct Plugin {
-  std::string path;
-  const bp_plugin_api* api = nullptr;
-  bool has_minor1 = false;  // list_ops may be read
-  // find_kernel_id may be called, and launch takes bp_attr arrays with ids (Note [Attribute
-  // ids] in plugin_abi.h); false: names and bp_attr_minor1 arrays.
-  bool has_minor2 = false;
-  NativeSlots native;
-  std::string no_devices_reason;
-  std::vector<std::unique_ptr<Device>> devices;
-};
-
-class PluginDevice;
-
-// A plugin stream shared by its Stream object and the buffers allocated on it (Buffer frees on
-// the stream it was allocated on). The last owner synchronises and destroys it; a wrapper of a
-// foreign queue (Device::import_stream) is destroyed without waiting, since the work it queued
-// belongs to the queue's owner (a DLPack consumer must not be blocked by its producer).
-struct StreamHandle {
-  StreamHandle(PluginDevice& d, bp_stream* h, bool imported = false)
-      : dev(d), s(h), imported(imported) {}
-  ~StreamHandle();
-  StreamHandle(const StreamHandle&) = delete;
-  StreamHandle& operator=(const StreamHandle&) = delete;
-  PluginDevice& dev;
-  bp_stream* s;
-  bool imported;
-};
-
-class PluginStream final : public Stream {
- public:
-  PluginStream(PluginDevice& dev, bp_stream* s, bool imported = false)
-      : dev_(dev), h_(std::make_shared<StreamHandle>(dev, s, imported)) {}
-  Device& device() const override;
-  bp_stream* handle() const override { return h_->s; }
-  void synchronize() override;
-  void wait(Event& event) override;
-  const std::shared_ptr<StreamHandle>& shared_handle() const { return h_; }
-  void* native_handle() const override;
-
- private:
-  PluginDevice& dev_;
-  std::shared_ptr<StreamHandle> h_;
-};
-
-class PluginKernel final : public Kernel {
- public:
-  PluginKernel(PluginDevice& dev, Op op, DType dtype, bp_kernel* k)
-      : dev_(dev), op_(op), dtype_(dtype), k_(k) {}
-  Op op() const override { return op_; }
-  DType dtype() const override { return dtype_; }
-  void launch(Stream& stream, std::span<const bp_tensor_desc> inputs,
-              std::span<const bp_tensor_desc> outputs, std::span<const bp_attr> attrs) override;
-
- private:
-  PluginDevice& dev_;
-  Op op_;
-  DType dtype_;
-  bp_kernel* k_;
-};
-
-class PluginAllocator final : public Allocator {
- public:
-  explicit PluginAllocator(PluginDevice& dev) : dev_(dev) {}
-  std::shared_ptr<Buffer> allocate(uint64_t bytes, Stream& stream) override;
-  std::shared_ptr<Buffer> allocate(uint64_t bytes) override;
-  MemoryStats stats() override;
-  void reset_peak() override;
-  void empty_cache() override;
-
- private:
-  bp_buffer* allocate_raw(uint64_t bytes, bp_stream* stream);
-  PluginDevice& dev_;
-};
-
-class PluginDevice final : public Device {
- public:
-  PluginDevice(Plugin& plugin, int index);
-  ~PluginDevice() override;
-
-  const std::string& backend_name() const override { return backend_; }
-  const DeviceProperties& properties() const override { return props_; }
-  uint64_t free_memory() const override;
-  Allocator& allocator() override { return allocator_; }
-  Stream& default_stream() override;
-  std::unique_ptr<Stream> create_stream() override;
-  std::unique_ptr<Event> create_event() override;
-  void synchronize() override;
-  Kernel& kernel(Op op, DType dtype) override {
-    Kernel* k = kernels_[slot(op, dtype)].load(std::memory_order_acquire);
-    return k ? *k : resolve_kernel(op, dtype);
-  }
-  bool supports(Op op, DType dtype) override;
-
-  void copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void* src,
-                      uint64_t n) override;
-  void copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_off, uint64_t n) override;
-  void copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer& src, uint64_t src_off,
-                   uint64_t n) override;
-  void memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n) override;
-  void copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, uint64_t src_off,
-                        uint64_t n) override;
-  std::shared_ptr<Buffer> import_buffer(void* address, uint64_t size,
-                                        std::function<void()> release) override;
-  std::unique_ptr<Stream> import_stream(void* native_stream) override;
-
-  // Native address of byte `offset` of a buffer of this device (handle may be NULL for a
-  // 0-byte allocation); `size` is the buffer's size, for the bounds check.
-  NativeBuffer native_of(bp_buffer* handle, uint64_t size, uint64_t offset);
-  void* stream_native(bp_stream* s);
-
-  const bp_plugin_api* api() const { return plugin_.api; }
-  Plugin& plugin() { return plugin_; }
-  const Plugin& plugin() const { return plugin_; }
-  bool has_events() const { return plugin_.api->event_create != nullptr; }
-  void* host_pointer(bp_buffer* b) const noexcept {
-    return plugin_.api->mem_host_pointer ? plugin_.api->mem_host_pointer(b) : nullptr;
-  }
-  // Frees a buffer on the stream it was allocated on (NULL: the default stream).
-  void release(bp_buffer* b, uint64_t size, const StreamHandle* stream) noexcept;
-  void* host_alloc(uint64_t n) override;
-  void host_free(void* p) noexcept override;
-
- private:
-  static size_t slot(Op op, DType dtype) {
-    return static_cast<size_t>(op) * kNumDTypes + static_cast<size_t>(dtype);
-  }
-  Kernel& resolve_kernel(Op op, DType dtype);  // throws UnsupportedError
-  Kernel* try_resolve(Op op, DType dtype);     // nullptr when the backend lacks it
-  // UnsupportedError for a missing minor-2 slot: names the device, what was asked, the
-  // plugin, its ABI and whether its table lacks the slot (`in_table` false) or leaves it NULL.
-  [[noreturn]] void no_native_slot(const char* slot, const char* what, bool in_table) const;
-
-  Plugin& plugin_;
-  std::string backend_;
-  DeviceProperties props_;
-  PluginAllocator allocator_;
-  std::atomic<PluginStream*> default_stream_{nullptr};
-  std::mutex mu_;  // guards slow paths: stream creation, kernel resolution
-  std::vector<std::unique_ptr<PluginStream>> streams_;
-  std::vector<std::unique_ptr<PluginKernel>> kernel_store_;
-  std::array<std::atomic<Kernel*>, static_cast<size_t>(kNumOps) * kNumDTypes> kernels_{};
-  // Ordinal and DLPack type of this device's memory, for 0-byte buffers whose handle is NULL
-  // (asked of the plugin once, with a small allocation).
-  std::once_flag native_identity_once_;
-  NativeBuffer native_identity_;
-};
-
-// The process-wide registry.
-class Registry {
- public:
-  static Registry& get();  // loads plugins on first use
-  const std::vector<PluginReport>& report() const { return report_; }
-  const std::vector<std::unique_ptr<Plugin>>& plugins() const { return plugins_; }
   std::vector<Device*> devices() const;
   Plugin* plugin_for_type(std::string_view type) const;
   // The report line of the plugin that serves (or failed to serve) a device type.
   const PluginReport* report_for_type(std::string_view type) const;
   std::vector<std::string> known_types() const;
-
-  Device* default_device_override = nullptr;
-  std::atomic<Device*> default_device_cache{nullptr};
-
-  // Loads and initialises one candidate file with every check; does not register it.
-  static PluginReport load_candidate(const std::string& path);
-
- private:
-  Registry();
+  std::string device_list() const;  // "cpu:0, cuda:0" or "none"
   // Adds a loaded plugin and its devices; marks the report failed if properties fail.
-  void register_plugin(PluginReport& r);
-  std::vector<PluginReport> report_;
-  std::vector<std::unique_ptr<Plugin>> plugins_;
+  void register_plugin(PluginReport& r, const bp_plugin_api* api);
 };
 
-// Sync-debug hook: called before an implicit device-to-host read on `dev`.
-void note_implicit_sync(const Device& dev, const char* what);
+// Opens one candidate file with every check of Note [Plugin search order] and initialises it,
+// once per process per library: a library already opened (by any registry) gives its first
+// report again, with `path` as given, and init is never called twice. *out_api is the table
+// of a loaded plugin, else nullptr.
+PluginReport load_library(const std::string& path, const bp_plugin_api** out_api);
+
+// The registry options of a configuration (BACKPLANE_PLUGIN_PATH first).
+RegistryOptions options_from(const Config& c);
 
 }  // namespace bp::detail

@@ -1,130 +1,62 @@
-// Public runtime functions: device lookup, the default device, availability, settings.
+// Public runtime functions over the process default registry (Note [Registries] in
+// runtime.hpp), and the process-wide settings.
 #include "config_internal.hpp"
+#include "host/plugin_host.hpp"
 #include "registry.hpp"
 
 #include <atomic>
 #include <cstdio>
-#include <mutex>
 
 namespace bp {
 
-using detail::Registry;
-using detail::settings;
-
 namespace {
-
-std::string device_list() {
-  std::string out;
-  for (Device* d : Registry::get().devices()) out += (out.empty() ? "" : ", ") + d->str();
-  return out.empty() ? "none" : out;
+Registry& reg() {
+  return Registry::process_default();
 }
-
 std::atomic<int> g_allow_tf32{-1};  // -1: not read from config yet
 std::atomic<int> g_sync_debug{-1};
-
 }  // namespace
 
+PluginAbiVersion plugin_abi_version() {
+  return {BP_ABI_MAJOR, BP_ABI_MINOR};
+}
+
 void load_plugins() {
-  (void)Registry::get();
+  (void)reg();
 }
-
 std::vector<PluginReport> load_report() {
-  return Registry::get().report();
+  return reg().report();
 }
-
 PluginReport inspect_plugin(const std::string& path) {
-  return Registry::load_candidate(path);
+  const bp_plugin_api* api = nullptr;
+  return detail::load_library(path, &api);
 }
-
 Device& device(std::string_view spec) {
-  DeviceSpec s = parse_device_string(spec);
-  Registry& reg = Registry::get();
-  detail::Plugin* p = reg.plugin_for_type(s.type);
-  if (!p) {
-    std::string msg = "unknown device type '" + s.type + "' in '" + std::string(spec) + "'";
-    if (const PluginReport* r = reg.report_for_type(s.type))
-      msg += ": plugin " + r->path + " " + r->decision + ": " + r->reason;
-    std::string known;
-    for (const auto& t : reg.known_types()) known += (known.empty() ? "" : ", ") + t;
-    msg += "; known device types: " + (known.empty() ? std::string("none") : known) +
-           "; devices: " + device_list();
-    throw DeviceError(msg);
-  }
-  if (p->devices.empty())
-    throw DeviceError(std::string(spec) + " is not available: " + p->no_devices_reason +
-                      " (plugin " + p->path + "); devices: " + device_list());
-  if (s.index >= static_cast<int>(p->devices.size()))
-    throw DeviceError("device " + s.type + ":" + std::to_string(s.index) +
-                      " does not exist: index out of range, " + s.type + " has " +
-                      std::to_string(p->devices.size()) + " device(s); devices: " + device_list());
-  return *p->devices[s.index];
+  return reg().device(spec);
 }
-
 int num_devices(std::string_view type) {
-  detail::Plugin* p = Registry::get().plugin_for_type(type);
-  return p ? static_cast<int>(p->devices.size()) : 0;
+  return reg().num_devices(type);
 }
-
 Device& try_device(std::string_view spec) {
-  DeviceSpec s = parse_device_string(spec);
-  detail::Plugin* p = Registry::get().plugin_for_type(s.type);
-  if (p && s.index < static_cast<int>(p->devices.size())) return *p->devices[s.index];
-  return device("cpu:0");
+  return reg().try_device(spec);
 }
-
 std::vector<Device*> all_devices(std::string_view type) {
-  std::vector<Device*> out;
-  if (detail::Plugin* p = Registry::get().plugin_for_type(type))
-    for (const auto& d : p->devices) out.push_back(d.get());
-  if (out.empty()) out.push_back(&device("cpu:0"));
-  return out;
+  return reg().all_devices(type);
 }
-
 std::vector<Device*> devices() {
-  return Registry::get().devices();
+  return reg().devices();
 }
-
 Availability is_available(std::string_view type) {
-  Registry& reg = Registry::get();
-  detail::Plugin* p = reg.plugin_for_type(type);
-  if (p && !p->devices.empty()) return {true, ""};
-  if (p) return {false, p->no_devices_reason};
-  if (const PluginReport* r = reg.report_for_type(type))
-    return {false, "plugin " + r->path + " " + r->decision + ": " + r->reason};
-  return {false, "no plugin provides device type '" + std::string(type) + "'"};
+  return reg().is_available(type);
 }
-
 Device& default_device() {
-  Registry& reg = Registry::get();
-  if (Device* d = reg.default_device_cache.load(std::memory_order_acquire)) return *d;
-  const Config& c = settings();
-  Device* d = nullptr;
-  if (!c.default_device.empty()) {
-    try {
-      d = &device(c.default_device);
-    } catch (const DeviceError& e) {
-      throw DeviceError(
-          std::string("default device from ") +
-          (std::getenv("BACKPLANE_DEVICE") ? "BACKPLANE_DEVICE" : "config file " + c.source) +
-          ": " + e.what());
-    }
-  } else {
-    d = &device("cpu:0");
-  }
-  reg.default_device_cache.store(d, std::memory_order_release);
-  return *d;
+  return reg().default_device();
 }
-
 void set_default_device(Device& d) {
-  Registry::get().default_device_cache.store(&d, std::memory_order_release);
+  reg().set_default_device(d);
 }
-
 void synchronize() {
-  for (Device* d : devices()) d->synchronize();
-}
-
-const Config& config() {
-  return settings();
+  reg().synchronize();
 }
 
 void set_allow_tf32(bool allow) {
@@ -133,7 +65,7 @@ void set_allow_tf32(bool allow) {
 bool allow_tf32() {
   int v = g_allow_tf32.load(std::memory_order_relaxed);
   if (v < 0) {
-    v = settings().allow_tf32 ? 1 : 0;
+    v = detail::settings().allow_tf32 ? 1 : 0;
     g_allow_tf32.store(v);
   }
   return v == 1;
@@ -145,13 +77,25 @@ void set_sync_debug(SyncDebug mode) {
 SyncDebug sync_debug() {
   int v = g_sync_debug.load(std::memory_order_relaxed);
   if (v < 0) {
-    const std::string& m = settings().sync_debug;
+    const std::string& m = detail::settings().sync_debug;
     v = static_cast<int>(m == "warn"    ? SyncDebug::warn
                          : m == "error" ? SyncDebug::error
                                         : SyncDebug::off);
     g_sync_debug.store(v);
   }
   return static_cast<SyncDebug>(v);
+}
+
+const char* device_kind_name(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::cpu:
+      return "cpu";
+    case DeviceKind::gpu:
+      return "gpu";
+    case DeviceKind::accelerator:
+      return "accelerator";
+  }
+  return "?";
 }
 
 namespace detail {
@@ -170,3 +114,13 @@ void note_implicit_sync(const Device& dev, const char* what) {
 
 }  // namespace detail
 }  // namespace bp
+
+namespace bp::host {
+
+LoadedPlugin load_plugin(const std::string& path) {
+  LoadedPlugin p;
+  p.report = detail::load_library(path, &p.api);
+  return p;
+}
+
+}  // namespace bp::host

@@ -15,6 +15,10 @@
 
 namespace bp {
 
+using detail::impl;
+using detail::impl_ptr;
+using detail::TensorImpl;
+
 namespace {
 
 std::string errno_text(int err) {

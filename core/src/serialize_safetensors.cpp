@@ -110,10 +110,10 @@ TensorInfo parse_entry(const std::string& key, const json& entry, uint64_t data_
   t.dtype = dtype_from_safetensors(dtype->get_ref<const std::string&>(), source, key);
 
   if (!shape->is_array()) fail_key(source, key, "shape must be an array, got a " + kind(*shape));
-  if (shape->size() > BP_MAX_RANK)
+  if (shape->size() > static_cast<size_t>(kMaxRank))
     fail_key(source, key,
              "shape has " + std::to_string(shape->size()) +
-                 " dimensions; Backplane supports at most " + std::to_string(BP_MAX_RANK));
+                 " dimensions; Backplane supports at most " + std::to_string(kMaxRank));
   uint64_t numel = 1;
   bool overflow = false;
   for (const json& d : *shape) {

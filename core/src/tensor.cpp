@@ -3,7 +3,6 @@
 #include <backplane/tensor.hpp>
 
 #include "autograd_internal.hpp"
-#include "registry.hpp"
 #include "tensor_internal.hpp"
 
 #include <algorithm>
@@ -17,9 +16,9 @@ namespace bp {
 
 namespace {
 void check_rank(size_t n) {
-  if (n > BP_MAX_RANK)
+  if (n > static_cast<size_t>(kMaxRank))
     throw ShapeError("rank " + std::to_string(n) + " exceeds the maximum of " +
-                     std::to_string(BP_MAX_RANK));
+                     std::to_string(kMaxRank));
 }
 }  // namespace
 
@@ -64,33 +63,33 @@ Tensor make_empty(Device& dev, const Dims& shape, DType dtype) {
     if (shape.d[i] < 0)
       throw ShapeError("negative dimension " + std::to_string(shape.d[i]) + " in shape " +
                        shape.str());
-  auto impl = std::make_shared<TensorImpl>();
-  impl->device = &dev;
-  impl->dtype = dtype;
-  impl->shape = shape;
-  impl->strides = contiguous_strides(shape);
+  auto ti = std::make_shared<TensorImpl>();
+  ti->device = &dev;
+  ti->dtype = dtype;
+  ti->shape = shape;
+  ti->strides = contiguous_strides(shape);
   uint64_t bytes = static_cast<uint64_t>(shape.numel()) * dtype_size(dtype);
-  impl->storage = dev.allocator().allocate(bytes);
-  return Tensor(std::move(impl));
+  ti->storage = state(dev).allocate(bytes, {});
+  return make_tensor(std::move(ti));
 }
 
 Tensor make_view(const Tensor& base, const Dims& shape, const Dims& strides, int64_t offset) {
-  auto impl = std::make_shared<TensorImpl>();
-  const TensorImpl& b = base.impl();
-  impl->storage = b.storage;
-  impl->device = b.device;
-  impl->dtype = b.dtype;
-  impl->shape = shape;
-  impl->strides = strides;
-  impl->offset = offset;
-  return Tensor(std::move(impl));
+  auto ti = std::make_shared<TensorImpl>();
+  const TensorImpl& b = impl(base);
+  ti->storage = b.storage;
+  ti->device = b.device;
+  ti->dtype = b.dtype;
+  ti->shape = shape;
+  ti->strides = strides;
+  ti->offset = offset;
+  return make_tensor(std::move(ti));
 }
 
 bp_tensor_desc desc(const Tensor& t) {
-  const TensorImpl& i = t.impl();
+  const TensorImpl& i = impl(t);
   bp_tensor_desc d{};
   d.struct_size = sizeof d;
-  d.buffer = i.storage ? i.storage->handle() : nullptr;
+  d.buffer = i.storage ? handle(*i.storage) : nullptr;
   d.offset = static_cast<uint64_t>(i.offset) * dtype_size(i.dtype);
   d.dtype = static_cast<int32_t>(i.dtype);
   d.rank = i.shape.rank;
@@ -103,7 +102,7 @@ bp_tensor_desc desc(const Tensor& t) {
 
 bp_tensor_desc desc_broadcast(const Tensor& t, const Dims& out) {
   bp_tensor_desc d = desc(t);
-  const TensorImpl& i = t.impl();
+  const TensorImpl& i = impl(t);
   int pad = out.rank - i.shape.rank;
   d.rank = out.rank;
   for (int k = out.rank - 1; k >= 0; --k) {
@@ -165,11 +164,11 @@ std::vector<char> read_bytes(const Tensor& t0, const char* what) {
   note_implicit_sync(dev, what);
   Stream& s = dev.default_stream();
   uint64_t off = static_cast<uint64_t>(t.offset()) * dtype_size(t.dtype());
-  if (const char* hp = static_cast<const char*>(t.impl().storage->host_pointer())) {
+  if (const char* hp = static_cast<const char*>(impl(t).storage->host_pointer())) {
     s.synchronize();
     std::memcpy(out.data(), hp + off, n);
   } else {
-    dev.copy_to_host(s, out.data(), *t.impl().storage, off, n);
+    dev.copy_to_host(s, out.data(), *impl(t).storage, off, n);
     s.synchronize();
   }
   return out;
@@ -232,6 +231,15 @@ bool Tensor::is_contiguous() const {
 }
 bool Tensor::shares_storage(const Tensor& o) const {
   return impl_ && o.impl_ && impl_->storage && impl_->storage == o.impl_->storage;
+}
+const Dims& Tensor::dims() const {
+  return need(impl_).shape;
+}
+const Dims& Tensor::stride_dims() const {
+  return need(impl_).strides;
+}
+const std::shared_ptr<Buffer>& Tensor::storage() const {
+  return need(impl_).storage;
 }
 Device& Tensor::cpu_device() {
   return bp::device("cpu:0");
@@ -339,7 +347,7 @@ bool view_strides(const TensorImpl& t, const Dims& shape, Dims& out) {
     return true;
   }
   // Drop size-1 dims of the source.
-  int64_t od[BP_MAX_RANK], os[BP_MAX_RANK];
+  int64_t od[kMaxRank], os[kMaxRank];
   int on = 0;
   for (int k = 0; k < t.shape.rank; ++k)
     if (t.shape.d[k] != 1) {
@@ -422,7 +430,7 @@ Tensor Tensor::permute(const Shape& order) const {
                      " axes for a tensor of rank " + std::to_string(i.shape.rank));
   Dims s, st;
   s.rank = st.rank = i.shape.rank;
-  bool used[BP_MAX_RANK] = {};
+  bool used[kMaxRank] = {};
   for (int k = 0; k < i.shape.rank; ++k) {
     int ax = normalize_axis(static_cast<int>(order[k]), i.shape.rank, "permute");
     if (used[ax]) throw ShapeError("permute: axis " + std::to_string(ax) + " appears twice");
@@ -523,11 +531,11 @@ Tensor from_bytes(const void* data, size_t nbytes, const Shape& shape, DType dty
   Tensor t = make_empty(device, s, dtype);
   if (nbytes == 0) return t;
   Stream& st = device.default_stream();
-  if (void* hp = t.impl().storage->host_pointer()) {
+  if (void* hp = impl(t).storage->host_pointer()) {
     st.synchronize();
     std::memcpy(hp, data, nbytes);
   } else {
-    device.copy_from_host(st, *t.impl().storage, 0, data, nbytes);
+    device.copy_from_host(st, *impl(t).storage, 0, data, nbytes);
     st.synchronize();  // the caller's memory may go away when we return
   }
   return t;
@@ -665,7 +673,7 @@ Tensor random_tensor(Op op, const Shape& shape, Device& device, DType dtype, Gen
                       attr_f(uniform ? BP_ATTR_ID_LOW : BP_ATTR_ID_MEAN, p0),
                       attr_f(uniform ? BP_ATTR_ID_HIGH : BP_ATTR_ID_STD, p1)};
   bp_tensor_desc out = desc(t);
-  device.kernel(op, dtype).launch(device.default_stream(), {}, {&out, 1}, attrs);
+  launch(device, op, dtype, {}, {&out, 1}, attrs);
   return t;
 }
 }  // namespace

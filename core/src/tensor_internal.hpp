@@ -1,12 +1,36 @@
 // Internal: helpers shared by the tensor implementation files.
 #pragma once
 
+#include "device_state.hpp"
+
 #include <backplane/tensor.hpp>
 
 #include <initializer_list>
 #include <string>
 
 namespace bp::detail {
+
+static_assert(kMaxRank == BP_MAX_RANK, "bp::kMaxRank and the plugin ABI's BP_MAX_RANK differ");
+
+// Storage and geometry of a tensor.
+struct TensorImpl {
+  std::shared_ptr<Buffer> storage;  // may be null for zero-element tensors
+  Device* device = nullptr;
+  DType dtype = DType::f32;
+  Dims shape, strides;
+  int64_t offset = 0;  // elements
+  std::shared_ptr<autograd::Meta> autograd;
+};
+
+inline TensorImpl& impl(const Tensor& t) {
+  return Access::impl(t);
+}
+inline const std::shared_ptr<TensorImpl>& impl_ptr(const Tensor& t) {
+  return Access::impl_ptr(t);
+}
+inline Tensor make_tensor(std::shared_ptr<TensorImpl> impl) {
+  return Access::tensor(std::move(impl));
+}
 
 // Row-major contiguous strides of a shape.
 Dims contiguous_strides(const Dims& shape);
@@ -46,9 +70,6 @@ inline bp_attr attr_f(bp_attr_id id, double v) {
 inline bp_attr attr_i(bp_attr_id id, int64_t v) {
   return bp_attr{sizeof(bp_attr), bp_attr_name(id), BP_ATTR_INT, v, 0.0, id};
 }
-
-// True when `dev`'s plugin takes attribute ALPHA on add and sub (minor >= 2).
-bool takes_alpha(const Device& dev);
 
 // Host copy of a tensor's values in row-major order as raw bytes of its dtype.
 std::vector<char> read_bytes(const Tensor& t, const char* what);

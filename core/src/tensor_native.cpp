@@ -2,7 +2,6 @@
 // 1.2, Note [Native handles] in plugin_abi.h).
 #include <backplane/tensor.hpp>
 
-#include "registry.hpp"
 #include "tensor_internal.hpp"
 
 #include <cstdio>
@@ -11,10 +10,9 @@ namespace bp {
 
 NativeBuffer Tensor::native() const {
   if (!defined()) throw Error("native(): undefined tensor (default-constructed bp::Tensor)");
-  const TensorImpl& i = impl();
-  auto& dev = static_cast<detail::PluginDevice&>(*i.device);
+  const detail::TensorImpl& i = *impl_;
   uint64_t off = static_cast<uint64_t>(i.offset) * dtype_size(i.dtype);
-  if (!i.storage) return dev.native_of(nullptr, off, off);
+  if (!i.storage) return detail::state(*i.device).native_of(nullptr, off, off);
   return i.storage->native(off);
 }
 
@@ -38,7 +36,7 @@ Tensor from_blob(Device& dev, void* address, Shape shape, Shape strides, DType d
   if (code < 0 || code >= kNumDTypes)
     throw DTypeError("from_blob: dtype value " + std::to_string(code) +
                      " is not a Backplane dtype (f32, f64, f16, bf16, i32, i64, u8, bool)");
-  Dims s{std::span<const int64_t>(shape)};  // ShapeError past BP_MAX_RANK
+  Dims s{std::span<const int64_t>(shape)};  // ShapeError past kMaxRank
   for (int k = 0; k < s.rank; ++k)
     if (s.d[k] < 0)
       throw ShapeError("from_blob: negative dimension " + std::to_string(s.d[k]) + " in shape " +
@@ -95,13 +93,13 @@ Tensor from_blob(Device& dev, void* address, Shape shape, Shape strides, DType d
                      " elements");
   }
   std::shared_ptr<Buffer> buf = dev.import_buffer(address, bytes, std::move(release));
-  auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::move(buf);
-  impl->device = &dev;
-  impl->dtype = dtype;
-  impl->shape = s;
-  impl->strides = st;
-  return Tensor(std::move(impl));
+  auto ti = std::make_shared<detail::TensorImpl>();
+  ti->storage = std::move(buf);
+  ti->device = &dev;
+  ti->dtype = dtype;
+  ti->shape = s;
+  ti->strides = st;
+  return detail::make_tensor(std::move(ti));
 }
 
 }  // namespace bp

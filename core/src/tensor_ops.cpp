@@ -30,10 +30,10 @@ void throw_domain_error(Op op, DType dtype) {
 Tensor unary_raw(Op op, const Tensor& a) {
   check_domain(op, a.dtype());
   Device& dev = a.device();
-  Tensor out = make_empty(dev, a.impl().shape, a.dtype());
+  Tensor out = make_empty(dev, impl(a).shape, a.dtype());
   if (out.numel() == 0) return out;
   bp_tensor_desc in = desc(a), o = desc(out);
-  dev.kernel(op, a.dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, {});
+  launch(dev, op, a.dtype(), {&in, 1}, {&o, 1}, {});
   return out;
 }
 
@@ -43,12 +43,12 @@ Tensor binary_raw(Op op, const Tensor& a, const Tensor& b, DType out_dtype) {
   check_same_dtype(name, a, b);
   check_domain(op, a.dtype());
   Device& dev = a.device();
-  Dims shape = broadcast_shapes(a.impl().shape, b.impl().shape, name);
+  Dims shape = broadcast_shapes(impl(a).shape, impl(b).shape, name);
   Tensor out = make_empty(dev, shape, out_dtype);
   if (out.numel() == 0) return out;
   bp_tensor_desc in[2] = {desc_broadcast(a, shape), desc_broadcast(b, shape)};
   bp_tensor_desc o = desc(out);
-  dev.kernel(op, a.dtype()).launch(dev.default_stream(), in, {&o, 1}, {});
+  launch(dev, op, a.dtype(), in, {&o, 1}, {});
   return out;
 }
 
@@ -59,19 +59,18 @@ Tensor scalar_raw(Op op, const Tensor& a, double s, bool reverse, DType out_dtyp
     throw DTypeError(std::string(op_name(op)) + ": scalar " + std::to_string(s) +
                      " is not exact in a " + std::string(dtype_name(a.dtype())) +
                      " tensor; cast the tensor to a floating dtype first");
-  Tensor out = make_empty(dev, a.impl().shape, out_dtype);
+  Tensor out = make_empty(dev, impl(a).shape, out_dtype);
   if (out.numel() == 0) return out;
   bp_tensor_desc in = desc(a), o = desc(out);
   bp_attr attrs[2] = {attr_f(BP_ATTR_ID_SCALAR, s), attr_i(BP_ATTR_ID_REVERSE, reverse ? 1 : 0)};
-  dev.kernel(op, a.dtype())
-      .launch(dev.default_stream(), {&in, 1}, {&o, 1}, {attrs, reverse ? 2u : 1u});
+  launch(dev, op, a.dtype(), {&in, 1}, {&o, 1}, {attrs, reverse ? 2u : 1u});
   return out;
 }
 
 Tensor reduce_raw(Op op, const Tensor& a, uint32_t axes, bool keepdim) {
   const char* name = op_name(op).data();
   check_domain(op, a.dtype());
-  const TensorImpl& i = a.impl();
+  const TensorImpl& i = impl(a);
   Dims out_shape = i.shape;
   bool empty_reduced = false;
   for (int k = 0; k < i.shape.rank; ++k)
@@ -86,7 +85,7 @@ Tensor reduce_raw(Op op, const Tensor& a, uint32_t axes, bool keepdim) {
   Tensor out = make_empty(dev, out_shape, a.dtype());
   if (out.numel() != 0) {
     bp_tensor_desc in = desc(a), o = desc(out);
-    dev.kernel(op, a.dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, {});
+    launch(dev, op, a.dtype(), {&in, 1}, {&o, 1}, {});
   }
   if (keepdim) return out;
   Dims s;
@@ -97,19 +96,19 @@ Tensor reduce_raw(Op op, const Tensor& a, uint32_t axes, bool keepdim) {
 
 Tensor copy_raw(const Tensor& a) {  // dense copy on the same device
   Device& dev = a.device();
-  Tensor out = make_empty(dev, a.impl().shape, a.dtype());
+  Tensor out = make_empty(dev, impl(a).shape, a.dtype());
   if (out.numel() == 0) return out;
   bp_tensor_desc in = desc(a), o = desc(out);
-  dev.kernel(Op::copy, a.dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, {});
+  launch(dev, Op::copy, a.dtype(), {&in, 1}, {&o, 1}, {});
   return out;
 }
 
 Tensor cast_raw(const Tensor& a, DType t) {
   Device& dev = a.device();
-  Tensor out = make_empty(dev, a.impl().shape, t);
+  Tensor out = make_empty(dev, impl(a).shape, t);
   if (out.numel() == 0) return out;
   bp_tensor_desc in = desc(a), o = desc(out);
-  dev.kernel(Op::cast, a.dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, {});
+  launch(dev, Op::cast, a.dtype(), {&in, 1}, {&o, 1}, {});
   return out;
 }
 
@@ -117,8 +116,8 @@ Tensor cast_raw(const Tensor& a, DType t) {
 void copy_into(const Tensor& dst, const Tensor& src) {
   if (dst.numel() == 0) return;
   Device& dev = dst.device();
-  bp_tensor_desc in = desc_broadcast(src, dst.impl().shape), o = desc(dst);
-  dev.kernel(Op::copy, dst.dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, {});
+  bp_tensor_desc in = desc_broadcast(src, impl(dst).shape), o = desc(dst);
+  launch(dev, Op::copy, dst.dtype(), {&in, 1}, {&o, 1}, {});
 }
 
 namespace {
@@ -136,7 +135,7 @@ MatOperand mat_operand(Tensor t, const Dims& batch, int64_t rows, int64_t cols) 
   full.push_back(cols);
   t = t.expand(full);
   auto unit = [&](const Tensor& x) {
-    const TensorImpl& i = x.impl();
+    const TensorImpl& i = impl(x);
     int r = i.shape.rank;
     bool row = i.strides.d[r - 1] == 1 || i.shape.d[r - 1] == 1;
     bool col = i.strides.d[r - 2] == 1 || i.shape.d[r - 2] == 1;
@@ -144,7 +143,7 @@ MatOperand mat_operand(Tensor t, const Dims& batch, int64_t rows, int64_t cols) 
   };
   // The batch dims must collapse into one stride.
   auto batch_stride = [&](const Tensor& x, int64_t& out) {
-    const TensorImpl& i = x.impl();
+    const TensorImpl& i = impl(x);
     out = 0;
     int64_t expect = -1;
     for (int k = batch.rank - 1; k >= 0; --k) {
@@ -165,7 +164,7 @@ MatOperand mat_operand(Tensor t, const Dims& batch, int64_t rows, int64_t cols) 
     t = copy_raw(t);
     batch_stride(t, bs);
   }
-  const TensorImpl& i = t.impl();
+  const TensorImpl& i = impl(t);
   bp_tensor_desc d = desc(t);
   int r = i.shape.rank;
   d.rank = 3;
@@ -189,16 +188,16 @@ Tensor matmul_raw(const Tensor& a0, const Tensor& b0) {
   check_domain(Op::matmul, a0.dtype());
   if (a0.rank() == 0 || b0.rank() == 0)
     throw ShapeError("matmul: operands must have at least one dimension, got shapes " +
-                     a0.impl().shape.str() + " and " + b0.impl().shape.str());
+                     impl(a0).shape.str() + " and " + impl(b0).shape.str());
   Tensor a = a0.rank() == 1 ? a0.unsqueeze(0) : a0;
   Tensor b = b0.rank() == 1 ? b0.unsqueeze(1) : b0;
-  const Dims &as = a.impl().shape, &bs = b.impl().shape;
+  const Dims &as = impl(a).shape, &bs = impl(b).shape;
   int64_t m = as.d[as.rank - 2], k = as.d[as.rank - 1];
   int64_t k2 = bs.d[bs.rank - 2], n = bs.d[bs.rank - 1];
   if (k != k2)
-    throw ShapeError("matmul: inner dimensions differ, " + a0.impl().shape.str() + " @ " +
-                     b0.impl().shape.str() + " (" + std::to_string(k) + " vs " +
-                     std::to_string(k2) + ")");
+    throw ShapeError("matmul: inner dimensions differ, " + impl(a0).shape.str() + " @ " +
+                     impl(b0).shape.str() + " (" + std::to_string(k) + " vs " + std::to_string(k2) +
+                     ")");
   Dims ab{std::span<const int64_t>(as.d, as.d + as.rank - 2)};
   Dims bb{std::span<const int64_t>(bs.d, bs.d + bs.rank - 2)};
   Dims batch = broadcast_shapes(ab, bb, "matmul");
@@ -219,7 +218,7 @@ Tensor matmul_raw(const Tensor& a0, const Tensor& b0) {
     o.strides[1] = n;
     o.strides[2] = 1;
     bp_attr attr = attr_i(BP_ATTR_ID_ALLOW_TF32, allow_tf32() ? 1 : 0);
-    dev.kernel(Op::matmul, a.dtype()).launch(dev.default_stream(), in, {&o, 1}, {&attr, 1});
+    launch(dev, Op::matmul, a.dtype(), in, {&o, 1}, {&attr, 1});
   }
   if (a0.rank() == 1) out = out.squeeze(-2);
   if (b0.rank() == 1) out = out.squeeze(-1);
@@ -233,14 +232,14 @@ Tensor where_raw(const Tensor& c, const Tensor& a, const Tensor& b) {
     throw DTypeError("where: the condition must be bool, got " +
                      std::string(dtype_name(c.dtype())));
   Device& dev = a.device();
-  Dims shape = broadcast_shapes(broadcast_shapes(c.impl().shape, a.impl().shape, "where"),
-                                b.impl().shape, "where");
+  Dims shape = broadcast_shapes(broadcast_shapes(impl(c).shape, impl(a).shape, "where"),
+                                impl(b).shape, "where");
   Tensor out = make_empty(dev, shape, a.dtype());
   if (out.numel() == 0) return out;
   bp_tensor_desc in[3] = {desc_broadcast(c, shape), desc_broadcast(a, shape),
                           desc_broadcast(b, shape)};
   bp_tensor_desc o = desc(out);
-  dev.kernel(Op::where, a.dtype()).launch(dev.default_stream(), in, {&o, 1}, {});
+  launch(dev, Op::where, a.dtype(), in, {&o, 1}, {});
   return out;
 }
 
@@ -483,17 +482,17 @@ Tensor& Tensor::fill_(double value) {
   bp_tensor_desc o = desc(*this);
   bp_attr a = (dtype() == DType::i64) ? attr_i(BP_ATTR_ID_VALUE, static_cast<int64_t>(value))
                                       : attr_f(BP_ATTR_ID_VALUE, value);
-  dev.kernel(Op::fill, dtype()).launch(dev.default_stream(), {}, {&o, 1}, {&a, 1});
+  launch(dev, Op::fill, dtype(), {}, {&o, 1}, {&a, 1});
   return *this;
 }
 
 Tensor& Tensor::copy_(const Tensor& src0) {
   Tensor src = src0.to(device());
   if (src.dtype() != dtype()) src = cast_raw(src, dtype());
-  Dims s = broadcast_shapes(impl().shape, src.impl().shape, "copy_");
-  if (!(s == impl().shape))
-    throw ShapeError("copy_: source of shape " + src.impl().shape.str() +
-                     " does not broadcast to the destination shape " + impl().shape.str());
+  Dims s = broadcast_shapes(impl_->shape, impl(src).shape, "copy_");
+  if (!(s == impl_->shape))
+    throw ShapeError("copy_: source of shape " + impl(src).shape.str() +
+                     " does not broadcast to the destination shape " + impl_->shape.str());
   copy_into(*this, src);
   return *this;
 }
@@ -512,25 +511,24 @@ Tensor& Tensor::add_(const Tensor& other0, double alpha) {
                      " tensor; cast the tensor to a floating dtype first");
   const bool fused = scaled && takes_alpha(dev);
   Tensor other = scaled && !fused ? scalar_raw(Op::mul, other0, alpha, false, dtype()) : other0;
-  Dims s = broadcast_shapes(impl().shape, other.impl().shape, "add_");
-  if (!(s == impl().shape))
-    throw ShapeError("add_: shape " + other.impl().shape.str() +
-                     " does not broadcast to the destination shape " + impl().shape.str());
+  Dims s = broadcast_shapes(impl_->shape, impl(other).shape, "add_");
+  if (!(s == impl_->shape))
+    throw ShapeError("add_: shape " + impl(other).shape.str() +
+                     " does not broadcast to the destination shape " + impl_->shape.str());
   if (numel() == 0) return *this;
   bp_attr a[2] = {attr_i(BP_ATTR_ID_INPLACE, 1),
                   is_floating(dtype()) ? attr_f(BP_ATTR_ID_ALPHA, alpha)
                                        : attr_i(BP_ATTR_ID_ALPHA, static_cast<int64_t>(alpha))};
   bp_tensor_desc in[2] = {desc(*this), desc_broadcast(other, s)};
   if (!is_contiguous()) {
-    Tensor sum = make_empty(dev, impl().shape, dtype());
+    Tensor sum = make_empty(dev, impl_->shape, dtype());
     bp_tensor_desc o = desc(sum);
-    dev.kernel(Op::add, dtype())
-        .launch(dev.default_stream(), in, {&o, 1}, {a + 1, fused ? 1u : 0u});
+    launch(dev, Op::add, dtype(), in, {&o, 1}, {a + 1, fused ? 1u : 0u});
     copy_into(*this, sum);
     return *this;
   }
   bp_tensor_desc o = desc(*this);
-  dev.kernel(Op::add, dtype()).launch(dev.default_stream(), in, {&o, 1}, {a, fused ? 2u : 1u});
+  launch(dev, Op::add, dtype(), in, {&o, 1}, {a, fused ? 2u : 1u});
   return *this;
 }
 
@@ -544,7 +542,7 @@ Tensor& Tensor::mul_(double factor) {
   Device& dev = device();
   bp_tensor_desc in = desc(*this), o = desc(*this);
   bp_attr a[2] = {attr_f(BP_ATTR_ID_SCALAR, factor), attr_i(BP_ATTR_ID_INPLACE, 1)};
-  dev.kernel(Op::mul, dtype()).launch(dev.default_stream(), {&in, 1}, {&o, 1}, a);
+  launch(dev, Op::mul, dtype(), {&in, 1}, {&o, 1}, a);
   return *this;
 }
 
@@ -552,23 +550,23 @@ Tensor cat(const std::vector<Tensor>& ts, int axis) {
   if (ts.empty()) throw ShapeError("cat: needs at least one tensor");
   const Tensor& first = ts[0];
   axis = normalize_axis(axis, first.rank(), "cat");
-  Dims shape = first.impl().shape;
+  Dims shape = impl(first).shape;
   shape.d[axis] = 0;
   for (const Tensor& t : ts) {
     check_same_device("cat", {&first, &t});
     check_same_dtype("cat", first, t);
-    const Dims& s = t.impl().shape;
+    const Dims& s = impl(t).shape;
     bool ok = s.rank == shape.rank;
     for (int k = 0; ok && k < s.rank; ++k) ok = k == axis || s.d[k] == shape.d[k];
     if (!ok)
-      throw ShapeError("cat: shape " + s.str() + " does not match " + first.impl().shape.str() +
+      throw ShapeError("cat: shape " + s.str() + " does not match " + impl(first).shape.str() +
                        " outside axis " + std::to_string(axis));
     shape.d[axis] += s.d[axis];
   }
   Tensor out = make_empty(first.device(), shape, first.dtype());
   int64_t at = 0;
   for (const Tensor& t : ts) {
-    int64_t n = t.impl().shape.d[axis];
+    int64_t n = impl(t).shape.d[axis];
     copy_into(out.slice(axis, at, at + n), t);
     at += n;
   }
@@ -576,7 +574,7 @@ Tensor cat(const std::vector<Tensor>& ts, int axis) {
 }
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
-  if (!(a.impl().shape == b.impl().shape)) return false;
+  if (!(impl(a).shape == impl(b).shape)) return false;
   std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
   for (size_t k = 0; k < x.size(); ++k) {
     if (std::isnan(x[k]) || std::isnan(y[k])) return false;

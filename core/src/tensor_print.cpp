@@ -14,6 +14,10 @@
 
 namespace bp {
 
+using detail::impl;
+using detail::impl_ptr;
+using detail::TensorImpl;
+
 namespace {
 
 constexpr int64_t kSummariseAbove = 1000;
@@ -82,7 +86,7 @@ std::ostream& operator<<(std::ostream& os, const Tensor& t) {
     }
     print_dim(os, bytes, dt, shape, strides, 0, 0, t.numel() > kSummariseAbove, 0);
   }
-  return os << "\n<Tensor " << t.impl().shape.str() << ' ' << dtype_name(dt) << " @"
+  return os << "\n<Tensor " << impl(t).shape.str() << ' ' << dtype_name(dt) << " @"
             << t.device().str() << '>';
 }
 

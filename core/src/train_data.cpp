@@ -8,6 +8,10 @@
 
 namespace bp {
 
+using detail::impl;
+using detail::impl_ptr;
+using detail::TensorImpl;
+
 namespace {
 std::string shape_str(const Tensor& t) {
   return Dims(std::span<const int64_t>(t.shape())).str();

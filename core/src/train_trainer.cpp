@@ -11,7 +11,15 @@ Device& pick_device(const TrainerOptions& o) {
   if (!o.device.empty()) return device(o.device);
   if (o.num_gpus < 0)
     throw Error("Trainer: num_gpus must be >= 0, got " + std::to_string(o.num_gpus));
-  return o.num_gpus == 0 ? device("cpu:0") : try_device("cuda:0");
+  if (o.num_gpus == 0) return device("cpu:0");
+  // The first GPU of any backend, else the first other accelerator, else the CPU: the kind
+  // the backend declares decides (DeviceProperties::kind), never its name.
+  Registry& reg = Registry::process_default();
+  for (DeviceKind kind : {DeviceKind::gpu, DeviceKind::accelerator}) {
+    std::vector<Device*> found = reg.devices(kind);
+    if (!found.empty()) return *found.front();
+  }
+  return device("cpu:0");
 }
 }  // namespace
 

@@ -77,6 +77,7 @@ static bp_error* template_device_properties(int32_t device, bp_device_properties
   full.cores = 1;
   full.supports_f64 = 0;   /* no f64 kernels */
   full.unified_memory = 1; /* buffers are host memory: mem_host_pointer returns them */
+  full.kind = BP_DEVICE_KIND_CPU;
   /* Fill only what the caller's struct has room for (Note [ABI versioning]). */
   n = out->struct_size < sizeof full ? out->struct_size : sizeof full;
   memcpy((char*)out + sizeof(size_t), (const char*)&full + sizeof(size_t), n - sizeof(size_t));

@@ -153,8 +153,8 @@ struct ExportCtx {
 
 template <typename M>
 void fill_export(M* m, ExportCtx* ctx, const Tensor& t, const NativeBuffer& n) {
-  const Dims& s = t.impl().shape;
-  const Dims& st = t.impl().strides;
+  const Dims& s = t.dims();
+  const Dims& st = t.stride_dims();
   ctx->shape.assign(s.d, s.d + s.rank);
   ctx->strides.assign(st.d, st.d + st.rank);
   DLTensor& dl = m->dl_tensor;
@@ -339,9 +339,9 @@ Tensor import_managed(M* m, bool read_only, nb::handle copy) {
   DType dtype;
   try {
     dtype = from_dl(dl.dtype);
-    if (dl.ndim < 0 || dl.ndim > BP_MAX_RANK)
+    if (dl.ndim < 0 || dl.ndim > bp::kMaxRank)
       throw ShapeError("from_dlpack: rank " + std::to_string(dl.ndim) +
-                       " is outside what Backplane supports (0.." + std::to_string(BP_MAX_RANK) +
+                       " is outside what Backplane supports (0.." + std::to_string(bp::kMaxRank) +
                        ")");
   } catch (...) {
     if (m->deleter) m->deleter(m);

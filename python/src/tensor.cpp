@@ -145,7 +145,7 @@ nb::object to_numpy(const Tensor& t0) {
   if (t0.dtype() == DType::bf16)
     throw DTypeError("numpy(): NumPy has no bfloat16; convert first, e.g. t.to(backplane.float32)");
   Tensor t = t0;
-  if (t.numel() != 0 && !t.impl().storage->host_pointer()) t = t.cpu();
+  if (t.numel() != 0 && !t.storage()->host_pointer()) t = t.cpu();
   std::vector<size_t> shape;
   std::vector<int64_t> strides;
   for (int64_t s : t.shape()) shape.push_back(static_cast<size_t>(s));
@@ -157,7 +157,7 @@ nb::object to_numpy(const Tensor& t0) {
       nb::gil_scoped_release nogil;
       t.device().default_stream().synchronize();
     }
-    data = static_cast<char*>(t.impl().storage->host_pointer()) +
+    data = static_cast<char*>(t.storage()->host_pointer()) +
            t.offset() * static_cast<int64_t>(dtype_size(t.dtype()));
   }
   nb::capsule owner(new Tensor(t), [](void* p) noexcept { delete static_cast<Tensor*>(p); });
@@ -263,7 +263,7 @@ void register_tensor(nb::module_& m) {
   // ---- geometry and identity ----
   cls.def(nb::init<const Tensor&>(), nb::arg("other"),
           "Another handle of the same tensor (used by nn.Parameter).");
-  cls.def_prop_ro("shape", [](const Tensor& t) { return int_tuple(t.impl().shape); })
+  cls.def_prop_ro("shape", [](const Tensor& t) { return int_tuple(t.dims()); })
       .def_prop_ro("dtype", &Tensor::dtype)
       .def_prop_ro("device", &Tensor::device, nb::rv_policy::reference)
       .def_prop_ro("ndim", &Tensor::rank)
@@ -272,20 +272,20 @@ void register_tensor(nb::module_& m) {
       .def(
           "size",
           [](const Tensor& t, nb::handle dim) -> nb::object {
-            if (dim.is_none()) return int_tuple(t.impl().shape);
+            if (dim.is_none()) return int_tuple(t.dims());
             return nb::int_(t.size(nb::cast<int>(dim)));
           },
           nb::arg("dim").none() = nb::none())
       .def(
           "stride",
           [](const Tensor& t, nb::handle dim) -> nb::object {
-            if (dim.is_none()) return int_tuple(t.impl().strides);
+            if (dim.is_none()) return int_tuple(t.stride_dims());
             int r = t.rank();
             int d = nb::cast<int>(dim);
             if (d < -r || d >= r)
               throw ShapeError("stride: dim " + std::to_string(d) + " is out of range for rank " +
                                std::to_string(r));
-            return nb::int_(t.impl().strides.d[d < 0 ? d + r : d]);
+            return nb::int_(t.stride_dims().d[d < 0 ? d + r : d]);
           },
           nb::arg("dim").none() = nb::none())
       .def("storage_offset", &Tensor::offset)

@@ -3,6 +3,8 @@
 // view), Device::import_buffer / import_stream, Stream::native_handle, and the typed errors.
 #include "device_params.hpp"
 
+#include <backplane/plugin_abi.h>  // BP_DLPACK_* values
+
 #include <climits>
 #include <cstdio>
 #include <cstring>
@@ -73,8 +75,8 @@ TEST_P(NativeTest, AddressesOfViews) {
   EXPECT_EQ(t.slice(1, 1, 3).data_ptr(), base + 1 * 4);
   EXPECT_EQ(t.select(0, 2).data_ptr(), base + 8 * 4);
   EXPECT_EQ(t.t().data_ptr(), base);
-  EXPECT_EQ(t.impl().storage->native(48).address, base + 48);  // one past the end is valid
-  std::string msg = expect_throw<bp::ShapeError>([&] { (void)t.impl().storage->native(49); });
+  EXPECT_EQ(t.storage()->native(48).address, base + 48);  // one past the end is valid
+  std::string msg = expect_throw<bp::ShapeError>([&] { (void)t.storage()->native(49); });
   EXPECT_HAS(msg, "byte 49");
   EXPECT_HAS(msg, "48 bytes");
   // A zero-element tensor still names its device (a 0-byte allocation may have no handle).
@@ -99,7 +101,7 @@ TEST_P(NativeTest, FromBlobOnHostMemoryIsZeroCopyBothWaysAndReleasesOnce) {
         bp::from_blob(dev(), mem.data(), {3, 4}, {}, bp::DType::f32, [&] { ++released; });
     EXPECT_EQ(t.data_ptr(), mem.data());
     EXPECT_EQ(t.strides(), (bp::Shape{4, 1}));
-    EXPECT_TRUE(t.impl().storage->imported());
+    EXPECT_TRUE(t.storage()->imported());
     EXPECT_EQ(t.to_vector<float>(), original);
     mem[5] = 42.5f;  // host -> tensor
     EXPECT_EQ(t.to_vector<float>()[5], 42.5f);
@@ -134,10 +136,10 @@ TEST_P(NativeTest, FromBlobStridesAndBroadcast) {
   EXPECT_NEAR(sum.item<float>(), want, 1e-4 * (1 + std::abs(want)));
   // Every element the strides reach, and no more, is imported.
   bp::Tensor odd = bp::from_blob(dev(), mem.data() + 1, {2, 2}, {5, 2}, bp::DType::f32);
-  EXPECT_EQ(odd.impl().storage->size(), (1 + 5 + 2) * 4u);
+  EXPECT_EQ(odd.storage()->size(), (1 + 5 + 2) * 4u);
   bp::Tensor empty = bp::from_blob(dev(), nullptr, {0, 3}, {}, bp::DType::f32);
   EXPECT_EQ(empty.numel(), 0);
-  EXPECT_EQ(empty.impl().storage->size(), 0u);
+  EXPECT_EQ(empty.storage()->size(), 0u);
 }
 
 TEST_P(NativeTest, FromBlobAliasOfDeviceMemory) {
@@ -208,7 +210,7 @@ TEST_P(NativeTest, FromBlobBadArgumentsAreTypedAndNeverRelease) {
   });
   EXPECT_HAS(msg, "more than 2^63 elements");
   msg = expect_throw<bp::ShapeError>(
-      [&] { bp::from_blob(dev(), mem, bp::Shape(BP_MAX_RANK + 1, 1), {}, bp::DType::f32, rel); });
+      [&] { bp::from_blob(dev(), mem, bp::Shape(bp::kMaxRank + 1, 1), {}, bp::DType::f32, rel); });
   EXPECT_HAS(msg, "exceeds the maximum");
   msg = expect_throw<bp::DTypeError>(
       [&] { bp::from_blob(dev(), mem, {4}, {}, static_cast<bp::DType>(42), rel); });

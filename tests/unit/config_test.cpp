@@ -1,8 +1,7 @@
-// The config file and its precedence (Note [Config precedence] in core/src/config.cpp).
+// The config file and its precedence (Note [Config precedence] in runtime.hpp), read with
+// bp::Config::load().
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
-
-#include "config_internal.hpp"
 
 #include <cstdlib>
 #include <filesystem>
@@ -30,7 +29,7 @@ class ConfigTest : public ::testing::Test {
   void expect_error(const std::string& text, const std::string& fragment) {
     write(text);
     try {
-      bp::detail::load_config();
+      bp::Config::load();
       FAIL() << "config accepted: " << text;
     } catch (const bp::IOError& e) {
       std::string msg = e.what();
@@ -49,7 +48,7 @@ TEST_F(ConfigTest, ReadsEveryKey) {
       "device = \"cuda:1\"\n"
       "[plugins]\npaths = [\"/opt/a\", \"/opt/b\"]\nallow = [\"cpu\", \"cuda\"]\n"
       "deny = [\"opencl\"]\n[matmul]\nallow_tf32 = true\n[debug]\nsync = \"warn\"\n");
-  bp::Config c = bp::detail::load_config();
+  bp::Config c = bp::Config::load();
   EXPECT_EQ(c.source, path_.string());
   EXPECT_EQ(c.default_device, "cuda:1");
   EXPECT_EQ(c.plugin_paths, (std::vector<std::string>{"/opt/a", "/opt/b"}));
@@ -65,7 +64,7 @@ TEST_F(ConfigTest, EnvironmentBeatsFile) {
   setenv("BACKPLANE_PLUGINS", "cuda,opencl", 1);
   setenv("BACKPLANE_ALLOW_TF32", "0", 1);
   setenv("BACKPLANE_SYNC_DEBUG", "error", 1);
-  bp::Config c = bp::detail::load_config();
+  bp::Config c = bp::Config::load();
   EXPECT_EQ(c.default_device, "cpu:0");
   EXPECT_EQ(c.allow, (std::vector<std::string>{"cuda", "opencl"}));
   EXPECT_FALSE(c.allow_tf32);
@@ -92,7 +91,7 @@ TEST_F(ConfigTest, WrongTypes) {
 TEST_F(ConfigTest, MissingExplicitFile) {
   setenv("BACKPLANE_CONFIG", "/no/such/backplane.toml", 1);
   try {
-    bp::detail::load_config();
+    bp::Config::load();
     FAIL();
   } catch (const bp::IOError& e) {
     EXPECT_NE(std::string(e.what()).find("/no/such/backplane.toml (from BACKPLANE_CONFIG) does "
@@ -103,11 +102,11 @@ TEST_F(ConfigTest, MissingExplicitFile) {
 }
 TEST_F(ConfigTest, BadEnvironmentValues) {
   setenv("BACKPLANE_ALLOW_TF32", "maybe", 1);
-  EXPECT_THROW(bp::detail::load_config(), bp::IOError);
+  EXPECT_THROW(bp::Config::load(), bp::IOError);
   unsetenv("BACKPLANE_ALLOW_TF32");
   setenv("BACKPLANE_SYNC_DEBUG", "verbose", 1);
   try {
-    bp::detail::load_config();
+    bp::Config::load();
     FAIL();
   } catch (const bp::IOError& e) {
     EXPECT_NE(std::string(e.what()).find("BACKPLANE_SYNC_DEBUG"), std::string::npos);
@@ -119,7 +118,7 @@ TEST_F(ConfigTest, NoFileMeansDefaults) {
   fs::create_directories(empty);
   fs::current_path(empty);
   setenv("XDG_CONFIG_HOME", empty.c_str(), 1);
-  bp::Config c = bp::detail::load_config();
+  bp::Config c = bp::Config::load();
   fs::current_path(cwd);
   unsetenv("XDG_CONFIG_HOME");
   fs::remove_all(empty);

@@ -5,6 +5,7 @@
 #include "conformance_suites.hpp"
 
 #include <backplane/runtime.hpp>
+#include <plugin_host.hpp>
 
 #include <fnmatch.h>
 #include <unistd.h>
@@ -86,8 +87,9 @@ int run_group(const ChildOptions& opt) {
     return 2;
   }
   const std::string& path = opt.plugins[0];
-  bp::PluginReport r = bp::inspect_plugin(path);
-  if (r.status != bp::PluginReport::Status::loaded || !r.api) {
+  bp::host::LoadedPlugin loaded = bp::host::load_plugin(path);
+  const bp::PluginReport& r = loaded.report;
+  if (r.status != bp::PluginReport::Status::loaded || !loaded.api) {
     write_record(fd, {"SETUP", "the plugin did not load: " + r.reason});
     write_record(fd, {"DONE"});
     return 0;
@@ -98,7 +100,7 @@ int run_group(const ChildOptions& opt) {
     label += ':';
     label += std::to_string(opt.device_index);
   }
-  Context ctx(r.api, path, plugin_level ? -1 : opt.device_index, label, opt.seed);
+  Context ctx(loaded.api, path, plugin_level ? -1 : opt.device_index, label, opt.seed);
   std::vector<TestCase> all;
   try {
     if (!build_suite(opt.suite, ctx, all)) {

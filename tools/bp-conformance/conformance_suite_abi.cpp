@@ -329,7 +329,10 @@ void build_devices_suite(Context& ctx, std::vector<TestCase>& out) {
     if (p.cores < 0 || p.compute_major < 0 || p.compute_minor < 0)
       throw Failure(format("negative cores (%d) or compute capability (%d.%d)", p.cores,
                            p.compute_major, p.compute_minor));
-    c.note(format("'%s' (%s), %.1f GiB, %d cores%s", p.name, p.vendor,
+    static const char* const kKinds[] = {"kind not said", "cpu", "gpu", "accelerator"};
+    if (p.kind < BP_DEVICE_KIND_UNKNOWN || p.kind > BP_DEVICE_KIND_ACCELERATOR)
+      throw Failure(format("kind %d is not a bp_device_kind (0 to 3)", p.kind));
+    c.note(format("'%s' (%s), %s, %.1f GiB, %d cores%s", p.name, p.vendor, kKinds[p.kind],
                   static_cast<double>(p.total_memory) / (1024.0 * 1024 * 1024), p.cores,
                   p.unified_memory ? ", unified memory" : ""));
   });
@@ -347,18 +350,20 @@ void build_devices_suite(Context& ctx, std::vector<TestCase>& out) {
     if (a.cores != d.cores) diff += "cores ";
     if (a.supports_f64 != d.supports_f64) diff += "supports_f64 ";
     if (a.unified_memory != d.unified_memory) diff += "unified_memory ";
+    if (a.kind != d.kind) diff += "kind ";
     if (!diff.empty()) throw Failure("static properties changed between two calls: " + diff);
   });
 
   b.add("properties_small_struct", [](Context& c) {
     // Sizes an older or smaller host could pass: header only, up to name, up to the strings,
-    // up to cores. Field boundaries and one mid-field size (SDK plugins copy bytes).
+    // up to cores, up to kind (a host of minor 1). Field boundaries and one mid-field size (SDK
+    // plugins copy bytes).
     for (size_t sz :
          {sizeof(size_t), offsetof(bp_device_properties, vendor),
           offsetof(bp_device_properties, total_memory), offsetof(bp_device_properties, cores),
-          offsetof(bp_device_properties, name) + 5})
+          offsetof(bp_device_properties, kind), offsetof(bp_device_properties, name) + 5})
       properties_with_size(c, sz);
-    c.note("no byte written past struct_size for 5 smaller sizes");
+    c.note("no byte written past struct_size for 6 smaller sizes");
   });
 
   b.add("properties_large_struct", [](Context& c) {

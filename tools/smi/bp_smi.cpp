@@ -54,7 +54,8 @@ std::vector<DeviceRow> device_rows() {
 
 int print_json() {
   nlohmann::json j;
-  j["abi"] = std::to_string(BP_ABI_MAJOR) + "." + std::to_string(BP_ABI_MINOR);
+  const bp::PluginAbiVersion abi = bp::plugin_abi_version();
+  j["abi"] = std::to_string(abi.major) + "." + std::to_string(abi.minor);
   j["plugins"] = nlohmann::json::array();
   for (const auto& r : bp::load_report()) {
     j["plugins"].push_back(
@@ -92,7 +93,8 @@ int print_json() {
 }
 
 int print_table() {
-  std::printf("Backplane (plugin ABI %d.%d)\n\n", BP_ABI_MAJOR, BP_ABI_MINOR);
+  const bp::PluginAbiVersion abi = bp::plugin_abi_version();
+  std::printf("Backplane (plugin ABI %u.%u)\n\n", abi.major, abi.minor);
   std::printf("Plugins\n");
   for (const auto& r : bp::load_report()) {
     std::printf("  %-8s %-10s %s", status_name(r.status), r.name.empty() ? "-" : r.name.c_str(),

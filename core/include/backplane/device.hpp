@@ -1,7 +1,11 @@
-// Devices and their execution state: Device (static facts, owned by the runtime), Allocator and
+// Devices and their execution state: Device (static facts, owned by a Registry), Allocator and
 // Buffer (memory), Stream and Event (ordering), Kernel (a resolved op implementation).
 //
-// Users hold Device references; devices compare by identity and live until process exit.
+// Every class here has one implementation, over a backend plugin's C table; backends are added
+// as plugins (plugin_abi.h), never by deriving from these classes, which users obtain from the
+// runtime only. Users hold Device references; devices compare by identity and live as long as
+// their Registry (the process default's live until process exit).
+//
 // Thread-safety: every member function may be called from any thread, on one stream from
 // several threads at once included. Work queued on one stream runs in call order: a call that
 // returned before another began is ordered before it, and calls that overlap in time are
@@ -9,20 +13,37 @@
 // between threads that matters to you is yours to establish, as with CUDA streams.
 #pragma once
 
-#include <backplane/plugin_abi.h>
 #include <backplane/dtype.hpp>
+#include <backplane/export.hpp>
 #include <backplane/ops.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <span>
 #include <string>
 
 namespace bp {
 
 class Device;
 class Stream;
+class Event;
+
+namespace detail {
+struct Access;  // libbackplane's way into the classes below
+struct DeviceState;
+struct StreamState;
+// A constructor argument only libbackplane can produce.
+class Key {
+  Key() = default;
+  friend struct Access;
+};
+}  // namespace detail
+
+// What a device is, as its backend declares it. Accelerators that are not GPUs (NPUs, FPGAs,
+// DSPs) are `accelerator`; a CPU behind OpenCL is `cpu`.
+enum class DeviceKind { cpu, gpu, accelerator };
+BP_API const char* device_kind_name(DeviceKind kind);  // "cpu", "gpu", "accelerator"
 
 struct DeviceProperties {
   std::string name;  // "NVIDIA H100 80GB HBM3"
@@ -35,18 +56,19 @@ struct DeviceProperties {
   int cores = 0;
   bool supports_f64 = true;
   bool unified_memory = false;  // device buffers are host memory
+  // From the plugin; for a plugin that does not say (built before ABI 1.2 declared kinds):
+  // cpu when its memory is host memory, else accelerator.
+  DeviceKind kind = DeviceKind::cpu;
 };
 
+// Counted by libbackplane, which sees every allocation and free; `reserved` comes from the
+// backend. Buffers made by Device::import_buffer are not counted.
 struct MemoryStats {
   uint64_t allocated = 0;       // live bytes handed out
   uint64_t reserved = 0;        // bytes held from the system, caches included
   uint64_t peak_allocated = 0;  // since the last reset_peak()
   uint64_t num_allocs = 0;      // live allocations
 };
-
-namespace detail {
-struct StreamHandle;
-}
 
 // Where one byte of device memory lives in the vendor's own terms (Note [Native handles] in
 // plugin_abi.h), for DLPack, communicators and other libraries that take raw pointers.
@@ -56,26 +78,18 @@ struct NativeBuffer {
   int dlpack_device_type = 0;  // DLPack DLDeviceType: 1 kDLCPU, 2 kDLCUDA, 13 kDLCUDAManaged
 };
 
-// An owning handle of one device allocation. Freed when the last shared_ptr goes away,
-// stream-ordered on the stream it was allocated on (which stays alive until then); keeps its
-// device's plugin loaded. A buffer made by Device::import_buffer wraps someone else's memory:
-// "freed" then means handed back to its owner (the release function runs once, after the work
-// queued before the free).
-class Buffer {
+// An owning handle of one device allocation, made by Allocator::allocate or
+// Device::import_buffer. Freed when the last shared_ptr goes away, stream-ordered on the stream
+// it was allocated on (which stays alive until then); keeps its device's plugin loaded. A
+// buffer made by Device::import_buffer wraps someone else's memory: "freed" then means handed
+// back to its owner (the release function runs once, after the work queued before the free).
+class BP_API Buffer {
  public:
-  // A buffer allocated (or imported, when `imported`) on the device's default stream.
-  Buffer(Device& device, bp_buffer* handle, uint64_t size, bool imported = false) noexcept
-      : device_(&device), handle_(handle), size_(size), imported_(imported) {}
-  // A buffer allocated on another stream of the device, kept alive by `stream`.
-  Buffer(Device& device, bp_buffer* handle, uint64_t size,
-         std::shared_ptr<detail::StreamHandle> stream) noexcept
-      : device_(&device), handle_(handle), size_(size), stream_(std::move(stream)) {}
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
   Device& device() const noexcept { return *device_; }
-  bp_buffer* handle() const noexcept { return handle_; }
   uint64_t size() const noexcept { return size_; }
   // Host address when the device's memory is host memory, else nullptr.
   void* host_pointer() const noexcept;
@@ -89,72 +103,122 @@ class Buffer {
   // True for a buffer made by Device::import_buffer (not counted in memory_stats()).
   bool imported() const noexcept { return imported_; }
 
+  // Made by libbackplane only (detail::Key), so that one allocation holds a buffer and its
+  // shared count.
+  Buffer(detail::Key, Device& device, void* handle, uint64_t size,
+         std::shared_ptr<detail::StreamState> stream, bool imported) noexcept
+      : device_(&device),
+        handle_(handle),
+        size_(size),
+        stream_(std::move(stream)),
+        imported_(imported) {}
+
  private:
+  friend struct detail::Access;
   Device* device_;
-  bp_buffer* handle_;
+  void* handle_;  // the plugin's opaque buffer handle
   uint64_t size_;
-  std::shared_ptr<detail::StreamHandle> stream_;  // null: the device's default stream
-  bool imported_ = false;
+  std::shared_ptr<detail::StreamState> stream_;  // null: the device's default stream
+  bool imported_;
 };
 
-class Allocator {
+// The memory of one device (Device::allocator()).
+class BP_API Allocator {
  public:
-  virtual ~Allocator() = default;
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
   // Allocates `bytes` usable by work queued on `stream`, a stream of this device. The buffer
   // is freed on that stream, which it keeps alive. Throws OutOfMemory naming the device, the
   // request and the free memory; DeviceMismatch for a stream of another device.
-  virtual std::shared_ptr<Buffer> allocate(uint64_t bytes, Stream& stream) = 0;
+  std::shared_ptr<Buffer> allocate(uint64_t bytes, Stream& stream);
   // Allocates on the device's default stream.
-  virtual std::shared_ptr<Buffer> allocate(uint64_t bytes) = 0;
-  virtual MemoryStats stats() = 0;
-  virtual void reset_peak() = 0;
+  std::shared_ptr<Buffer> allocate(uint64_t bytes);
+  MemoryStats stats();
+  // Starts peak_allocated again from the current allocated.
+  void reset_peak();
   // Returns cached free memory to the system.
-  virtual void empty_cache() = 0;
-};
+  void empty_cache();
 
-class Event;
+ private:
+  friend class Device;
+  explicit Allocator(Device& device) noexcept : device_(&device) {}
+  Device* device_;
+};
 
 // An in-order queue of work on one device. The queue is destroyed, once its work has finished,
 // when the Stream object and every buffer allocated on it are gone: a buffer outliving its
 // Stream object is still freed on that queue.
-class Stream {
+class BP_API Stream {
  public:
-  virtual ~Stream() = default;
-  virtual Device& device() const = 0;
-  virtual bp_stream* handle() const = 0;
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  Device& device() const noexcept { return *device_; }
   // Blocks until all work queued so far has finished.
-  virtual void synchronize() = 0;
+  void synchronize();
   // Future work on this stream waits for `event` (recorded on any stream of the device).
-  virtual void wait(Event& event) = 0;
+  void wait(Event& event);
   // The backend's own queue behind this stream (cudaStream_t on cuda, cl_command_queue on
   // opencl), owned by Backplane: valid while this Stream lives, never to be destroyed by the
   // caller. nullptr on cpu, whose streams execute eagerly and have no native object. The same
   // value on every call. Throws UnsupportedError naming the device when the plugin does not
   // expose it.
-  virtual void* native_handle() const = 0;
+  void* native_handle() const;
+
+ private:
+  friend struct detail::Access;
+  Stream(Device& device, std::shared_ptr<detail::StreamState> state) noexcept;
+  Device* device_;
+  std::shared_ptr<detail::StreamState> state_;
 };
 
-class Event {
+// A marker in a stream's work, for ordering between streams and for timing.
+class BP_API Event {
  public:
-  virtual ~Event() = default;
-  virtual void record(Stream& stream) = 0;
-  virtual void synchronize() = 0;
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+
+  void record(Stream& stream);
+  void synchronize();
   // Milliseconds from this event to `end`; both recorded and complete.
-  virtual double elapsed_ms(Event& end) = 0;
+  double elapsed_ms(Event& end);
+
+ private:
+  friend struct detail::Access;
+  Event(Device& device, void* handle) noexcept : device_(&device), handle_(handle) {}
+  Device* device_;
+  void* handle_;  // the plugin's opaque event; null without plugin events (Note [Events
+                  // without plugin support]: record synchronises and stamps host_time_)
+  std::chrono::steady_clock::time_point host_time_{};
 };
 
-class Kernel {
+// An op implementation of one device, resolved once and cached (Device::kernel). Ops are
+// launched by libbackplane's tensor operations.
+class BP_API Kernel {
  public:
-  virtual ~Kernel() = default;
-  virtual Op op() const = 0;
-  virtual DType dtype() const = 0;
-  virtual void launch(Stream& stream, std::span<const bp_tensor_desc> inputs,
-                      std::span<const bp_tensor_desc> outputs, std::span<const bp_attr> attrs) = 0;
+  Kernel(const Kernel&) = delete;
+  Kernel& operator=(const Kernel&) = delete;
+
+  Device& device() const noexcept { return *device_; }
+  Op op() const noexcept { return op_; }
+  DType dtype() const noexcept { return dtype_; }
+
+ private:
+  friend struct detail::Access;
+  Kernel(Device& device, Op op, DType dtype, void* handle) noexcept
+      : device_(&device), op_(op), dtype_(dtype), handle_(handle) {}
+  Device* device_;
+  Op op_;
+  DType dtype_;
+  void* handle_;  // the plugin's opaque kernel handle
 };
 
-class Device {
+class BP_API Device {
  public:
-  virtual ~Device() = default;
+  ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
 
@@ -163,42 +227,40 @@ class Device {
   int index() const noexcept { return index_; }
   bool operator==(const Device& o) const noexcept { return this == &o; }
 
-  virtual const std::string& backend_name() const = 0;  // the plugin serving it
-  virtual const DeviceProperties& properties() const = 0;
-  virtual uint64_t free_memory() const = 0;  // read now
-  virtual Allocator& allocator() = 0;
-  MemoryStats memory_stats() { return allocator().stats(); }
+  const std::string& backend_name() const noexcept { return backend_; }  // the plugin serving it
+  const DeviceProperties& properties() const noexcept { return props_; }
+  uint64_t free_memory() const;  // read now
+  Allocator& allocator() noexcept { return allocator_; }
+  MemoryStats memory_stats() { return allocator_.stats(); }
 
-  virtual Stream& default_stream() = 0;
-  virtual std::unique_ptr<Stream> create_stream() = 0;
-  virtual std::unique_ptr<Event> create_event() = 0;
+  Stream& default_stream();
+  std::unique_ptr<Stream> create_stream();
+  std::unique_ptr<Event> create_event();
   // Waits for every stream of the device that Backplane created.
-  virtual void synchronize() = 0;
+  void synchronize();
 
   // The kernel for (op, dtype), resolved once and cached. Throws DTypeError when dtype lies
   // outside the op's dtype domain (plugin_abi.h, Note [Dtype domains]), UnsupportedError naming
   // the op, dtype, this device and the devices that do have it when the backend lacks it.
-  virtual Kernel& kernel(Op op, DType dtype) = 0;
+  Kernel& kernel(Op op, DType dtype);
   // True when the backend has (op, dtype), false outside the op's domain; never throws.
-  virtual bool supports(Op op, DType dtype) = 0;
+  bool supports(Op op, DType dtype);
 
   // Stream-ordered copies between host memory and a buffer on this device. The host memory
   // must stay valid until the stream has passed the copy.
-  virtual void copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void* src,
-                              uint64_t n) = 0;
-  virtual void copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_off,
-                            uint64_t n) = 0;
-  virtual void copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer& src,
-                           uint64_t src_off, uint64_t n) = 0;
-  virtual void memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n) = 0;
+  void copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void* src, uint64_t n);
+  void copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_off, uint64_t n);
+  void copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer& src, uint64_t src_off,
+                   uint64_t n);
+  void memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n);
   // Page-locked host memory for fast transfers to and from this device (ordinary 64-byte
   // aligned memory when the backend has none). Free with host_free. Throws OutOfMemory.
-  virtual void* host_alloc(uint64_t n) = 0;
-  virtual void host_free(void* p) noexcept = 0;
+  void* host_alloc(uint64_t n);
+  void host_free(void* p) noexcept;
   // Copies between this device and another device; same plugin -> peer copy, else staged
   // through host memory. Ordered after prior work on both devices' default streams.
-  virtual void copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, uint64_t src_off,
-                                uint64_t n) = 0;
+  void copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, uint64_t src_off,
+                        uint64_t n);
 
   // ---- Native handles and external memory (plugin ABI 1.2) ----
   // Wraps `size` bytes at `address`, memory of this device owned by someone else (a host
@@ -210,22 +272,24 @@ class Device {
   // called and the caller still owns the memory. Throws UnsupportedError naming the device and
   // the reason (OpenCL, or a plugin older than ABI 1.2), DeviceError for a NULL address with a
   // non-zero size or memory that is not this device's (the backend's message says whose).
-  virtual std::shared_ptr<Buffer> import_buffer(void* address, uint64_t size,
-                                                std::function<void()> release) = 0;
+  std::shared_ptr<Buffer> import_buffer(void* address, uint64_t size,
+                                        std::function<void()> release);
   // Wraps a native queue of this device (a cudaStream_t, including the legacy default stream
   // nullptr, on cuda; a cl_command_queue of the device's context on opencl; nullptr on cpu) as
   // a Stream that does not own it: destroying the Stream leaves the native queue alive, and
   // its owner must keep it alive while the Stream exists. Throws UnsupportedError or
   // DeviceError (a queue of another device) as import_buffer does.
-  virtual std::unique_ptr<Stream> import_stream(void* native_stream) = 0;
-
- protected:
-  Device(std::string type, int index)
-      : str_(type + ":" + std::to_string(index)), type_(std::move(type)), index_(index) {}
+  std::unique_ptr<Stream> import_stream(void* native_stream);
 
  private:
-  std::string str_, type_;
+  friend struct detail::Access;
+  explicit Device(std::unique_ptr<detail::DeviceState> state);
+
+  std::string str_, type_, backend_;
   int index_;
+  DeviceProperties props_;
+  Allocator allocator_;
+  std::unique_ptr<detail::DeviceState> state_;
 };
 
 }  // namespace bp

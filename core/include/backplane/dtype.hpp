@@ -1,7 +1,7 @@
 // Element types and their host-side representation.
 #pragma once
 
-#include <backplane/plugin_abi.h>
+#include <backplane/export.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -9,29 +9,37 @@
 
 namespace bp {
 
+// The values are the plugin ABI's dtype numbers (libbackplane checks that they agree).
 enum class DType : int32_t {
-  f32 = BP_DTYPE_F32,
-  f64 = BP_DTYPE_F64,
-  f16 = BP_DTYPE_F16,
-  bf16 = BP_DTYPE_BF16,
-  i32 = BP_DTYPE_I32,
-  i64 = BP_DTYPE_I64,
-  u8 = BP_DTYPE_U8,
-  boolean = BP_DTYPE_BOOL,
+  f32 = 0,
+  f64 = 1,
+  f16 = 2,
+  bf16 = 3,
+  i32 = 4,
+  i64 = 5,
+  u8 = 6,
+  boolean = 7,  // one byte, 0 or 1
 };
-inline constexpr int kNumDTypes = BP_DTYPE_COUNT;
+inline constexpr int kNumDTypes = 8;
 
-inline size_t dtype_size(DType t) {
-  return bp_dtype_size(static_cast<int32_t>(t));
+// Bytes of one element; 0 for a value outside DType.
+constexpr size_t dtype_size(DType t) {
+  constexpr size_t kSizes[kNumDTypes] = {4, 8, 2, 2, 4, 8, 1, 1};
+  const int i = static_cast<int>(t);
+  return i >= 0 && i < kNumDTypes ? kSizes[i] : 0;
 }
-inline std::string_view dtype_name(DType t) {
-  return bp_dtype_name(static_cast<int32_t>(t));
+// Canonical lower-case name ("f32", "bool"), or "?" for a value outside DType.
+constexpr std::string_view dtype_name(DType t) {
+  constexpr std::string_view kNames[kNumDTypes] = {"f32", "f64", "f16", "bf16",
+                                                   "i32", "i64", "u8",  "bool"};
+  const int i = static_cast<int>(t);
+  return i >= 0 && i < kNumDTypes ? kNames[i] : std::string_view("?");
 }
 inline bool is_floating(DType t) {
   return t == DType::f32 || t == DType::f64 || t == DType::f16 || t == DType::bf16;
 }
 // Parses "f32", "float32", "bf16", "int64", "bool", ... Throws DTypeError listing the names.
-DType dtype_from_name(std::string_view name);
+BP_API DType dtype_from_name(std::string_view name);
 
 // Half-precision storage types (bit patterns); convert with to_float / from_float.
 struct Half {
@@ -79,7 +87,7 @@ template <typename T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;
 
 // Reads element `i` of a host array of dtype t as double / writes a double, rounding to t.
-double load_as_double(const void* data, DType t, size_t i);
-void store_from_double(void* data, DType t, size_t i, double v);
+BP_API double load_as_double(const void* data, DType t, size_t i);
+BP_API void store_from_double(void* data, DType t, size_t i, double v);
 
 }  // namespace bp

@@ -2,39 +2,40 @@
 // the devices, the shapes, the file and key) and, where one exists, what would be right.
 #pragma once
 
+#include <backplane/export.hpp>
 #include <stdexcept>
 #include <string>
 
 namespace bp {
 
 // Base of every error Backplane throws.
-class Error : public std::runtime_error {
+class BP_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
 // A device string that does not parse, or names a device that does not exist; a backend that
 // is not available (the message quotes the reason from the load report).
-class DeviceError : public Error {
+class BP_API DeviceError : public Error {
  public:
   using Error::Error;
 };
 
 // Operands of one op live on different devices. Never resolved by a silent copy.
-class DeviceMismatch : public Error {
+class BP_API DeviceMismatch : public Error {
  public:
   using Error::Error;
 };
 
 // A device allocation failed after the backend trimmed its caches and retried once.
-class OutOfMemory : public Error {
+class BP_API OutOfMemory : public Error {
  public:
   using Error::Error;
 };
 
 // A plugin failed to load or initialise, or returned an error from a call. native_name()
 // carries the vendor's error name when there is one ("cudaErrorInvalidValue").
-class PluginError : public Error {
+class BP_API PluginError : public Error {
  public:
   PluginError(const std::string& what, std::string native_name = "")
       : Error(what), native_name_(std::move(native_name)) {}
@@ -46,31 +47,31 @@ class PluginError : public Error {
 
 // An op that the device's backend does not implement for that dtype; the message names the
 // devices that do.
-class UnsupportedError : public Error {
+class BP_API UnsupportedError : public Error {
  public:
   using Error::Error;
 };
 
 // Shapes that do not fit the op (broadcast, matmul, reshape, a model's parameter).
-class ShapeError : public Error {
+class BP_API ShapeError : public Error {
  public:
   using Error::Error;
 };
 
 // Dtypes that do not fit the op, or an unknown dtype name.
-class DTypeError : public Error {
+class BP_API DTypeError : public Error {
  public:
   using Error::Error;
 };
 
 // A file that cannot be read or written, or whose contents are malformed; a bad config file.
-class IOError : public Error {
+class BP_API IOError : public Error {
  public:
   using Error::Error;
 };
 
 // An implicit device-to-host synchronisation while BACKPLANE_SYNC_DEBUG=error.
-class SyncError : public Error {
+class BP_API SyncError : public Error {
  public:
   using Error::Error;
 };

@@ -25,6 +25,7 @@
 #include <backplane/device.hpp>
 #include <backplane/dtype.hpp>
 #include <backplane/errors.hpp>
+#include <backplane/export.hpp>
 #include <backplane/tensor.hpp>
 
 #include <cstddef>
@@ -62,7 +63,7 @@ struct LoadResult {
   std::vector<std::string> unexpected_keys;  // present in the state, unknown to the module
 };
 
-class Module {
+class BP_API Module {
  public:
   Module() = default;
   virtual ~Module() = default;
@@ -159,14 +160,14 @@ class Module {
 //     (0): Linear(in_features=3, out_features=4, bias=true)
 //     (1): ReLU()
 //   )
-std::ostream& operator<<(std::ostream& os, const Module& module);
+BP_API std::ostream& operator<<(std::ostream& os, const Module& module);
 
 // y = x @ weight^T + bias with weight [out, in] and bias [out]; x is [..., in].
 // Initialised like torch.nn.Linear: weight and bias uniform in [-1/sqrt(in), 1/sqrt(in)),
 // drawn with bp::uniform from the default Philox generator, so one bp::manual_seed gives the
 // same values on every device. Throws ShapeError for in < 0 or out < 0, and from forward()
 // for an input whose last dimension is not in_features.
-class Linear : public Module {
+class BP_API Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   Linear(int64_t in_features, int64_t out_features, bool bias, Device& device,
@@ -201,33 +202,33 @@ class Linear : public Module {
 // the input's (floating) dtype; bp::load into a LazyLinear that has not run takes the shapes
 // from the file. Until then parameters() does not list its tensors: run one forward pass (or
 // load) before building an optimiser.
-class LazyLinear : public Linear {
+class BP_API LazyLinear : public Linear {
  public:
   explicit LazyLinear(int64_t out_features, bool bias = true);
   Tensor forward(const Tensor& input) override;
   std::string name() const override;
 };
 
-class ReLU : public Module {
+class BP_API ReLU : public Module {
  public:
   Tensor forward(const Tensor& input) override { return input.relu(); }
   std::string name() const override { return "ReLU()"; }
 };
 
-class Sigmoid : public Module {
+class BP_API Sigmoid : public Module {
  public:
   Tensor forward(const Tensor& input) override { return input.sigmoid(); }
   std::string name() const override { return "Sigmoid()"; }
 };
 
-class Tanh : public Module {
+class BP_API Tanh : public Module {
  public:
   Tensor forward(const Tensor& input) override { return input.tanh(); }
   std::string name() const override { return "Tanh()"; }
 };
 
 // Children named "0", "1", ... run in order, each on the previous one's output.
-class Sequential : public Module {
+class BP_API Sequential : public Module {
  public:
   Sequential() = default;
 

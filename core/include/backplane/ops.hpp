@@ -1,8 +1,9 @@
 // The op catalogue as the host sees it (Note [Op catalogue] in plugin_abi.h), generated from
-// backplane/op_catalogue.h. Op ids index the per-device kernel cache.
+// the X-macro of backplane/op_list.h; an op's value is its catalogue number. Op ids index the
+// per-device kernel cache.
 #pragma once
 
-#include <backplane/op_catalogue.h>
+#include <backplane/op_list.h>
 
 #include <array>
 #include <cstdint>
@@ -18,7 +19,6 @@ enum class Op : int32_t {
       count_
 };
 inline constexpr int kNumOps = static_cast<int>(Op::count_);
-static_assert(kNumOps == BP_OP_COUNT, "op catalogue and Op disagree");
 
 inline constexpr std::array<std::string_view, kNumOps> kOpNames = {
 #define BP_OP_X_NAME(name, ...) #name,

@@ -1,5 +1,5 @@
-// The runtime: plugin discovery and loading, the load report, device lookup by string, the
-// default device and configuration.
+// The runtime: plugin discovery and loading (Registry), the load report, device lookup by
+// string, the default device and configuration.
 //
 // Note [Plugin search order]
 //   Candidates are files named libbackplane-<name>.so found, in this order, in
@@ -9,19 +9,33 @@
 //   The first file that provides a device type wins; later ones with the same type are
 //   reported as shadowed. BACKPLANE_PLUGINS=cpu,cuda (or the config's `plugins.allow`) keeps
 //   only those names; `plugins.deny` drops names. Every candidate gets a line in the report.
+//   (A Registry built from RegistryOptions searches its plugin_paths, then step 3.)
 //
-// Loading happens once, thread-safely, on the first call that needs devices or explicitly via
-// load_plugins(); never from static initialisers.
+// Note [Registries]
+//   A Registry is one set of loaded plugins and their devices. The process default, behind
+//   the free functions below (bp::device, bp::devices, ...), is built on first use from the
+//   environment and the config file, loads once, thread-safely, never from static
+//   initialisers, and lives until process exit. Other registries, built from explicit options,
+//   serve tests and tools that compare plugin sets in one process. A plugin library is opened
+//   and initialised once per process whichever registries load it (its init runs once; plugins
+//   are never unloaded), so registries share its state. A registry other than the process
+//   default must outlive every tensor, buffer, stream and event of its devices.
 #pragma once
 
-#include <backplane/plugin_abi.h>
 #include <backplane/device.hpp>
+#include <backplane/export.hpp>
 
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace bp {
+
+namespace detail {
+struct RegistryState;
+}
 
 // One line of the load report.
 struct PluginReport {
@@ -34,52 +48,42 @@ struct PluginReport {
   std::string name, device_type, version;  // from the plugin's table when it had one
   uint32_t abi_major = 0, abi_minor = 0;
   int device_count = 0;
-  const bp_plugin_api* api = nullptr;  // valid while the process runs; nullptr unless loaded
 };
-
-// Loads plugins (once). Safe to call from several threads.
-void load_plugins();
-// The report of every candidate file, in search order.
-std::vector<PluginReport> load_report();
-// Loads one plugin file with the same checks as the registry, without registering its
-// devices (used by bp-conformance --plugin). The library stays loaded for the process.
-PluginReport inspect_plugin(const std::string& path);
-
-struct DeviceSpec {
-  std::string type;
-  int index = 0;
-};
-// Parses "type[:index]" (Note [Device strings] in device_string.cpp). Throws DeviceError.
-DeviceSpec parse_device_string(std::string_view spec);
-
-// Resolves a device string. Throws DeviceError listing the devices that exist, or quoting the
-// load report's reason when the type has no devices.
-Device& device(std::string_view spec);
-// Number of devices of a type ("cuda"); 0 when the backend is missing or has none.
-int num_devices(std::string_view type);
-// The device if it exists, otherwise cpu:0 (like d2l's try_gpu(i)).
-Device& try_device(std::string_view spec);
-// Every device of a type, or [cpu:0] when there is none (like try_all_gpus()).
-std::vector<Device*> all_devices(std::string_view type);
-// Every device of every loaded plugin.
-std::vector<Device*> devices();
 
 struct Availability {
   bool available = false;
   std::string reason;  // why not, from the load report; "" when available
   explicit operator bool() const { return available; }
 };
-Availability is_available(std::string_view type);
 
-// The default device: set_default_device, else BACKPLANE_DEVICE, else the config file's
-// `device`, else cpu:0.
-Device& default_device();
-void set_default_device(Device& d);
+struct DeviceSpec {
+  std::string type;
+  int index = 0;
+};
+// Parses "type[:index]": `type` is lower-case letters, digits and '_' starting with a letter,
+// `index` a non-negative decimal without sign or leading zeros; "cuda" means "cuda:0". Throws
+// DeviceError saying what was wrong.
+BP_API DeviceSpec parse_device_string(std::string_view spec);
 
-// Waits for all work on every device.
-void synchronize();
-
-// Configuration (Note [Config precedence] in config.cpp).
+// Configuration.
+//
+// Note [Config precedence]
+//   The file: BACKPLANE_CONFIG if set (a missing file is then an error), else ./backplane.toml,
+//   else $XDG_CONFIG_HOME/backplane/config.toml (~/.config/backplane/config.toml). Keys:
+//
+//     device = "cpu:0"                  # default device
+//     [plugins]
+//     paths = ["/opt/backplane/plugins"] # searched after BACKPLANE_PLUGIN_PATH
+//     allow = ["cpu", "opencl"]         # only these plugin names
+//     deny  = ["opencl"]                # never these
+//     [matmul]
+//     allow_tf32 = false
+//     [debug]
+//     sync = "warn"                     # "off", "warn" or "error"
+//
+//   Environment beats file: BACKPLANE_DEVICE, BACKPLANE_PLUGINS (allow list),
+//   BACKPLANE_ALLOW_TF32 (0/1), BACKPLANE_SYNC_DEBUG. An unknown key, a wrong type or a syntax
+//   error is an IOError naming the file, the line and the key.
 struct Config {
   std::string source;  // the file read, or "" when none
   std::string default_device;
@@ -87,17 +91,107 @@ struct Config {
   std::vector<std::string> allow, deny;
   bool allow_tf32 = false;
   std::string sync_debug;  // "", "warn" or "error"
+
+  // Reads the config file and the environment now (Note [Config precedence]). Throws IOError
+  // for a bad file or value.
+  BP_API static Config load();
 };
-const Config& config();
+// The configuration of the process, read once on first use (Config::load()).
+BP_API const Config& config();
+
+// What a Registry loads (Note [Plugin search order]).
+struct RegistryOptions {
+  std::vector<std::string> plugin_paths;  // directories or files, searched in this order
+  bool search_library_dir = true;         // then <dir of libbackplane.so>/backplane/plugins
+  std::vector<std::string> allow;         // plugin names to keep (empty: all)
+  std::vector<std::string> deny;          // plugin names to drop
+  std::string default_device;             // "" : cpu:0
+  // Where default_device came from ("BACKPLANE_DEVICE", "config file <path>"), for messages.
+  std::string default_device_origin;
+
+  // The options of the process default: BACKPLANE_PLUGIN_PATH then the config file's paths,
+  // the allow and deny lists and the default device of Config::load().
+  BP_API static RegistryOptions from_environment();
+};
+
+// A set of loaded plugins and their devices (Note [Registries]). Thread-safe.
+class BP_API Registry {
+ public:
+  // Loads the plugins the options name, now. A plugin that fails never stops the others; its
+  // line in report() says why.
+  explicit Registry(RegistryOptions options);
+  ~Registry();
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
+  // The process default (RegistryOptions::from_environment()), loaded on first use.
+  static Registry& process_default();
+
+  // The report of every candidate file, in search order.
+  const std::vector<PluginReport>& report() const;
+  // Every device of every loaded plugin, plugins in search order.
+  std::vector<Device*> devices() const;
+  // Every device of a kind (DeviceProperties::kind), in the order of devices().
+  std::vector<Device*> devices(DeviceKind kind) const;
+  // Resolves a device string. Throws DeviceError listing the devices that exist, or quoting
+  // the load report's reason when the type has no devices.
+  Device& device(std::string_view spec);
+  // Number of devices of a type ("cuda"); 0 when the backend is missing or has none.
+  int num_devices(std::string_view type) const;
+  // The device if it exists, otherwise cpu:0 (like d2l's try_gpu(i)).
+  Device& try_device(std::string_view spec);
+  // Every device of a type, or [cpu:0] when there is none (like try_all_gpus()).
+  std::vector<Device*> all_devices(std::string_view type);
+  Availability is_available(std::string_view type) const;
+  // set_default_device, else the options' default_device, else cpu:0.
+  Device& default_device();
+  void set_default_device(Device& d);
+  // Waits for all work on every device.
+  void synchronize();
+
+ private:
+  friend struct detail::Access;
+  std::unique_ptr<detail::RegistryState> s_;
+};
+
+// The plugin ABI version this libbackplane implements (plugin_abi.h): plugins of the same
+// major and any minor load.
+struct PluginAbiVersion {
+  uint32_t major = 0, minor = 0;
+};
+BP_API PluginAbiVersion plugin_abi_version();
+
+// ---- The process default registry (Note [Registries]) ----
+
+// Loads plugins (once). Safe to call from several threads.
+BP_API void load_plugins();
+// The report of every candidate file, in search order.
+BP_API std::vector<PluginReport> load_report();
+// Loads one plugin file with the same checks as the registry, without registering its
+// devices (used by bp-conformance --plugin). The library stays loaded for the process.
+BP_API PluginReport inspect_plugin(const std::string& path);
+
+BP_API Device& device(std::string_view spec);
+BP_API int num_devices(std::string_view type);
+BP_API Device& try_device(std::string_view spec);
+BP_API std::vector<Device*> all_devices(std::string_view type);
+BP_API std::vector<Device*> devices();
+BP_API Availability is_available(std::string_view type);
+// The default device: set_default_device, else BACKPLANE_DEVICE, else the config file's
+// `device`, else cpu:0.
+BP_API Device& default_device();
+BP_API void set_default_device(Device& d);
+// Waits for all work on every device.
+BP_API void synchronize();
 
 // TF32 for f32 matmul on devices that have it (like torch.backends.cuda.matmul.allow_tf32).
-void set_allow_tf32(bool allow);
-bool allow_tf32();
+BP_API void set_allow_tf32(bool allow);
+BP_API bool allow_tf32();
 
 // Sync-debug mode: reports implicit device-to-host synchronisations (item, to_vector, print)
 // of non-host devices. "off", "warn" (prints to stderr), "error" (throws SyncError).
 enum class SyncDebug { off, warn, error };
-void set_sync_debug(SyncDebug mode);
-SyncDebug sync_debug();
+BP_API void set_sync_debug(SyncDebug mode);
+BP_API SyncDebug sync_debug();
 
 }  // namespace bp

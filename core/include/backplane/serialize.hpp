@@ -34,6 +34,7 @@
 // another thread changes it (to(), load) is a race.
 #pragma once
 
+#include <backplane/export.hpp>
 #include <backplane/nn.hpp>
 #include <backplane/tensor.hpp>
 
@@ -52,11 +53,11 @@ using Metadata = std::map<std::string, std::string>;
 // Writes the module's state_dict() (keys as in PyTorch: "0.weight") atomically (Note [Atomic
 // save]). Throws ShapeError naming the key when a parameter is still uninitialised (a
 // LazyLinear that has not run), IOError when writing fails.
-void save(const nn::Module& module, const std::string& path, const Metadata& metadata = {});
+BP_API void save(const nn::Module& module, const std::string& path, const Metadata& metadata = {});
 // Writes the named tensors (any device, any dtype, any strides) atomically. The name
 // "__metadata__" is reserved (IOError); an undefined tensor is an Error naming the key.
-void save(const std::map<std::string, Tensor>& tensors, const std::string& path,
-          const Metadata& metadata = {});
+BP_API void save(const std::map<std::string, Tensor>& tensors, const std::string& path,
+                 const Metadata& metadata = {});
 
 // Loads a file written by save() or by PyTorch/NumPy safetensors into `module`, creating every
 // tensor directly on `device` (like torch.load's map_location); uninitialised parameters (a
@@ -67,17 +68,17 @@ void save(const std::map<std::string, Tensor>& tensors, const std::string& path,
 // (under options.strict) or a shape that does not fit; DTypeError for a non-floating tensor
 // given for a parameter. Tensors whose dtype differs from an initialised parameter's are cast
 // to the parameter's dtype.
-nn::LoadResult load(nn::Module& module, const std::string& path, Device& device,
-                    const nn::LoadOptions& options = {});
+BP_API nn::LoadResult load(nn::Module& module, const std::string& path, Device& device,
+                           const nn::LoadOptions& options = {});
 // As above, onto default_device().
-nn::LoadResult load(nn::Module& module, const std::string& path,
-                    const nn::LoadOptions& options = {});
+BP_API nn::LoadResult load(nn::Module& module, const std::string& path,
+                           const nn::LoadOptions& options = {});
 
 // Every tensor of a safetensors file, created on `device`. IOError per Note [Hostile files].
-std::map<std::string, Tensor> load_file(const std::string& path, Device& device);
-std::map<std::string, Tensor> load_file(const std::string& path);  // onto default_device()
+BP_API std::map<std::string, Tensor> load_file(const std::string& path, Device& device);
+BP_API std::map<std::string, Tensor> load_file(const std::string& path);  // onto default_device()
 // The file's __metadata__ (empty when it has none), reading only the header.
-Metadata load_metadata(const std::string& path);
+BP_API Metadata load_metadata(const std::string& path);
 
 namespace safetensors {
 
@@ -101,25 +102,26 @@ struct Header {
 
 // The safetensors dtype string ("F32", "BF16", "BOOL") of a dtype, and back (nullopt-free:
 // dtype_from_safetensors throws IOError naming `source` and `key` for an unknown string).
-std::string_view dtype_to_safetensors(DType dtype);
-DType dtype_from_safetensors(std::string_view name, std::string_view source, std::string_view key);
+BP_API std::string_view dtype_to_safetensors(DType dtype);
+BP_API DType dtype_from_safetensors(std::string_view name, std::string_view source,
+                                    std::string_view key);
 
 // Validates a JSON header for a data section of `data_bytes` bytes (Note [Hostile files]).
 // `source` (a path, or a description) starts every error message.
-Header parse_header(std::string_view json, uint64_t data_bytes, std::string_view source);
+BP_API Header parse_header(std::string_view json, uint64_t data_bytes, std::string_view source);
 
 // Validates a whole file held in memory (length prefix, header, offsets, BOOL bytes). Never
 // reads outside `file`. This is the entry point of the fuzz target.
-Header parse(std::span<const std::byte> file, std::string_view source);
+BP_API Header parse(std::span<const std::byte> file, std::string_view source);
 
 // Tensors of a whole in-memory file, created on `device`.
-std::map<std::string, Tensor> read(std::span<const std::byte> file, Device& device,
-                                   std::string_view source);
+BP_API std::map<std::string, Tensor> read(std::span<const std::byte> file, Device& device,
+                                          std::string_view source);
 
 // An open safetensors file whose header has been validated (Note [Hostile files]), reading
 // tensors one at a time with bounded reads (like safetensors' safe_open). Owns the file
 // descriptor; not copyable. Thread-safety: read() may run from several threads at once.
-class Reader {
+class BP_API Reader {
  public:
   // Opens `path` and validates its length prefix and header. IOError naming the path.
   explicit Reader(const std::string& path);
@@ -144,7 +146,7 @@ class Reader {
 // The padded JSON header for `tensors` (offsets as given) and `metadata`; writing it after its
 // 8-byte length and then the data at those offsets gives a valid file. IOError for a name that
 // is not valid UTF-8 or is "__metadata__".
-std::string build_header(const std::vector<TensorInfo>& tensors, const Metadata& metadata);
+BP_API std::string build_header(const std::vector<TensorInfo>& tensors, const Metadata& metadata);
 
 }  // namespace safetensors
 

@@ -14,6 +14,16 @@
 //     otherwise; cast with to(DType)); a C++ number operand takes the tensor's dtype.
 //   - Tensor is a cheap handle (one shared_ptr): copying a Tensor aliases, like PyTorch.
 //
+// Note [Autograd]
+//   Reverse-mode differentiation over the tensor ops. An op whose operands require gradients
+//   (and that runs while grad_enabled()) records a Node holding what its derivative needs;
+//   the output's grad_fn points at it. Leaves (tensors made by the user with
+//   requires_grad_()) collect gradients through an AccumulateGrad node. backward() walks the
+//   graph from the root in reverse topological order, summing gradients that meet, reducing
+//   broadcast dimensions back to each input's shape, and runs with recording off (no
+//   higher-order gradients). Gradients are computed with the same device ops, so they live
+//   on the device of the tensors they belong to; to_device nodes move them back.
+//
 // Thread-safety: a Tensor handle may be used from several threads for reading; ops on
 // tensors of one device may run from several threads at once and are queued on its default
 // stream in call order (device.hpp): an op that returned before another began runs first.
@@ -22,6 +32,7 @@
 #include <backplane/device.hpp>
 #include <backplane/dtype.hpp>
 #include <backplane/errors.hpp>
+#include <backplane/export.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -40,11 +51,17 @@ namespace autograd {
 struct Node;
 struct Meta;
 }  // namespace autograd
+namespace detail {
+struct TensorImpl;  // storage and geometry; libbackplane's own
+}
+
+// The most dimensions a tensor has (the plugin ABI's BP_MAX_RANK).
+inline constexpr int kMaxRank = 8;
 
 // Fixed-capacity dims stored inline (no heap allocation on the per-op path).
-struct Dims {
+struct BP_API Dims {
   int32_t rank = 0;
-  int64_t d[BP_MAX_RANK] = {};
+  int64_t d[kMaxRank] = {};
   Dims() = default;
   Dims(std::initializer_list<int64_t> l);
   explicit Dims(std::span<const int64_t> s);
@@ -60,12 +77,9 @@ struct Dims {
   std::string str() const;  // "2x3", "scalar"
 };
 
-struct TensorImpl;
-
-class Tensor {
+class BP_API Tensor {
  public:
   Tensor() = default;  // an undefined tensor; defined() is false
-  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   bool defined() const noexcept { return impl_ != nullptr; }
   Device& device() const;
@@ -74,6 +88,9 @@ class Tensor {
   Shape shape() const;
   int64_t size(int axis) const;  // negative axis counts from the end
   Shape strides() const;         // in elements
+  // shape() and strides() without a heap allocation (valid while the tensor lives).
+  const Dims& dims() const;
+  const Dims& stride_dims() const;
   int64_t numel() const;
   int64_t offset() const;  // in elements into the storage
   bool is_contiguous() const;
@@ -81,6 +98,9 @@ class Tensor {
   bool is_same(const Tensor& other) const noexcept { return impl_ == other.impl_; }
   // True when both share storage.
   bool shares_storage(const Tensor& other) const;
+  // The buffer the tensor views (null for some zero-element tensors); offset() and the
+  // strides say where in it the elements are.
+  const std::shared_ptr<Buffer>& storage() const;
 
   // ---- native handles (plugin ABI 1.2) ----
   // Where the view's first element lives: its native address (host address on cpu, device
@@ -145,7 +165,7 @@ class Tensor {
   Tensor& fill_(double value);
   Tensor& zero_() { return fill_(0.0); }
 
-  // ---- autograd (Note [Autograd] in autograd.hpp) ----
+  // ---- autograd (Note [Autograd]) ----
   bool requires_grad() const;
   Tensor& requires_grad_(bool on = true);
   Tensor grad() const;  // undefined until backward() reaches this leaf
@@ -156,37 +176,28 @@ class Tensor {
   Tensor detach() const;  // same storage, no history
   const std::shared_ptr<autograd::Node>& grad_fn() const;
 
-  TensorImpl& impl() const { return *impl_; }
-  const std::shared_ptr<TensorImpl>& impl_ptr() const { return impl_; }
   static Device& cpu_device();
 
  private:
-  std::shared_ptr<TensorImpl> impl_;
-};
-
-// Storage and geometry of a tensor.
-struct TensorImpl {
-  std::shared_ptr<Buffer> storage;  // may be null for zero-element tensors
-  Device* device = nullptr;
-  DType dtype = DType::f32;
-  Dims shape, strides;
-  int64_t offset = 0;  // elements
-  std::shared_ptr<autograd::Meta> autograd;
+  friend struct detail::Access;
+  explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<detail::TensorImpl> impl_;
 };
 
 // ---- creation ------------------------------------------------------------------------------
 // Without a device argument, tensors go to default_device().
-Tensor tensor(std::initializer_list<float> values);
-Tensor tensor(std::initializer_list<float> values, Device& device);
-Tensor tensor(std::initializer_list<std::initializer_list<float>> rows);
-Tensor tensor(std::initializer_list<std::initializer_list<float>> rows, Device& device);
+BP_API Tensor tensor(std::initializer_list<float> values);
+BP_API Tensor tensor(std::initializer_list<float> values, Device& device);
+BP_API Tensor tensor(std::initializer_list<std::initializer_list<float>> rows);
+BP_API Tensor tensor(std::initializer_list<std::initializer_list<float>> rows, Device& device);
 // Copies host data of dtype_of<T> with the given shape (numel must match).
 template <typename T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device& device);
+BP_API Tensor from_vector(const std::vector<T>& values, const Shape& shape, Device& device);
 template <typename T>
-Tensor from_vector(const std::vector<T>& values, const Shape& shape);
+BP_API Tensor from_vector(const std::vector<T>& values, const Shape& shape);
 // From raw host bytes of `dtype` (size must be numel * dtype_size).
-Tensor from_bytes(const void* data, size_t nbytes, const Shape& shape, DType dtype, Device& device);
+BP_API Tensor from_bytes(const void* data, size_t nbytes, const Shape& shape, DType dtype,
+                         Device& device);
 // A tensor over memory someone else owns, without copying (Device::import_buffer): `address`
 // is the first element (a host address for cpu, a device pointer for cuda), `strides` are in
 // elements, non-negative, one per dimension (empty: row-major contiguous). The tensor and
@@ -197,28 +208,28 @@ Tensor from_bytes(const void* data, size_t nbytes, const Shape& shape, DType dty
 // address), DeviceError (a NULL address for a non-empty tensor, memory of another device) and
 // UnsupportedError (a backend that cannot import memory, with the reason); when it throws,
 // release is not called.
-Tensor from_blob(Device& dev, void* address, Shape shape, Shape strides, DType dtype,
-                 std::function<void()> release = {});
+BP_API Tensor from_blob(Device& dev, void* address, Shape shape, Shape strides, DType dtype,
+                        std::function<void()> release = {});
 
-Tensor empty(const Shape& shape, Device& device, DType dtype = DType::f32);
-Tensor empty(const Shape& shape, DType dtype = DType::f32);
-Tensor zeros(const Shape& shape, Device& device, DType dtype = DType::f32);
-Tensor zeros(const Shape& shape, DType dtype = DType::f32);
-Tensor ones(const Shape& shape, Device& device, DType dtype = DType::f32);
-Tensor ones(const Shape& shape, DType dtype = DType::f32);
-Tensor full(const Shape& shape, double value, Device& device, DType dtype = DType::f32);
-Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
-Tensor zeros_like(const Tensor& t);
-Tensor ones_like(const Tensor& t);
+BP_API Tensor empty(const Shape& shape, Device& device, DType dtype = DType::f32);
+BP_API Tensor empty(const Shape& shape, DType dtype = DType::f32);
+BP_API Tensor zeros(const Shape& shape, Device& device, DType dtype = DType::f32);
+BP_API Tensor zeros(const Shape& shape, DType dtype = DType::f32);
+BP_API Tensor ones(const Shape& shape, Device& device, DType dtype = DType::f32);
+BP_API Tensor ones(const Shape& shape, DType dtype = DType::f32);
+BP_API Tensor full(const Shape& shape, double value, Device& device, DType dtype = DType::f32);
+BP_API Tensor full(const Shape& shape, double value, DType dtype = DType::f32);
+BP_API Tensor zeros_like(const Tensor& t);
+BP_API Tensor ones_like(const Tensor& t);
 // 0, 1, ..., n-1 (as floats for floating dtypes).
-Tensor arange(int64_t n, Device& device, DType dtype = DType::f32);
-Tensor arange(int64_t n, DType dtype = DType::f32);
+BP_API Tensor arange(int64_t n, Device& device, DType dtype = DType::f32);
+BP_API Tensor arange(int64_t n, DType dtype = DType::f32);
 
 // Random numbers from the counter-based Philox generator (Note [Philox stream]): one
 // (seed, offset) gives the same values on every device. The global generator starts at seed
 // 0x5eed; manual_seed resets it. Each draw advances its offset.
-void manual_seed(uint64_t seed);
-class Generator {
+BP_API void manual_seed(uint64_t seed);
+class BP_API Generator {
  public:
   explicit Generator(uint64_t seed = 0x5eed) : seed_(seed) {}
   uint64_t seed() const { return seed_; }
@@ -230,65 +241,65 @@ class Generator {
   uint64_t seed_;
   uint64_t offset_ = 0;
 };
-Generator& default_generator();
-Tensor rand(const Shape& shape, Device& device, DType dtype = DType::f32,
-            Generator* gen = nullptr);  // uniform [0, 1)
-Tensor rand(const Shape& shape, DType dtype = DType::f32);
-Tensor randn(const Shape& shape, Device& device, DType dtype = DType::f32,
-             Generator* gen = nullptr);  // standard normal
-Tensor randn(const Shape& shape, DType dtype = DType::f32);
-Tensor uniform(const Shape& shape, double low, double high, Device& device,
-               DType dtype = DType::f32, Generator* gen = nullptr);
+BP_API Generator& default_generator();
+BP_API Tensor rand(const Shape& shape, Device& device, DType dtype = DType::f32,
+                   Generator* gen = nullptr);  // uniform [0, 1)
+BP_API Tensor rand(const Shape& shape, DType dtype = DType::f32);
+BP_API Tensor randn(const Shape& shape, Device& device, DType dtype = DType::f32,
+                    Generator* gen = nullptr);  // standard normal
+BP_API Tensor randn(const Shape& shape, DType dtype = DType::f32);
+BP_API Tensor uniform(const Shape& shape, double low, double high, Device& device,
+                      DType dtype = DType::f32, Generator* gen = nullptr);
 
 // ---- ops -------------------------------------------------------------------------------------
-Tensor operator+(const Tensor& a, const Tensor& b);
-Tensor operator-(const Tensor& a, const Tensor& b);
-Tensor operator*(const Tensor& a, const Tensor& b);
-Tensor operator/(const Tensor& a, const Tensor& b);
-Tensor operator+(const Tensor& a, double b);
-Tensor operator-(const Tensor& a, double b);
-Tensor operator*(const Tensor& a, double b);
-Tensor operator/(const Tensor& a, double b);
-Tensor operator+(double a, const Tensor& b);
-Tensor operator-(double a, const Tensor& b);
-Tensor operator*(double a, const Tensor& b);
-Tensor operator/(double a, const Tensor& b);
-Tensor operator-(const Tensor& a);
-Tensor pow(const Tensor& a, double b);
-Tensor pow(const Tensor& a, const Tensor& b);
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
-Tensor maximum(const Tensor& a, double b);
-Tensor minimum(const Tensor& a, double b);
+BP_API Tensor operator+(const Tensor& a, const Tensor& b);
+BP_API Tensor operator-(const Tensor& a, const Tensor& b);
+BP_API Tensor operator*(const Tensor& a, const Tensor& b);
+BP_API Tensor operator/(const Tensor& a, const Tensor& b);
+BP_API Tensor operator+(const Tensor& a, double b);
+BP_API Tensor operator-(const Tensor& a, double b);
+BP_API Tensor operator*(const Tensor& a, double b);
+BP_API Tensor operator/(const Tensor& a, double b);
+BP_API Tensor operator+(double a, const Tensor& b);
+BP_API Tensor operator-(double a, const Tensor& b);
+BP_API Tensor operator*(double a, const Tensor& b);
+BP_API Tensor operator/(double a, const Tensor& b);
+BP_API Tensor operator-(const Tensor& a);
+BP_API Tensor pow(const Tensor& a, double b);
+BP_API Tensor pow(const Tensor& a, const Tensor& b);
+BP_API Tensor maximum(const Tensor& a, const Tensor& b);
+BP_API Tensor minimum(const Tensor& a, const Tensor& b);
+BP_API Tensor maximum(const Tensor& a, double b);
+BP_API Tensor minimum(const Tensor& a, double b);
 // Comparisons give bool tensors.
-Tensor eq(const Tensor& a, const Tensor& b);
-Tensor ne(const Tensor& a, const Tensor& b);
-Tensor lt(const Tensor& a, const Tensor& b);
-Tensor le(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, const Tensor& b);
-Tensor ge(const Tensor& a, const Tensor& b);
-Tensor gt(const Tensor& a, double b);
-Tensor lt(const Tensor& a, double b);
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
-Tensor matmul(const Tensor& a, const Tensor& b);
-Tensor exp(const Tensor& a);
-Tensor log(const Tensor& a);
-Tensor sqrt(const Tensor& a);
-Tensor relu(const Tensor& a);
-Tensor sigmoid(const Tensor& a);
-Tensor tanh(const Tensor& a);
-Tensor abs(const Tensor& a);
+BP_API Tensor eq(const Tensor& a, const Tensor& b);
+BP_API Tensor ne(const Tensor& a, const Tensor& b);
+BP_API Tensor lt(const Tensor& a, const Tensor& b);
+BP_API Tensor le(const Tensor& a, const Tensor& b);
+BP_API Tensor gt(const Tensor& a, const Tensor& b);
+BP_API Tensor ge(const Tensor& a, const Tensor& b);
+BP_API Tensor gt(const Tensor& a, double b);
+BP_API Tensor lt(const Tensor& a, double b);
+BP_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+BP_API Tensor matmul(const Tensor& a, const Tensor& b);
+BP_API Tensor exp(const Tensor& a);
+BP_API Tensor log(const Tensor& a);
+BP_API Tensor sqrt(const Tensor& a);
+BP_API Tensor relu(const Tensor& a);
+BP_API Tensor sigmoid(const Tensor& a);
+BP_API Tensor tanh(const Tensor& a);
+BP_API Tensor abs(const Tensor& a);
 // Concatenates along an axis (all on one device, one dtype).
-Tensor cat(const std::vector<Tensor>& tensors, int axis);
+BP_API Tensor cat(const std::vector<Tensor>& tensors, int axis);
 // True when shapes match and |a-b| <= atol + rtol*|b| everywhere (synchronises).
-bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
+BP_API bool allclose(const Tensor& a, const Tensor& b, double rtol = 1e-5, double atol = 1e-8);
 
 // Prints values (summarised with "..." past 1000 elements), then "<Tensor 3 f32 @cpu:0>".
-std::ostream& operator<<(std::ostream& os, const Tensor& t);
-std::string to_string(const Tensor& t);
+BP_API std::ostream& operator<<(std::ostream& os, const Tensor& t);
+BP_API std::string to_string(const Tensor& t);
 
 // Runs `f` with gradient recording switched off on this thread (like torch.no_grad()).
-class NoGradGuard {
+class BP_API NoGradGuard {
  public:
   NoGradGuard();
   ~NoGradGuard();
@@ -298,6 +309,6 @@ class NoGradGuard {
  private:
   bool prev_;
 };
-bool grad_enabled();
+BP_API bool grad_enabled();
 
 }  // namespace bp

@@ -12,6 +12,7 @@
 // Thread-safety: none of these objects may be used from several threads at once.
 #pragma once
 
+#include <backplane/export.hpp>
 #include <backplane/nn.hpp>
 #include <backplane/tensor.hpp>
 
@@ -29,28 +30,28 @@ namespace nn {
 // mean((prediction - target)^2) over all elements, a 0-d tensor on their device. The shapes
 // must be equal (ShapeError otherwise: broadcasting [N] against [N, 1] is a classic silent
 // bug); DeviceMismatch / DTypeError as for any op.
-Tensor mse_loss(const Tensor& prediction, const Tensor& target);
+BP_API Tensor mse_loss(const Tensor& prediction, const Tensor& target);
 
 // Mean over the batch of -log softmax(logits)[label], with the log-softmax computed stably
 // (the row maximum is subtracted before exp). logits [N, C] floating; labels [N] of i64 or
 // i32 on the same device, each in [0, C) (a label outside that range selects no class and
 // contributes log-sum-exp alone; it is not checked, which would need a host sync). ShapeError /
 // DTypeError for other shapes and dtypes.
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
+BP_API Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
 
 // Scales the gradients of `parameters` in place so that their global L2 norm is at most
 // `max_norm` (like torch.nn.utils.clip_grad_norm_: coefficient min(1, max_norm / (norm +
 // 1e-6)), applied always, so no host sync). Returns the norm before clipping as a 0-d tensor
 // on the parameters' device (undefined when no parameter has a gradient). Parameters must
 // share one device (DeviceMismatch otherwise).
-Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm);
+BP_API Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm);
 
 }  // namespace nn
 
 namespace optim {
 
 // Base of the optimisers: holds the parameters (handles, not copies) and the learning rate.
-class Optimizer {
+class BP_API Optimizer {
  public:
   explicit Optimizer(std::vector<Tensor> parameters, double lr);
   virtual ~Optimizer() = default;
@@ -82,7 +83,7 @@ struct SGDOptions {
 // torch.optim.SGD: d = g + wd * p; with momentum, buf = d on the first step and
 // buf = momentum * buf + (1 - dampening) * d after; d = nesterov ? d + momentum * buf : buf;
 // p -= lr * d. Throws Error for negative hyper-parameters or an invalid nesterov setting.
-class SGD : public Optimizer {
+class BP_API SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> parameters, const SGDOptions& options);
   void step() override;
@@ -103,7 +104,7 @@ struct AdamOptions {
 // torch.optim.Adam (amsgrad off): g += wd * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), t counted per parameter.
 // Throws Error for hyper-parameters out of range.
-class Adam : public Optimizer {
+class BP_API Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> parameters, const AdamOptions& options);
   void step() override;
@@ -135,7 +136,7 @@ struct DataLoaderOptions {
 // generator seeded once with `seed` (std::mt19937_64 and a Fisher-Yates shuffle, so the order
 // is the same on every platform). ShapeError when the first dimensions differ or a tensor is
 // 0-d, Error for batch_size < 1.
-class DataLoader {
+class BP_API DataLoader {
  public:
   DataLoader(const Tensor& inputs, const Tensor& targets, const DataLoaderOptions& options = {});
 
@@ -189,15 +190,16 @@ using OptimizerFactory =
     std::function<std::unique_ptr<optim::Optimizer>(std::vector<Tensor> parameters)>;
 
 // Factories for Trainer::fit.
-OptimizerFactory sgd(const optim::SGDOptions& options);
-OptimizerFactory adam(const optim::AdamOptions& options);
+BP_API OptimizerFactory sgd(const optim::SGDOptions& options);
+BP_API OptimizerFactory adam(const optim::AdamOptions& options);
 
 struct TrainerOptions {
   int max_epochs = 10;
   // Where to train: a device string ("cuda:1", "cpu") when set; otherwise num_gpus == 0 means
-  // cpu:0 and num_gpus >= 1 the first GPU if there is one, else the CPU (like
-  // bp::try_device("cuda:0")). Training runs on that one device; num_gpus > 1 does not split
-  // batches across GPUs (d2l's Trainer in this chapter also uses gpus[0] only).
+  // cpu:0 and num_gpus >= 1 the first GPU of any backend if there is one (a device whose
+  // properties().kind is DeviceKind::gpu, in the order of bp::devices()), else the first
+  // other accelerator, else the CPU. Training runs on that one device; num_gpus > 1 does not
+  // split batches across GPUs (d2l's Trainer in this chapter also uses gpus[0] only).
   std::string device{};
   int num_gpus = 1;
   double gradient_clip_val = 0.0;  // > 0: clip the gradients' global norm to this value
@@ -205,7 +207,7 @@ struct TrainerOptions {
   std::function<void(int epoch, double loss)> on_epoch{};
 };
 
-class Trainer {
+class BP_API Trainer {
  public:
   explicit Trainer(TrainerOptions options = {});
   // The device training runs on (resolved at construction; DeviceError for a bad string).

@@ -1,19 +1,14 @@
 /*
- * The op catalogue of Note [Op catalogue] in plugin_abi.h, in catalogue order, as an X-macro:
- * BP_OP_CATALOGUE(X) expands X(name, Name, NAME, DOMAIN) once per op, DOMAIN naming the op's
- * dtype domain BP_DOMAIN_<DOMAIN> (Note [Dtype domains]). The position of an op in this
- * list is its catalogue number, the `op` of find_kernel_id (minor 2) and of enum bp_op. Hosts
- * and plugins generate their op enums and name tables from it, so an op is named in exactly one
- * place. Ops are only ever appended; write X-macros with a trailing `...` so that a column
- * appended later does not break them:
- *
- *   enum class Op { #define X(n, N, ...) k##N, ... BP_OP_CATALOGUE(X) ... kCount };
+ * The op catalogue of Note [Op catalogue] in plugin_abi.h: the catalogue numbers (enum bp_op),
+ * names and dtype domains generated from the X-macro BP_OP_CATALOGUE of backplane/op_list.h,
+ * where each op is named once.
  *
  * Plain C99, header-only, no state: safe from any thread.
  */
 #ifndef BACKPLANE_OP_CATALOGUE_H_
 #define BACKPLANE_OP_CATALOGUE_H_
 
+#include <backplane/op_list.h>
 #include <backplane/plugin_abi.h>
 
 #include <string.h>
@@ -29,41 +24,6 @@ extern "C" {
 #define BP_DOMAIN_SIGNED 0x3Fu /* f32 f64 f16 bf16 i32 i64 */
 #define BP_DOMAIN_ARITH 0x7Fu  /* f32 f64 f16 bf16 i32 i64 u8 */
 #define BP_DOMAIN_ALL 0xFFu    /* every dtype, bool included */
-
-/* clang-format off */
-#define BP_OP_CATALOGUE(X)                                                                   \
-  X(fill, Fill, FILL, ALL)                                                                   \
-  X(copy, Copy, COPY, ALL)                                                                   \
-  X(cast, Cast, CAST, ALL)                                                                   \
-  X(add, Add, ADD, ARITH)                                                                    \
-  X(sub, Sub, SUB, ARITH)                                                                    \
-  X(mul, Mul, MUL, ARITH)                                                                    \
-  X(div, Div, DIV, FLOAT)                                                                    \
-  X(pow, Pow, POW, FLOAT)                                                                    \
-  X(maximum, Maximum, MAXIMUM, ARITH)                                                        \
-  X(minimum, Minimum, MINIMUM, ARITH)                                                        \
-  X(eq, Eq, EQ, ALL)                                                                         \
-  X(ne, Ne, NE, ALL)                                                                         \
-  X(lt, Lt, LT, ALL)                                                                         \
-  X(le, Le, LE, ALL)                                                                         \
-  X(gt, Gt, GT, ALL)                                                                         \
-  X(ge, Ge, GE, ALL)                                                                         \
-  X(where, Where, WHERE, ALL)                                                                \
-  X(neg, Neg, NEG, SIGNED)                                                                   \
-  X(exp, Exp, EXP, FLOAT)                                                                    \
-  X(log, Log, LOG, FLOAT)                                                                    \
-  X(sqrt, Sqrt, SQRT, FLOAT)                                                                 \
-  X(relu, Relu, RELU, SIGNED)                                                                \
-  X(sigmoid, Sigmoid, SIGMOID, FLOAT)                                                        \
-  X(tanh, Tanh, TANH, FLOAT)                                                                 \
-  X(abs, Abs, ABS, SIGNED)                                                                   \
-  X(sum, Sum, SUM, SIGNED)                                                                   \
-  X(mean, Mean, MEAN, FLOAT)                                                                 \
-  X(max, Max, MAX, SIGNED)                                                                   \
-  X(matmul, Matmul, MATMUL, FLOAT)                                                           \
-  X(uniform, Uniform, UNIFORM, FLOAT)                                                        \
-  X(normal, Normal, NORMAL, FLOAT)
-/* clang-format on */
 
 /* Catalogue numbers: BP_OP_FILL = 0, BP_OP_COPY = 1, ... Values are stable across minors. */
 typedef enum bp_op {

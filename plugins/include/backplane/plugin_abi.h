@@ -104,9 +104,18 @@ typedef struct bp_buffer bp_buffer; /* a device allocation; address it with a by
 
 /* ---- Structs crossing the boundary ------------------------------------------------------ */
 
+/* What a device is (bp_device_properties.kind). */
+typedef enum bp_device_kind {
+  BP_DEVICE_KIND_UNKNOWN = 0, /* not said (a plugin built before 1.2 leaves the zero) */
+  BP_DEVICE_KIND_CPU = 1,     /* the host's processors, also behind OpenCL */
+  BP_DEVICE_KIND_GPU = 2,
+  BP_DEVICE_KIND_ACCELERATOR = 3 /* neither: NPU, FPGA, DSP, ... */
+} bp_device_kind;
+
 /* Static facts about one device. The host zero-fills the struct, sets struct_size and passes
  * it to device_properties, which fills fields up to min(struct_size, its own size). Strings
- * are copied into the fixed arrays, NUL-terminated. */
+ * are copied into the fixed arrays, NUL-terminated. A field appended after the plugin was
+ * built stays zero, so every appended field gives 0 the meaning "not said". */
 typedef struct bp_device_properties {
   size_t struct_size;
   char name[256];      /* "NVIDIA H100 80GB HBM3", "AMD EPYC 9654 (16 threads)" */
@@ -120,6 +129,10 @@ typedef struct bp_device_properties {
   int32_t cores;          /* multiprocessors / compute units / CPU threads */
   int32_t supports_f64;   /* non-zero when f64 kernels exist on this device */
   int32_t unified_memory; /* non-zero when device buffers are host memory (CPU) */
+  /* ---- appended in 1.2 ---- */
+  int32_t kind; /* bp_device_kind: what chooses "the first GPU" without naming a backend. The
+                 * host treats BP_DEVICE_KIND_UNKNOWN as CPU when unified_memory is set, else as
+                 * ACCELERATOR. */
 } bp_device_properties;
 
 /* Memory statistics of one device's allocator, in bytes unless named otherwise. */
@@ -499,9 +512,9 @@ typedef struct bp_plugin_api {
    * find_kernel with the op's name. */
   bp_error* (*find_kernel_id)(int32_t device, int32_t op, int32_t dtype, bp_kernel** out_kernel);
 
-  /* Note [Native handles] (minor 2): what a plugin holds, handed to interoperability layers (DLPack,
-   * communicators, graphs), and foreign memory and queues wrapped without copying. Every slot
-   * of this group is optional. When one is NULL, or the plugin's abi_minor is below 2, or its
+  /* Note [Native handles] (minor 2): what a plugin holds, handed to interoperability layers
+   * (DLPack, communicators, graphs), and foreign memory and queues wrapped without copying. Every
+   * slot of this group is optional. When one is NULL, or the plugin's abi_minor is below 2, or its
    * struct_size does not cover the slot, the host throws bp::UnsupportedError naming the
    * device, the plugin and the missing slot; nothing is emulated. */
 
