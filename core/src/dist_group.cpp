@@ -409,11 +409,33 @@ void Work::wait(std::chrono::milliseconds timeout) {
         if (bp_error* e = s.comm->api->work_wait(s.handle, slice)) {
           int32_t code = 0;
           std::string text = bp::detail::take_comm_error(s.comm->api, e, &code);
-          if (code != BP_COMM_ERROR_TIMEOUT) {
+          bool running = false;
+          if (code == BP_COMM_ERROR_TIMEOUT) {
+            // Still running, or failed by a timeout of its own: work_test tells them apart.
+            int32_t done = 0;
+            if (bp_error* e2 = s.comm->api->work_test(s.handle, &done)) {
+              text = bp::detail::take_comm_error(s.comm->api, e2, &code);
+            } else if (done) {
+              s.plugin_done = true;
+              code = 0;
+            } else {
+              running = true;
+            }
+          }
+          if (!running && code != 0) {
             l.unlock();
-            g.fail(internal::kind_of_code(code), s.description + ": " + text);
-            g.throw_if_failed(s.description);
-            internal::raise(internal::kind_of_code(code), s.description + ": " + text);
+            // A mismatch makes plugins fail too; its check names the cause better: give a
+            // pending check a moment to decide (Note [Collective checks]).
+            if (!s.check_ok.load()) {
+              std::unique_lock<std::mutex> gl(g.mu);
+              g.cv.wait_until(gl, std::min(deadline, Clock::now() + std::chrono::seconds(5)),
+                              [&] { return s.check_ok.load() || g.failed.load(); });
+            }
+            g.fail_from_plugin(code, s.description + ": " + text, *g.store);
+            internal::Failure f = g.current_failure();
+            internal::raise(f.kind, f.message.rfind(s.description, 0) == 0
+                                        ? f.message
+                                        : s.description + ": " + f.message);
           }
         } else {
           s.plugin_done = true;
@@ -444,8 +466,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
         std::lock_guard<std::mutex> l(g.mu);
         note = g.check_note;
       }
-      std::string msg = s.description + " did not complete within " +
-                        std::to_string(timeout.count() / 1000.0).substr(0, 6) + " s";
+      std::string msg = s.description + " did not complete within " + internal::seconds(timeout);
       if (!s.check_ok.load() && !note.empty())
         msg += ": " + note;
       else if (s.plugin_done.load())
@@ -453,7 +474,10 @@ void Work::wait(std::chrono::milliseconds timeout) {
       else
         msg += "; a rank died or hangs inside it, or its device stalled";
       g.fail(internal::FailKind::timeout, msg);
-      g.throw_if_failed("wait");
+      internal::Failure f = g.current_failure();
+      internal::raise(f.kind, f.message.rfind(s.description, 0) == 0
+                                  ? f.message
+                                  : s.description + ": " + f.message);
     }
   }
 }
@@ -473,7 +497,7 @@ bool Work::is_completed() {
         int32_t code = 0;
         std::string text = bp::detail::take_comm_error(s_->comm->api, e, &code);
         l.unlock();
-        s_->g->fail(internal::kind_of_code(code), s_->description + ": " + text);
+        s_->g->fail_from_plugin(code, s_->description + ": " + text, *s_->g->store);
         s_->g->throw_if_failed(s_->description);
       }
       if (done) s_->plugin_done = true;

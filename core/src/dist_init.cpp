@@ -355,9 +355,12 @@ void init_process_group(const InitOptions& options) {
     g->monitor_store = g->store->clone();
     rendezvous(*g, where);
     g->monitor_store->set_on_disconnect(
-        g->abort_key(), "rank " + std::to_string(g->rank) + " (pid " + std::to_string(::getpid()) +
-                            ") exited without leaving the process group: its connection to the "
-                            "rendezvous store closed");
+        g->abort_key(),
+        internal::encode_failure(
+            internal::FailKind::peer,
+            "rank " + std::to_string(g->rank) + " (pid " + std::to_string(::getpid()) +
+                ") exited without leaving the process group: its connection to the "
+                "rendezvous store closed"));
   }
   internal::debug_log(g.get(), "joined: rank " + std::to_string(g->rank) + " of " +
                                    std::to_string(g->size) + " through " + where + " (" +

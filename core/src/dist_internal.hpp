@@ -153,6 +153,11 @@ struct Group : std::enable_shared_from_this<Group> {
   // Records the group's first failure, aborts every communicator so blocked operations
   // return, and (when `local`) has the monitor tell the other ranks. Thread-safe.
   void fail(FailKind kind, const std::string& message, bool local = true);
+  // Writes this rank's own failure under the abort key, once.
+  void publish_failure();
+  // fail() for an error a plugin returned; for a broken peer connection it first looks for
+  // the reason another rank published (Note [Failure propagation]).
+  void fail_from_plugin(int32_t code, const std::string& message, Store& st);
   // Throws the group's failure, prefixed with `context`, when it has failed.
   void throw_if_failed(const std::string& context);
   Failure current_failure();
@@ -172,6 +177,9 @@ struct Group : std::enable_shared_from_this<Group> {
 
 // The bp_comm_host callbacks over a group's store (dist_monitor.cpp).
 bp_comm_host make_host(HostCtx& ctx);
+// The abort key's value: the failure's kind and text, so every rank throws the same class.
+std::string encode_failure(FailKind kind, const std::string& text);
+Failure decode_failure(const std::string& value);
 // The failure kind of a communicator error code.
 FailKind kind_of_code(int32_t code);
 
@@ -180,6 +188,7 @@ bool debug_enabled();
 void debug_log(const Group* g, const std::string& line);
 
 std::string shape_text(const Tensor& t);  // "[2, 3]"
+std::string seconds(milliseconds t);      // "2.5 s"
 
 }  // namespace bp::dist::internal
 

@@ -97,6 +97,33 @@ void debug_log(const Group* g, const std::string& line) {
   std::cerr << os.str() << std::flush;
 }
 
+std::string seconds(milliseconds t) {
+  std::ostringstream os;
+  os << static_cast<double>(t.count()) / 1000.0 << " s";
+  return os.str();
+}
+
+void Group::fail_from_plugin(int32_t code, const std::string& message, Store& st) {
+  if (code == BP_COMM_ERROR_REMOTE || code == BP_COMM_ERROR_ABORTED) {
+    // A peer's connection broke: usually another rank failed first and says why under the
+    // abort key within a monitor period (Note [Failure propagation]). Prefer its reason.
+    auto until = Clock::now() + milliseconds(1000);
+    while (!failed.load() && Clock::now() < until) {
+      try {
+        if (auto v = st.try_get(abort_key())) {
+          Failure f = decode_failure(*v);
+          fail(f.kind, "another rank failed: " + f.message, false);
+          break;
+        }
+      } catch (const Error&) {
+        break;
+      }
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  }
+  fail(kind_of_code(code), message);
+}
+
 std::string shape_text(const Tensor& t) {
   std::string s = "[";
   Shape sh = t.shape();
@@ -120,6 +147,27 @@ void Group::fail(FailKind kind, const std::string& message, bool local) {
   for (Communicator* c : to_abort)
     if (bp_error* e = c->api->comm_abort(c->comm)) bp::detail::take_comm_error(c->api, e);
   cv.notify_all();
+  if (local) publish_failure();
+}
+
+void Group::publish_failure() {
+  if (size == 1) return;
+  std::string text;
+  FailKind kind;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (!failed.load() || !failure_local || failure_published) return;
+    failure_published = true;
+    text = "rank " + std::to_string(rank) + ": " + failure.message;
+    kind = failure.kind;
+  }
+  // Tell the others now, before this process may exit (Note [Failure propagation]); each
+  // thread uses its own store connection.
+  Store* st = std::this_thread::get_id() == monitor.get_id() ? monitor_store.get() : store.get();
+  try {
+    if (st && !st->try_get(abort_key())) st->set(abort_key(), encode_failure(kind, text));
+  } catch (const Error&) {
+  }
 }
 
 Failure Group::current_failure() {
@@ -130,7 +178,7 @@ Failure Group::current_failure() {
 void Group::throw_if_failed(const std::string& context) {
   if (!failed.load()) return;
   Failure f = current_failure();
-  raise(f.kind, context + ": " + f.message);
+  raise(f.kind, f.message.rfind(context, 0) == 0 ? f.message : context + ": " + f.message);
 }
 
 // ---- the monitor --------------------------------------------------------------------------------
@@ -175,12 +223,6 @@ std::string ranks_text(const std::vector<int>& ranks) {
   std::string s = ranks.size() == 1 ? "rank " : "ranks ";
   for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
   return s;
-}
-
-std::string seconds(milliseconds t) {
-  std::ostringstream os;
-  os << static_cast<double>(t.count()) / 1000.0 << " s";
-  return os.str();
 }
 
 // "ranks 0, 2 called X; rank 1 called Y" for the distinct descriptors.
@@ -239,6 +281,7 @@ void Group::monitor_loop() {
                                mine.front().kind == Check::Kind::leave))
         mine.pop_front();
       if (failed.load()) mine.clear();
+      publish_failure();
       if (stop) break;  // every descriptor is posted; destroy_process_group has waited
       if (!mine.empty()) {
         Check& c = mine.front();
@@ -304,21 +347,11 @@ void Group::monitor_loop() {
       // Failure propagation (Note [Failure propagation]).
       if (Clock::now() - last_poll >= milliseconds(100)) {
         last_poll = Clock::now();
-        bool publish = false;
-        std::string text;
-        {
-          std::lock_guard<std::mutex> l(mu);
-          if (failed.load() && failure_local && !failure_published) {
-            publish = true;
-            failure_published = true;
-            text = "rank " + std::to_string(rank) + ": " + failure.message;
+        if (!failed.load()) {
+          if (auto v = monitor_store->try_get(abort_key())) {
+            Failure f = decode_failure(*v);
+            fail(f.kind, "another rank failed: " + f.message, false);
           }
-        }
-        if (publish) {
-          if (!monitor_store->try_get(abort_key())) monitor_store->set(abort_key(), text);
-        } else if (!failed.load()) {
-          if (auto v = monitor_store->try_get(abort_key()))
-            fail(FailKind::peer, "another rank failed: " + *v, false);
         }
       }
     } catch (const RendezvousError& e) {
@@ -344,7 +377,10 @@ void Group::monitor_loop() {
       if (bp_error* e = w->comm->api->work_test(w->handle, &done)) {
         int32_t code = 0;
         std::string text = bp::detail::take_comm_error(w->comm->api, e, &code);
-        fail(kind_of_code(code), w->description + " failed: " + text);
+        // A pending check explains a plugin error better (a mismatch makes Gloo fail): let it
+        // finish first (Note [Collective checks]).
+        if (w->check_ok.load())
+          fail_from_plugin(code, w->description + " failed: " + text, *monitor_store);
         continue;
       }
       if (done) {
@@ -375,6 +411,24 @@ void Group::monitor_loop() {
 }
 
 // ---- bp_comm_host over the group's store ------------------------------------------------------
+
+namespace {
+const char* const kKindNames[] = {"generic", "timeout",     "mismatch",
+                                  "peer",    "unavailable", "rendezvous"};
+}  // namespace
+
+std::string encode_failure(FailKind kind, const std::string& text) {
+  return std::string(kKindNames[static_cast<int>(kind)]) + "\n" + text;
+}
+
+Failure decode_failure(const std::string& value) {
+  size_t nl = value.find('\n');
+  if (nl != std::string::npos)
+    for (int k = 0; k < 6; ++k)
+      if (value.compare(0, nl, kKindNames[k]) == 0)
+        return Failure{static_cast<FailKind>(k), value.substr(nl + 1)};
+  return Failure{FailKind::peer, value};
+}
 
 FailKind kind_of_code(int32_t code) {
   switch (code) {

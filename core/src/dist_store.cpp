@@ -8,8 +8,9 @@
 //     TRY_GET       key                       -> u8 found [value]
 //     ADD           key i64 delta             -> i64 new value (stored as decimal text)
 //     ERASE         u32 n, keys               -> u8 0
-//     ON_DISCONNECT key value                 -> u8 0   (set key=value if this connection
-//                                                        closes before LEAVE)
+//     ON_DISCONNECT key value                 -> u8 0   (set key=value, unless it exists,
+//                                                        if this connection closes before
+//                                                        LEAVE)
 //     LEAVE                                   -> u8 0
 //   The server answers a GET as soon as every key exists, or with the missing keys when its
 //   timeout passes, so a client never waits on a reply that will not come; the client bounds
@@ -586,7 +587,7 @@ struct TcpStoreServer::Impl {
 
   void drop(size_t i) {
     Client& c = clients[i];
-    if (c.has_dc && !c.left) data[c.dc_key] = c.dc_value;
+    if (c.has_dc && !c.left && !data.count(c.dc_key)) data[c.dc_key] = c.dc_value;
     ::close(c.fd);
     clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
   }
@@ -748,7 +749,23 @@ TcpStore::TcpStore(std::string host, int port, milliseconds connect_timeout)
           last = errno_text(errno);
           continue;
         }
-        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        // Non-blocking connect bounded by the deadline: an unroutable address must not
+        // block for the kernel's SYN timeout.
+        ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+        int rc2 = ::connect(fd, a->ai_addr, a->ai_addrlen);
+        if (rc2 != 0 && errno == EINPROGRESS) {
+          auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+          pollfd p{fd, POLLOUT, 0};
+          int pr = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left, 1, 2000)));
+          int soerr = 0;
+          socklen_t sl = sizeof soerr;
+          if (pr > 0 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0)
+            rc2 = 0;
+          else
+            errno = pr == 0 ? ETIMEDOUT : (soerr ? soerr : errno);
+        }
+        if (rc2 == 0) {
+          ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
           conn_->fd = fd;
         } else {
           last = errno_text(errno);

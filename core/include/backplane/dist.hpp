@@ -115,7 +115,7 @@ struct InitOptions {
   // tcp://MASTER_ADDR:MASTER_PORT, else (a group of one only) an in-process store.
   // With tcp://, rank 0 hosts the store on that port unless BACKPLANE_STORE_HOSTED=1 says the
   // launcher does (bp-run).
-  std::string init_method;
+  std::string init_method{};
   // Bound on the rendezvous and on every collective; 0 reads BACKPLANE_DIST_TIMEOUT
   // (seconds), else 300 s.
   std::chrono::milliseconds timeout{0};
@@ -123,7 +123,7 @@ struct InitOptions {
   // BACKPLANE_DIST_BACKEND first); "gloo" uses that plugin for every type it serves; or pairs
   // "cpu:gloo,cuda:nccl". Naming a plugin for a type it does not declare (e.g. "cuda:gloo")
   // stages that type through host memory on purpose.
-  std::string backend;
+  std::string backend{};
   // The per-call descriptor check (Note [Collective checks]); false skips it (faster tiny
   // collectives, no mismatch detection). BACKPLANE_DIST_CHECK=0 also turns it off.
   bool check_collectives = true;

@@ -74,9 +74,10 @@ class Store {
   // The address of this host's interface that reaches the store ("10.0.0.2"); "" for a file
   // or memory store.
   virtual std::string local_address() const { return ""; }
-  // Asks the store to set `key` to `value` should this handle's connection close before
-  // leave() is called (a process that exits or crashes). Only a TCP store can; others ignore
-  // it. Used so that the ranks of a group learn at once that one of them has died.
+  // Asks the store to set `key` to `value` (unless the key exists by then) should this
+  // handle's connection close before leave() is called (a process that exits or crashes). Only a
+  // TCP store can; others ignore it. Used so that the ranks of a group learn at once that one of
+  // them has died.
   virtual void set_on_disconnect(const std::string& key, const std::string& value) {
     (void)key;
     (void)value;
