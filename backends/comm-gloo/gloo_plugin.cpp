@@ -129,6 +129,9 @@ const bp_comm_api kApi = {
     [](bp_comm* comm, void*, bp_comm_work** out) -> bp_error* {
       return start(comm, out, [&](auto& c) { return c.barrier(); });
     },
+    // group_start, group_end: sends and receives are posted at once (Note [Gloo threads])
+    nullptr,
+    nullptr,
     // work_test
     [](bp_comm_work* w, int32_t* out_done) -> bp_error* {
       if (!w || !out_done)

@@ -113,6 +113,11 @@ dist::CommPluginReport CommRegistry::load_candidate(const std::string& path,
     dlclose(h);
     return r;
   }
+  if (!api->group_start != !api->group_end) {
+    r.reason = "group_start and group_end must be both set or both NULL";
+    dlclose(h);
+    return r;
+  }
   if (r.name.empty() || !valid_type(api->name)) {
     r.reason = "plugin name '" + r.name + "' is not lower-case [a-z][a-z0-9_]*";
     dlclose(h);

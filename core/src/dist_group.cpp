@@ -250,6 +250,13 @@ class Issue {
   }
 
   int64_t transfer() const { return transfer_; }
+  // Inside a group the plugin starts the operation at group_end: stream-ordered copy-backs
+  // must be queued after that.
+  void defer_post() { defer_post_ = true; }
+  void run_post() {
+    for (auto& p : post_) p();
+    post_.clear();
+  }
   Group& group() { return g_; }
   const Route& route() const { return route_; }
   void* native_stream() const { return native_stream_; }
@@ -321,7 +328,7 @@ class Issue {
       raise(kind_of_code(code), msg);
     }
     s_->handle = w;
-    for (auto& p : post_) p();
+    if (!defer_post_) run_post();
     if (!finish_.empty()) {
       auto steps = std::move(finish_);
       s_->finish = [steps] {
@@ -340,6 +347,7 @@ class Issue {
   std::shared_ptr<Work::State> s_;
   Route route_;
   int64_t transfer_ = -1;
+  bool defer_post_ = false;
   Stream* stream_ = nullptr;
   void* native_stream_ = nullptr;
   std::vector<std::function<void()>> finish_, post_;
@@ -640,6 +648,68 @@ Work ProcessGroup::recv(const Tensor& t, int src, Stream* stream) {
       [&](Communicator& c, bp_comm_work** w) {
         return c.api->recv(c.comm, p, count, dt, src, ns, w);
       });
+}
+
+std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops, Stream* stream) {
+  std::vector<Work> works;
+  if (ops.empty()) return works;
+  internal::Group& g = *impl().g;
+  std::lock_guard<std::recursive_mutex> lock(g.issue_mu);
+  Device& dev = ops[0].tensor.defined() ? ops[0].tensor.device() : bp::device("cpu:0");
+  struct Item {
+    std::unique_ptr<Issue> is;
+    void* p;
+    uint64_t count;
+    int32_t dtype;
+    bool send;
+    int peer;
+    std::string what;
+  };
+  std::vector<Item> items;
+  for (const auto& op : ops) {
+    bool is_send = op.kind == P2POp::Kind::send;
+    const char* name = is_send ? "send" : "recv";
+    internal::check_defined(op.tensor, "batch_isend_irecv", name);
+    if (&op.tensor.device() != &dev)
+      throw DeviceMismatch("batch_isend_irecv: expected all tensors on one device, found " +
+                           dev.str() + " and " + op.tensor.device().str());
+    check_peer(op.peer, rank(), size(), name, is_send ? "destination" : "source");
+    std::string ds = internal::dtype_shape(op.tensor);
+    Item it;
+    it.is =
+        std::make_unique<Issue>(g, name, dev, stream, is_send ? Kind::p2p_post : Kind::p2p_verify,
+                                ds + " on " + dev.type(), op.peer);
+    it.p = it.is->arg(op.tensor, is_send, !is_send);
+    it.is->defer_post();
+    it.count = static_cast<uint64_t>(op.tensor.numel());
+    it.dtype = static_cast<int32_t>(op.tensor.dtype());
+    it.send = is_send;
+    it.peer = op.peer;
+    it.what = ds + (is_send ? ", to rank " : ", from rank ") + std::to_string(op.peer) +
+              ", transfer #" + std::to_string(it.is->transfer()) + ", grouped";
+    items.push_back(std::move(it));
+  }
+  Communicator& c = *items[0].is->route().comm;
+  bool grouped = c.api->group_start != nullptr;
+  auto check = [&](bp_error* e, const char* what) {
+    if (!e) return;
+    int32_t code = 0;
+    std::string text = bp::detail::take_comm_error(c.api, e, &code);
+    std::string msg = std::string("batch_isend_irecv on ") + g.where() + ": " + what + ": " + text;
+    g.fail(internal::kind_of_code(code), msg);
+    internal::raise(internal::kind_of_code(code), msg);
+  };
+  if (grouped) check(c.api->group_start(c.comm), "group_start");
+  for (auto& it : items) {
+    void* ns = it.is->native_stream();
+    works.push_back(it.is->launch(it.what, [&](Communicator& cc, bp_comm_work** w) {
+      return it.send ? cc.api->send(cc.comm, it.p, it.count, it.dtype, it.peer, ns, w)
+                     : cc.api->recv(cc.comm, it.p, it.count, it.dtype, it.peer, ns, w);
+    }));
+  }
+  if (grouped) check(c.api->group_end(c.comm), "group_end");
+  for (auto& it : items) it.is->run_post();
+  return works;
 }
 
 void ProcessGroup::barrier(Device* device) {

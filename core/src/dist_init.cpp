@@ -515,6 +515,9 @@ Work send(const Tensor& t, int dst) {
 Work recv(const Tensor& t, int src) {
   return group().recv(t, src);
 }
+std::vector<Work> batch_isend_irecv(const std::vector<ProcessGroup::P2POp>& ops) {
+  return group().batch_isend_irecv(ops);
+}
 void barrier() {
   group().barrier();
 }

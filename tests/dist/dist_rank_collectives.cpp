@@ -213,13 +213,26 @@ void p2p_cases(Ctx& c) {
     int to = (c.rank + 1) % c.world, from = (c.rank + c.world - 1) % c.world;
     Tensor mine = c.mine(dt, n, s);
     Tensor got = bp::zeros({n}, c.dev, dt);
-    // Both posted before either is waited on: every rank sends first (Note [Gloo threads]).
-    d::Work ws = d::send(mine, to);
-    d::Work wr = d::recv(got, from);
-    ws.wait();
-    wr.wait();
-    c.expect(case_name("send_recv_ring", dt, n),
+    // A ring exchange: every rank sends and receives, so the two go in one group.
+    auto works = d::batch_isend_irecv({{d::ProcessGroup::P2POp::Kind::send, mine, to},
+                                       {d::ProcessGroup::P2POp::Kind::recv, got, from}});
+    for (auto& w : works) w.wait();
+    c.expect(case_name("batch_isend_irecv_ring", dt, n),
              compare(host(got), c.all_inputs(dt, n, s)[static_cast<size_t>(from)], dt, c.world));
+  }
+  // One way: rank 0 sends to every other rank in turn, each receives once (plain send/recv).
+  int s = ++c.salt;
+  int64_t n = 777;
+  if (c.rank == 0) {
+    std::vector<d::Work> ws;
+    for (int r = 1; r < c.world; ++r) ws.push_back(d::send(c.mine(DType::i64, n, s), r));
+    for (auto& w : ws) w.wait();
+    c.expect("send[i64,n=777,rank 0 to all]", "");
+  } else {
+    Tensor got = bp::zeros({n}, c.dev, DType::i64);
+    d::recv(got, 0).wait();
+    c.expect("recv[i64,n=777,from rank 0]",
+             compare(host(got), c.all_inputs(DType::i64, n, s)[0], DType::i64, c.world));
   }
 }
 

@@ -182,6 +182,16 @@ class ProcessGroup {
   // dtype (checked by the receiver; a MismatchError on both sides otherwise).
   Work send(const Tensor& t, int dst, Stream* stream = nullptr);
   Work recv(const Tensor& t, int src, Stream* stream = nullptr);
+  // Several sends and receives issued as one group (NCCL's ncclGroupStart/End): a rank that
+  // sends to and receives from a peer that does the same (a ring exchange) must group them on
+  // NCCL, where a lone send waits for its peer's recv; on Gloo grouping changes nothing. All
+  // tensors on one device. One Work per operation, in order.
+  struct P2POp {
+    enum class Kind { send, recv } kind = Kind::send;
+    Tensor tensor;
+    int peer = -1;
+  };
+  std::vector<Work> batch_isend_irecv(const std::vector<P2POp>& ops, Stream* stream = nullptr);
   // Completes once every rank has reached it; waits (with the timeout) before returning.
   // Runs on the communicator of `device` (default: the device used last, else cpu:0).
   void barrier(Device* device = nullptr);
@@ -220,6 +230,7 @@ Work all_gather(const Tensor& out, const Tensor& in);
 Work reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum);
 Work send(const Tensor& t, int dst);
 Work recv(const Tensor& t, int src);
+std::vector<Work> batch_isend_irecv(const std::vector<ProcessGroup::P2POp>& ops);
 void barrier();
 
 }  // namespace bp::dist

@@ -194,7 +194,9 @@ typedef struct bp_comm_api {
   bp_error* (*reduce_scatter)(bp_comm* comm, const void* send, void* recv, uint64_t recv_count,
                               int32_t dtype, int32_t op, void* stream, bp_comm_work** out_work);
   /* Point to point: `count` elements to / from `peer` (!= own rank), matched in call order
-   * per pair of ranks. Both sides must agree on count and dtype. */
+   * per pair of ranks. Both sides must agree on count and dtype. A stream plugin may not
+   * start a send before the peer's matching recv is queued: crossing transfers go in one
+   * group (group_start / group_end). */
   bp_error* (*send)(bp_comm* comm, const void* buf, uint64_t count, int32_t dtype, int32_t peer,
                     void* stream, bp_comm_work** out_work);
   bp_error* (*recv)(bp_comm* comm, void* buf, uint64_t count, int32_t dtype, int32_t peer,
@@ -202,6 +204,15 @@ typedef struct bp_comm_api {
   /* Completes when every rank has called it. Optional (NULL: the host all_reduces one i32
    * element on the communicator's device and waits for it). */
   bp_error* (*barrier)(bp_comm* comm, void* stream, bp_comm_work** out_work);
+
+  /* Grouping (optional as a pair: both NULL or both set). Operations issued between
+   * group_start and group_end form one group that the plugin starts together, the way
+   * ncclGroupStart/End do: a rank that sends to and receives from the same peer, whose peer
+   * does the same, must group them or a stream plugin deadlocks. Work handles of grouped
+   * operations are valid after group_end. Default when NULL: the host issues the operations
+   * one by one (a host plugin posts send and recv at once, so they cannot deadlock). */
+  bp_error* (*group_start)(bp_comm* comm);
+  bp_error* (*group_end)(bp_comm* comm);
 
   /* Work handles. work_test sets *out_done to 1 when the operation has completed and 0 while
    * it runs; it returns the operation's error once it has failed. work_wait blocks the calling
