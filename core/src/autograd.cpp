@@ -321,9 +321,10 @@ int64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tens
         "register_post_accumulate_grad_hook: the tensor does not require grad (call "
         "requires_grad_() first)");
   if (grad_fn())
-    throw Error("register_post_accumulate_grad_hook: the tensor is not a leaf (it was computed "
-                "by " +
-                std::string(grad_fn()->name()) + "); hooks go on leaves such as parameters");
+    throw Error(
+        "register_post_accumulate_grad_hook: the tensor is not a leaf (it was computed "
+        "by " +
+        std::string(grad_fn()->name()) + "); hooks go on leaves such as parameters");
   static std::atomic<int64_t> next{1};
   int64_t id = next.fetch_add(1);
   autograd::meta_of(*this).post_accumulate_hooks.emplace_back(id, std::move(hook));
@@ -333,9 +334,9 @@ int64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tens
 void Tensor::remove_post_accumulate_grad_hook(int64_t id) {
   if (!impl().autograd) return;
   auto& hooks = impl().autograd->post_accumulate_hooks;
-  hooks.erase(std::remove_if(hooks.begin(), hooks.end(),
-                             [id](const auto& h) { return h.first == id; }),
-              hooks.end());
+  hooks.erase(
+      std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }),
+      hooks.end());
 }
 
 Tensor Tensor::detach() const {

@@ -145,6 +145,7 @@ dist::CommPluginReport CommRegistry::load_candidate(const std::string& path,
     r.reason = std::string("unavailable: ") + (reason && *reason ? reason : "no reason given");
   r.status = PluginReport::Status::loaded;
   r.decision = "loaded";
+  r.api = api;
   *out_api = api;
   return r;
 }
@@ -202,6 +203,7 @@ CommRegistry::CommRegistry() {
         r.status = PluginReport::Status::skipped;
         r.decision = "skipped";
         r.reason = "a communicator plugin named '" + r.name + "' is already loaded";
+        r.api = nullptr;
       } else {
         plugins_.push_back(CommPlugin{api, r});
       }
@@ -255,6 +257,11 @@ namespace bp::dist {
 
 std::vector<CommPluginReport> comm_load_report() {
   return detail::CommRegistry::get().report();
+}
+
+CommPluginReport inspect_comm_plugin(const std::string& path) {
+  const bp_comm_api* api = nullptr;
+  return detail::CommRegistry::load_candidate(path, &api);
 }
 
 }  // namespace bp::dist

@@ -73,7 +73,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<Module> module,
     const Tensor& t = params[k].second;
     slots_.push_back(Slot{t, params[k].first});
     uint64_t bytes = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype());
-    if (groups.empty() || t.dtype() != group_dtype || (sizes.back() > 0 && sizes.back() + bytes > cap)) {
+    if (groups.empty() || t.dtype() != group_dtype ||
+        (sizes.back() > 0 && sizes.back() + bytes > cap)) {
       groups.emplace_back();
       sizes.push_back(0);
       group_dtype = t.dtype();
@@ -208,8 +209,8 @@ DistributedSampler::DistributedSampler(const DistributedSamplerOptions& options)
     throw Error("DistributedSampler: num_replicas must be at least 1, got " +
                 std::to_string(replicas_));
   if (rank_ >= replicas_)
-    throw Error("DistributedSampler: rank " + std::to_string(rank_) + " is not below num_replicas " +
-                std::to_string(replicas_));
+    throw Error("DistributedSampler: rank " + std::to_string(rank_) +
+                " is not below num_replicas " + std::to_string(replicas_));
 }
 
 int64_t DistributedSampler::num_samples(int64_t n) const {

@@ -26,8 +26,9 @@ DataLoader::DataLoader(const Tensor& inputs, const Tensor& targets,
     throw Error("DataLoader: batch_size must be at least 1, got " +
                 std::to_string(options.batch_size));
   if (options.shuffle && options.sampler)
-    throw Error("DataLoader: shuffle and sampler are mutually exclusive (the sampler orders the "
-                "examples; set shuffle = false)");
+    throw Error(
+        "DataLoader: shuffle and sampler are mutually exclusive (the sampler orders the "
+        "examples; set shuffle = false)");
   n_ = inputs.size(0);
   auto load = [&](const Tensor& t) {
     Source s;

@@ -40,6 +40,7 @@
 // ordered by the caller exactly as on the other ranks.
 #pragma once
 
+#include <backplane/comm_abi.h>
 #include <backplane/device.hpp>
 #include <backplane/dist_store.hpp>
 #include <backplane/runtime.hpp>
@@ -95,10 +96,14 @@ struct CommPluginReport {
   std::vector<std::string> device_types;  // what it declares to serve
   bool available = false;                 // loaded and its vendor library usable
   std::string library;                    // the library found ("NCCL 2.28.9 from ...") or ""
+  const bp_comm_api* api = nullptr;       // valid while the process runs; nullptr unless loaded
 };
 // Every libbackplane-comm-*.so candidate of the plugin search order (Note [Plugin search
 // order] in runtime.hpp), loaded once on first use with the device loader's checks.
 std::vector<CommPluginReport> comm_load_report();
+// Loads one communicator plugin file with the same checks, without registering it (used by
+// bp-conformance --comm PATH). The library stays loaded for the process.
+CommPluginReport inspect_comm_plugin(const std::string& path);
 
 // ---- process groups ---------------------------------------------------------------------------
 

@@ -10,7 +10,8 @@
 //   bp::DataLoader data(X, Y, {.batch_size = 32,
 //                              .sampler = std::make_shared<bp::DistributedSampler>()});
 //   bp::optim::SGD opt(ddp.parameters(), {.lr = 0.1});
-//   for (auto batch : data) { opt.zero_grad(); loss(ddp(batch.x.to(dev)), ...).backward(); opt.step(); }
+//   for (auto batch : data) { opt.zero_grad(); loss(ddp(batch.x.to(dev)), ...).backward();
+//   opt.step(); }
 //
 // Note [Gradient buckets]
 //   At construction the parameters are broadcast from rank 0 (and buffers with them), then laid
@@ -45,9 +46,9 @@ namespace bp {
 namespace nn {
 
 struct DistributedDataParallelOptions {
-  double bucket_cap_mb = 25.0;   // bucket size (PyTorch's default)
-  int root = 0;                  // whose parameters every rank starts from
-  bool broadcast_buffers = true;  // buffers too, at construction
+  double bucket_cap_mb = 25.0;          // bucket size (PyTorch's default)
+  int root = 0;                         // whose parameters every rank starts from
+  bool broadcast_buffers = true;        // buffers too, at construction
   dist::ProcessGroup* group = nullptr;  // nullptr: the default group
 };
 
