@@ -315,7 +315,7 @@ const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   return m ? m->grad_fn : none;
 }
 
-int64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) {
+int64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
   if (!requires_grad())
     throw Error(
         "register_post_accumulate_grad_hook: the tensor does not require grad (call "
@@ -331,7 +331,7 @@ int64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tens
   return id;
 }
 
-void Tensor::remove_post_accumulate_grad_hook(int64_t id) {
+void Tensor::remove_post_accumulate_grad_hook(int64_t id) const {
   if (!impl().autograd) return;
   auto& hooks = impl().autograd->post_accumulate_hooks;
   hooks.erase(

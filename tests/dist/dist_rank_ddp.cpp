@@ -35,8 +35,7 @@ std::pair<Tensor, Tensor> make_data(int64_t n) {
   bp::Device& cpu = bp::device("cpu:0");
   bp::Generator gen(11);
   Tensor X = bp::uniform({n, 8}, -1.0, 1.0, cpu, bp::DType::f32, &gen);
-  Tensor Y = X.slice(1, 0, 1) * 0.8 + X.slice(1, 1, 2) * X.slice(1, 2, 3) -
-             X.slice(1, 3, 4) * 0.5 +
+  Tensor Y = X.slice(1, 0, 1) * 0.8 + X.slice(1, 1, 2) * X.slice(1, 2, 3) - X.slice(1, 3, 4) * 0.5 +
              bp::uniform({n, 1}, -0.01, 0.01, cpu, bp::DType::f32, &gen);
   return {X, Y};
 }
@@ -99,10 +98,11 @@ int run_ddp(const std::vector<std::string>& args) {
 
   // One process on the combined batch, from rank 0's initial weights.
   auto ref = make_mlp(42, dev);
-  bp::DataLoader whole(X, Y,
-                       {.batch_size = per_rank_batch * world,
-                        .sampler = std::make_shared<bp::DistributedSampler>(
-                            bp::DistributedSamplerOptions{.num_replicas = 1, .rank = 0, .seed = 3})});
+  bp::DataLoader whole(
+      X, Y,
+      {.batch_size = per_rank_batch * world,
+       .sampler = std::make_shared<bp::DistributedSampler>(
+           bp::DistributedSamplerOptions{.num_replicas = 1, .rank = 0, .seed = 3})});
   train(*ref, whole, dev, epochs, nullptr);
 
   auto mine = net->named_parameters();
@@ -129,16 +129,17 @@ int run_ddp(const std::vector<std::string>& args) {
   if (layout.size() >= 3)
     ck.pass("ddp_buckets");
   else
-    ck.fail("ddp_buckets", "expected several buckets at 0.001 MB, got " +
-                               std::to_string(layout.size()));
+    ck.fail("ddp_buckets",
+            "expected several buckets at 0.001 MB, got " + std::to_string(layout.size()));
   if (losses.back() < losses.front())
     ck.pass("ddp_loss_falls");
   else
     ck.fail("ddp_loss_falls", "loss did not fall: " + std::to_string(losses.front()) + " -> " +
                                   std::to_string(losses.back()));
-  std::printf("rank %d: %zu buckets, epoch losses %.6f .. %.6f, worst parameter difference "
-              "%.2e\n",
-              ck.rank, layout.size(), losses.front(), losses.back(), worst);
+  std::printf(
+      "rank %d: %zu buckets, epoch losses %.6f .. %.6f, worst parameter difference "
+      "%.2e\n",
+      ck.rank, layout.size(), losses.front(), losses.back(), worst);
 
   // A parameter that gets no gradient: the next forward names it.
   auto partial = std::make_shared<WithUnused>();

@@ -149,8 +149,8 @@ class Tensor {
   // running backward(), with gradient recording off, in registration order. Returns an id for
   // remove_post_accumulate_grad_hook. Error for a tensor that does not require grad or is not a
   // leaf (it has a grad_fn).
-  int64_t register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook);
-  void remove_post_accumulate_grad_hook(int64_t id);
+  int64_t register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+  void remove_post_accumulate_grad_hook(int64_t id) const;
   const std::shared_ptr<autograd::Node>& grad_fn() const;
 
   TensorImpl& impl() const { return *impl_; }
