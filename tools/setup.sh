@@ -24,7 +24,7 @@ install_packages() {
   $sudo apt-get install -y -qq --no-install-recommends \
     build-essential cmake ninja-build clang libclang-rt-dev pkg-config file python3 \
     libtbb-dev libopenblas-dev libtomlplusplus-dev nlohmann-json3-dev libgtest-dev \
-    ocl-icd-opencl-dev opencl-headers pocl-opencl-icd >/dev/null
+    ocl-icd-opencl-dev opencl-headers pocl-opencl-icd libgloo-dev iproute2 >/dev/null
 }
 
 # nvcc is often installed outside PATH.
