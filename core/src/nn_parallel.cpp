@@ -194,6 +194,17 @@ void DistributedDataParallel::finish_iteration(bool throw_unused) {
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   finish_iteration(true);
+  // The hooks sit on the parameter tensors of construction time: Module::to(),
+  // to(DType) or load_state_dict replace them (Note [Module state] in nn.hpp).
+  auto now = module_->parameters();
+  bool same = now.size() == slots_.size();
+  for (size_t k = 0; same && k < now.size(); ++k)
+    same = now[k].is_same(slots_[now.size() - 1 - k].param);
+  if (!same)
+    throw Error(
+        "DistributedDataParallel: the module's parameters were replaced after it was wrapped "
+        "(to(), to(DType) or load_state_dict make new tensors); move or load the model first, "
+        "then build DistributedDataParallel");
   return module_->forward(input);
 }
 

@@ -295,6 +295,31 @@ TEST(GroupOfOne, CollectivesAreTheIdentityAndTwoInitsAreAnError) {
   EXPECT_FALSE(d::is_initialized());
 }
 
+TEST(GroupOfOne, DistributedDataParallelKeepsGradientsAndNoticesReplacedParameters) {
+  d::init_process_group({.rank = 0, .world_size = 1});
+  bp::manual_seed(5);
+  auto lin = std::make_shared<bp::nn::Linear>(6, 3);
+  bp::nn::Linear plain(6, 3);
+  plain.load_state_dict({{"weight", lin->weight().clone()}, {"bias", lin->bias().clone()}});
+  bp::nn::DistributedDataParallel ddp(lin, {.bucket_cap_mb = 0.00005});  // one bucket each
+  EXPECT_EQ(ddp.bucket_layout().size(), 2u);
+  EXPECT_EQ(ddp.named_parameters()[0].first, "module.weight");
+  bp::Tensor x = bp::rand({4, 6});
+  (ddp(x) * 3.0).sum().backward();
+  (plain(x) * 3.0).sum().backward();
+  EXPECT_TRUE(bp::allclose(lin->weight().grad(), plain.weight().grad()));
+  EXPECT_TRUE(bp::allclose(lin->bias().grad(), plain.bias().grad()));
+  lin->to(bp::DType::f64);
+  try {
+    ddp(x.to(bp::DType::f64));
+    ADD_FAILURE() << "forward after the parameters were replaced did not throw";
+  } catch (const bp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parameters were replaced"), std::string::npos)
+        << e.what();
+  }
+  d::destroy_process_group();
+}
+
 // ---- communicator plugins in the load report
 // -------------------------------------------------------
 
