@@ -159,6 +159,14 @@ int comm_main(int argc, char** argv) {
     return 1;
   }
   std::string exe = self_exe();
+  // The core tests join a bp::dist group through this store (hosted here), with the plugin
+  // found by the registry: a plugin given as a file goes first in the search path.
+  ::setenv("BACKPLANE_STORE_HOSTED", "1", 1);
+  if (p.child.plugin.find('/') != std::string::npos) {
+    const char* old = std::getenv("BACKPLANE_PLUGIN_PATH");
+    std::string path = p.child.plugin + (old && *old ? std::string(":") + old : "");
+    ::setenv("BACKPLANE_PLUGIN_PATH", path.c_str(), 1);
+  }
   std::vector<Child> kids(static_cast<size_t>(p.child.world));
   for (int r = 0; r < p.child.world; ++r) {
     int fds[2];

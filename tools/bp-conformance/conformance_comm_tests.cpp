@@ -341,6 +341,7 @@ class Suite {
   }
 
   void all_reduce_case(int32_t dt, int32_t op, size_t n, size_t offset, bool in_place);
+  void core_tests();
 
   const CommChildOptions& o_;
   const bp_comm_api* api_;
@@ -645,6 +646,87 @@ void Suite::run() {
   test("destroy[" + L + "]", [&] {
     check(api_->comm_destroy(comm_), "comm_destroy");
     comm_ = nullptr;
+  });
+
+  core_tests();
+}
+
+// Through core's bp::dist, with this plugin as the backend: non-contiguous tensors, whose
+// packing and unpacking around the plugin's contiguous buffers is the host's part.
+void Suite::core_tests() {
+  const std::string& L = label_;
+  bool joined = false;
+  test("core.init[" + L + "]", [&] {
+    bp::dist::InitOptions io;
+    io.rank = o_.rank;
+    io.world_size = o_.world;
+    io.init_method = "tcp://127.0.0.1:" + std::to_string(o_.store_port);
+    io.backend = type_ + ":" + label_;
+    io.timeout = std::chrono::milliseconds(static_cast<int64_t>(o_.timeout_s * 1000));
+    bp::dist::init_process_group(io);
+    joined = true;
+  });
+  if (!joined && !o_.list) return;
+  bp::Device* dev = nullptr;
+  auto device = [&]() -> bp::Device& {
+    if (!dev) dev = &bp::device(o_.device.empty() ? type_ + ":0" : o_.device);
+    return *dev;
+  };
+  // Rank r's values for test t as an f64 host vector and a tensor of `dt` on the device.
+  auto tensor_of = [&](int t, int r, int32_t dt, int64_t n) {
+    std::vector<double> v;
+    std::vector<char> bytes = make_input(o_.seed, t, r, o_.world, dt, static_cast<size_t>(n), &v);
+    return bp::from_bytes(bytes.data(), static_cast<size_t>(n) * bp_dtype_size(dt), {n},
+                          static_cast<bp::DType>(dt), bp::device("cpu:0"))
+        .to(device());
+  };
+  for (int32_t dt : {BP_DTYPE_F32, BP_DTYPE_I64, BP_DTYPE_BF16})
+    test(format("core.all_reduce_transposed[%s,%s,7x9 view]", L.c_str(), bp_dtype_name(dt)), [&] {
+      int t = test_id_;
+      bp::Tensor base = tensor_of(t, o_.rank, dt, 63).reshape({9, 7});
+      bp::dist::all_reduce(base.t(), bp::dist::ReduceOp::max).wait();
+      expect_same(base.to_vector<double>(), reduce_ref(inputs(t, dt, 63), BP_REDUCE_MAX, dt), dt);
+    });
+  test(format("core.all_gather_strided[%s,f32,strided in, transposed out]", L.c_str()), [&] {
+    int t = test_id_;
+    bp::Tensor in = tensor_of(t, o_.rank, BP_DTYPE_F32, 12).slice(0, 1, 12, 3);  // 4 elements
+    bp::Tensor out = bp::zeros({4, o_.world}, device()).t();
+    bp::dist::all_gather(out, in).wait();
+    std::vector<double> ref;
+    for (auto& v : inputs(t, BP_DTYPE_F32, 12))
+      for (size_t i = 1; i < 12; i += 3) ref.push_back(v[i]);
+    expect_same(out.to_vector<double>(), ref, BP_DTYPE_F32);
+  });
+  test(format("core.reduce_scatter_strided[%s,f64,sum]", L.c_str()), [&] {
+    int t = test_id_;
+    int64_t n = 5;
+    bp::Tensor in =
+        tensor_of(t, o_.rank, BP_DTYPE_F64, 2 * n * o_.world).slice(0, 0, 2 * n * o_.world, 2);
+    bp::Tensor out = bp::zeros({2 * n}, device(), bp::DType::f64).slice(0, 0, 2 * n, 2);
+    bp::dist::reduce_scatter(out, in).wait();
+    std::vector<std::vector<double>> all;
+    for (auto& v : inputs(t, BP_DTYPE_F64, 2 * n * o_.world)) {
+      std::vector<double> even;
+      for (size_t i = 0; i < v.size(); i += 2) even.push_back(v[i]);
+      all.push_back(even);
+    }
+    auto full = reduce_ref(all, BP_REDUCE_SUM, BP_DTYPE_F64);
+    std::vector<double> ref(full.begin() + o_.rank * n, full.begin() + (o_.rank + 1) * n);
+    expect_same(out.to_vector<double>(), ref, BP_DTYPE_F64);
+  });
+  test(format("core.broadcast_column[%s,i32,root %d]", L.c_str(), o_.world - 1), [&] {
+    int t = test_id_;
+    bp::Tensor m = tensor_of(t, o_.rank, BP_DTYPE_I32, 24).reshape({6, 4});
+    bp::Tensor col = m.select(1, 2);  // stride 4
+    bp::dist::broadcast(col, o_.world - 1).wait();
+    auto root = inputs(t, BP_DTYPE_I32, 24)[static_cast<size_t>(o_.world - 1)];
+    auto mine = inputs(t, BP_DTYPE_I32, 24)[static_cast<size_t>(o_.rank)];
+    for (int r = 0; r < 6; ++r)
+      mine[static_cast<size_t>(r * 4 + 2)] = root[static_cast<size_t>(r * 4 + 2)];
+    expect_same(m.to_vector<double>(), mine, BP_DTYPE_I32);
+  });
+  test("core.destroy[" + L + "]", [&] {
+    if (bp::dist::is_initialized()) bp::dist::destroy_process_group();
   });
 }
 
