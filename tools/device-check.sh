@@ -33,7 +33,8 @@ has walkthrough && step walkthrough bash -c "'$build/bin/example-devices' && '$b
 if has tests; then
   step unit "$build/bin/bp_unit_tests" --gtest_brief=1
   step device_tests "$build/bin/bp_device_tests" --gtest_brief=1
-  for t in "$build"/bin/*_plugin_test "$build"/backends/*/*_plugin_test "$build"/bin/bp_nn_tests; do
+  for t in "$build"/bin/*_plugin_test "$build"/bin/*_native_test "$build"/backends/*/*_plugin_test \
+    "$build"/bin/bp_nn_tests; do
     [ -x "$t" ] && step "$(basename "$t")" "$t" --gtest_brief=1
   done
 fi

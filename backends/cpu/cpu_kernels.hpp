@@ -100,10 +100,11 @@ inline int64_t numel(const bp_tensor_desc& t) {
   return bp::sdk::numel(t);
 }
 
-// Typed address of element 0 of a descriptor (the buffer handle is the host pointer).
+// Typed address of element 0 of a descriptor (the buffer handle is the host pointer, or an
+// imported record: Note [Tagged buffer handles] in plugin_sdk.hpp).
 template <class T>
 inline T* data(const bp_tensor_desc& t) {
-  return reinterpret_cast<T*>(reinterpret_cast<char*>(t.buffer) + t.offset);
+  return reinterpret_cast<T*>(bp::sdk::buffer_address(t.buffer) + t.offset);
 }
 
 // ---- Note [CPU serial thresholds] ----------------------------------------------------------

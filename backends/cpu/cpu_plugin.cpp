@@ -5,6 +5,14 @@
 //   A bp_buffer* is the host address of a 64-byte aligned tbbmalloc block (cpu_allocator.hpp),
 //   so mem_host_pointer returns it unchanged and the host can skip staging copies.
 //
+// Note [CPU native handles]
+//   buffer_native reports the host address (ordinal 0, kDLCPU). buffer_import wraps any host
+//   memory as a tagged handle (Note [Tagged buffer handles] in plugin_sdk.hpp); because the
+//   stream is eager, every use of the memory has finished when mem_free is called, so mem_free
+//   calls the owner's release right there, on the freeing thread. Imported bytes are not
+//   counted in memory_stats. Streams have no native object: stream_native answers NULL, and
+//   stream_import accepts only NULL (the eager stream) and returns a new stream token.
+//
 // Note [CPU streams]
 //   The CPU stream executes eagerly: every memset, copy and launch runs to completion on the
 //   calling thread (and the oneTBB workers it fans out to) before the call returns. Streams
@@ -46,7 +54,7 @@ char* address(bp_buffer* buf, uint64_t offset, uint64_t size, const char* what) 
     bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
                   bp::sdk::format("cpu:0: %s of %llu bytes on a NULL buffer", what,
                                   static_cast<unsigned long long>(size)));
-  return reinterpret_cast<char*>(buf) + offset;
+  return bp::sdk::buffer_address(buf) + offset;
 }
 
 void check_host(const void* p, uint64_t size, const char* what) {
@@ -118,10 +126,14 @@ class CpuBackend final : public bp::sdk::Backend {
   }
   void mem_free(int32_t device, bp_stream*, bp_buffer* buf, uint64_t size) override {
     check_device(device, "mem_free");
+    if (bp::sdk::is_imported(buf)) {  // Note [CPU native handles]: nothing is queued
+      bp::sdk::release_imported(buf);
+      return;
+    }
     allocator_.deallocate(buf, size);
   }
   bool has_host_pointer() const override { return true; }
-  void* mem_host_pointer(bp_buffer* buf) override { return buf; }
+  void* mem_host_pointer(bp_buffer* buf) override { return bp::sdk::buffer_address(buf); }
   void memory_stats(int32_t device, bp_memory_stats& stats) override {
     check_device(device, "memory_stats");
     stats = allocator_.stats();
@@ -172,6 +184,43 @@ class CpuBackend final : public bp::sdk::Backend {
   void list_ops(int32_t device, const bp_op_support** out_list, int32_t* out_count) override {
     check_device(device, "list_ops");
     cpu::list_ops(out_list, out_count);
+  }
+
+  // ---- Native handles (Note [CPU native handles]) ----
+  bool has_buffer_native() const override { return true; }
+  void buffer_native(bp_buffer* buf, uint64_t offset, bp_native_buffer& out) override {
+    if (bp::sdk::is_imported(buf)) {
+      const bp::sdk::ImportedBuffer& r = *bp::sdk::imported_record(buf);
+      if (offset > r.size)
+        bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                      bp::sdk::format("cpu:0: buffer_native: offset %llu is past the end of an "
+                                      "imported buffer of %llu bytes",
+                                      static_cast<unsigned long long>(offset),
+                                      static_cast<unsigned long long>(r.size)));
+    }
+    out.address = bp::sdk::buffer_address(buf) + offset;
+    out.device_ordinal = 0;
+    out.dlpack_device_type = BP_DLPACK_CPU;
+  }
+  bool has_stream_native() const override { return true; }
+  void* stream_native(bp_stream*) override { return nullptr; }
+  bool has_buffer_import() const override { return true; }
+  bp_buffer* buffer_import(int32_t device, void* address, uint64_t size, bp_release_fn release,
+                           void* release_ctx) override {
+    check_device(device, "buffer_import");
+    auto* r = new bp::sdk::ImportedBuffer{address, size, release, release_ctx, 0, BP_DLPACK_CPU};
+    return bp::sdk::imported_handle(r);
+  }
+  bool has_stream_import() const override { return true; }
+  bp_stream* stream_import(int32_t device, void* native_stream) override {
+    check_device(device, "stream_import");
+    if (native_stream)
+      bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                    bp::sdk::format("cpu:0: stream_import: %p is not a cpu stream; cpu streams "
+                                    "are eager and have no native object (the only native cpu "
+                                    "stream is NULL, what stream_native reports)",
+                                    native_stream));
+    return reinterpret_cast<bp_stream*>(new CpuStream{device});
   }
 
  private:

@@ -122,7 +122,14 @@ void Runtime::init() {
 
 void Runtime::shutdown() {
   host_workers().stop();
-  for (auto& d : devices_) d->release_staging();
+  for (auto& d : devices_) {
+    try {
+      d->retire_releases(true);  // Note [CUDA imported memory]: every release runs once
+    } catch (const bp::sdk::Failure&) {
+      // The releases ran; a device error at exit has nobody to report to.
+    }
+    d->release_staging();
+  }
 }
 
 void Runtime::bad_device(int32_t d) const {
@@ -226,7 +233,7 @@ void Device::destroy_stream(CudaStream* s) {
   };
   if (s->cublas_workspace) note(cudaFreeAsync(s->cublas_workspace, s->stream));
   s->cache.drain([&](void* p) { note(cudaFreeAsync(p, s->stream)); });
-  note(cudaStreamDestroy(s->stream));
+  if (s->owned) note(cudaStreamDestroy(s->stream));  // an imported stream stays its owner's
   delete s;
   BP_CUDA_CHECK(first);
 }

@@ -47,6 +47,7 @@ struct CudaStream {
   BlockCache cache;
   void* cublas_workspace = nullptr;  // Note [cuBLAS per stream], allocated on first matmul
   size_t cublas_workspace_bytes = 0;
+  bool owned = true;  // false for a stream_import wrapper: destroy never destroys `stream`
 };
 
 // What a bp_event* points to.
@@ -97,6 +98,22 @@ class Device {
   // Drains every stream cache, synchronises the device and trims the pool to zero.
   void empty_cache();
 
+  // ---- Native handles (cuda_native.cpp, Note [CUDA imported memory]) ----
+  // Wraps foreign device (or managed) memory of this device; validates it with
+  // cudaPointerGetAttributes. Returns a tagged handle (Note [Tagged buffer handles]).
+  bp_buffer* import_buffer(void* address, uint64_t size, bp_release_fn release, void* ctx);
+  // Releases an imported buffer after the work queued on `s` (nullptr: the whole device).
+  void free_imported(CudaStream* s, bp_buffer* handle);
+  // Calls the release of every deferred import whose event has completed (all of them, after
+  // waiting, when `wait`). Cheap when nothing is pending: one atomic load.
+  void retire_releases(bool wait = false) {
+    if (wait || pending_count_.load(std::memory_order_acquire) != 0) [[unlikely]]
+      retire_pending(wait);
+  }
+  // A non-owning CudaStream over a cudaStream_t of this device (checked with
+  // cudaStreamGetDevice; 0, cudaStreamLegacy and cudaStreamPerThread are accepted as is).
+  CudaStream* import_stream(cudaStream_t native);
+
   // ---- cuBLAS (cuda_matmul.cpp) ----
   // The device's cuBLAS handle (created on first use) and the lock that serialises its use:
   // cublasSetStream/cublasSetWorkspace/cublasGemm* must run under cublas_mutex().
@@ -126,6 +143,7 @@ class Device {
   void* pool_alloc(CudaStream& s, uint64_t bytes, uint64_t requested);
   // Drains the block caches of every registered stream (stream-ordered frees).
   void drain_caches();
+  void retire_pending(bool wait);
 
   DeviceInfo info_;
   std::atomic<bool> ready_{false};
@@ -147,6 +165,16 @@ class Device {
 
   std::mutex peer_mutex_;
   std::vector<int8_t> peer_state_;  // per peer: 0 unknown, 1 enabled, -1 impossible
+
+  // Imported buffers freed while work on their stream was still queued (Note [CUDA imported
+  // memory]): each waits for its event before its release is called.
+  struct PendingRelease {
+    cudaEvent_t event;
+    bp_buffer* handle;
+  };
+  std::mutex pending_mutex_;  // guards pending_; never held while a release runs
+  std::vector<PendingRelease> pending_;
+  std::atomic<size_t> pending_count_{0};
 };
 
 // The plugin's view of the machine. init() runs once (the ABI's init slot).
@@ -155,7 +183,7 @@ class Runtime {
   // Reads the device count and static properties. Never throws for a missing driver or
   // device: device_count() is then 0 and reason() says why.
   void init();
-  // Stops helper threads (the ABI's shutdown slot).
+  // Stops helper threads and hands deferred imported memory back (the ABI's shutdown slot).
   void shutdown();
 
   int device_count() const { return static_cast<int>(devices_.size()); }

@@ -90,10 +90,11 @@ inline int64_t numel(const bp_tensor_desc& t) {
   return n;
 }
 
-// Typed address of a descriptor's first element.
+// Typed address of a descriptor's first element (the handle is the device pointer, or an
+// imported record: Note [Tagged buffer handles] in plugin_sdk.hpp).
 template <class T>
 inline T* data_ptr(const bp_tensor_desc& t) {
-  return reinterpret_cast<T*>(reinterpret_cast<char*>(t.buffer) + t.offset);
+  return reinterpret_cast<T*>(bp::sdk::buffer_address(t.buffer) + t.offset);
 }
 
 }  // namespace bp::cuda

@@ -107,6 +107,7 @@ void Device::empty_cache() {
   if (!ready_.load(std::memory_order_acquire)) return;
   drain_caches();
   BP_CUDA_CHECK(cudaDeviceSynchronize());
+  retire_releases();  // everything queued has finished: every parked release is due
   BP_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
 }
 

@@ -18,8 +18,9 @@ CudaEvent& event_of(bp_event* e) {
   return *reinterpret_cast<CudaEvent*>(e);
 }
 
+// Note [Tagged buffer handles] in plugin_sdk.hpp: our own pointer, or an imported record.
 char* buffer_at(bp_buffer* buf, uint64_t offset) {
-  return reinterpret_cast<char*>(buf) + offset;
+  return bp::sdk::buffer_address(buf) + offset;
 }
 
 class CudaBackend final : public bp::sdk::Backend {
@@ -44,10 +45,14 @@ class CudaBackend final : public bp::sdk::Backend {
   }
   void stream_destroy(bp_stream* stream) override {
     CudaStream& s = stream_of(stream);
-    s.device->destroy_stream(&s);
+    Device* d = s.device;
+    d->destroy_stream(&s);
+    d->retire_releases();
   }
   void stream_synchronize(bp_stream* stream) override {
-    BP_CUDA_CHECK(cudaStreamSynchronize(stream_of(stream).stream));
+    CudaStream& s = stream_of(stream);
+    BP_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+    s.device->retire_releases();  // Note [CUDA imported memory]
   }
 
   bool has_events() const override { return true; }
@@ -83,7 +88,9 @@ class CudaBackend final : public bp::sdk::Backend {
     BP_CUDA_CHECK(cudaStreamWaitEvent(s.stream, event_of(event).event, 0));
   }
   void event_synchronize(bp_event* event) override {
-    BP_CUDA_CHECK(cudaEventSynchronize(event_of(event).event));
+    CudaEvent& e = event_of(event);
+    BP_CUDA_CHECK(cudaEventSynchronize(e.event));
+    runtime().device(e.device).retire_releases();
   }
   double event_elapsed_ms(bp_event* start, bp_event* end) override {
     float ms = 0.0f;
@@ -96,6 +103,7 @@ class CudaBackend final : public bp::sdk::Backend {
   bp_buffer* mem_alloc(int32_t device, bp_stream* stream, uint64_t size) override {
     Device& d = runtime().device(device);
     d.ensure_ready();
+    d.retire_releases();
     if (!stream) {  // Note [NULL streams]
       CudaStream& s = *d.internal_stream();
       void* p = d.allocate(s, size);
@@ -113,6 +121,19 @@ class CudaBackend final : public bp::sdk::Backend {
   void mem_free(int32_t device, bp_stream* stream, bp_buffer* buf, uint64_t size) override {
     Device& d = runtime().device(device);
     d.ensure_ready();
+    if (bp::sdk::is_imported(buf)) [[unlikely]] {  // Note [CUDA imported memory]
+      const bp::sdk::ImportedBuffer& r = *bp::sdk::imported_record(buf);
+      if (r.device != device)
+        bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                      bp::sdk::format("cuda: mem_free: a buffer imported on cuda:%d freed on "
+                                      "cuda:%d",
+                                      r.device, device));
+      CudaStream* s = stream ? &stream_of(stream) : nullptr;
+      if (s) check_stream_device(*s, d);
+      d.free_imported(s, buf);
+      return;
+    }
+    d.retire_releases();
     if (!stream) {  // Note [NULL streams]
       use_device(device);
       BP_CUDA_CHECK(cudaDeviceSynchronize());
@@ -250,7 +271,51 @@ class CudaBackend final : public bp::sdk::Backend {
     bp::cuda::list_ops(out_list, out_count);
   }
 
+  // ---- Native handles (cuda_native.cpp, Note [CUDA imported memory]) ----
+
+  bool has_buffer_native() const override { return true; }
+  void buffer_native(bp_buffer* buf, uint64_t offset, bp_native_buffer& out) override {
+    if (bp::sdk::is_imported(buf)) {
+      const bp::sdk::ImportedBuffer& r = *bp::sdk::imported_record(buf);
+      if (offset > r.size)
+        bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                      bp::sdk::format("cuda:%d: buffer_native: offset %llu is past the end of an "
+                                      "imported buffer of %llu bytes",
+                                      r.device, static_cast<unsigned long long>(offset),
+                                      static_cast<unsigned long long>(r.size)));
+      out.address = static_cast<char*>(r.address) + offset;
+      out.device_ordinal = r.device;
+      out.dlpack_device_type = r.dlpack_device_type;
+      return;
+    }
+    out.address = buffer_at(buf, offset);
+    out.device_ordinal = device_of(buf);
+    out.dlpack_device_type = BP_DLPACK_CUDA;
+  }
+  bool has_stream_native() const override { return true; }
+  void* stream_native(bp_stream* stream) override {
+    return static_cast<void*>(stream_of(stream).stream);
+  }
+  bool has_buffer_import() const override { return true; }
+  bp_buffer* buffer_import(int32_t device, void* address, uint64_t size, bp_release_fn release,
+                           void* release_ctx) override {
+    return runtime().device(device).import_buffer(address, size, release, release_ctx);
+  }
+  bool has_stream_import() const override { return true; }
+  bp_stream* stream_import(int32_t device, void* native_stream) override {
+    return reinterpret_cast<bp_stream*>(
+        runtime().device(device).import_stream(static_cast<cudaStream_t>(native_stream)));
+  }
+
  private:
+  // The CUDA device of one of our own allocations: 0 on a one-GPU machine, else asked of the
+  // driver (our pools hold device memory only).
+  static int32_t device_of(bp_buffer* buf) {
+    if (runtime().device_count() == 1) return 0;
+    cudaPointerAttributes a{};
+    BP_CUDA_CHECK(cudaPointerGetAttributes(&a, bp::sdk::buffer_address(buf)));
+    return a.device;
+  }
   static void check_stream_device(const CudaStream& s, const Device& d) {
     if (s.device != &d) [[unlikely]]
       bp::sdk::fail(

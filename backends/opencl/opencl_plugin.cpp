@@ -370,6 +370,68 @@ class OpenclBackend final : public sdk::Backend {
     *out_count = static_cast<int32_t>(table.size());
   }
 
+  // ---- Native handles ----
+  // Note [OpenCL native handles]: a stream's native object is its cl_command_queue, and a
+  // foreign in-order queue of the device's context can be wrapped (retained while wrapped, so
+  // stream_destroy drops only our reference). Buffers are cl_mem objects, which have no
+  // address a pointer-based consumer (DLPack, NCCL) could use, so buffer_native and
+  // buffer_import answer BP_ERROR_UNSUPPORTED with that reason rather than being left NULL.
+
+  bool has_buffer_native() const override { return true; }
+  void buffer_native(bp_buffer* buf, uint64_t, bp_native_buffer&) override {
+    sdk::fail(BP_ERROR_UNSUPPORTED,
+              sdk::format("opencl:%d: buffer_native: OpenCL buffers are cl_mem objects, not "
+                          "pointer-addressable memory; read them with a copy to the host (or to "
+                          "a cpu tensor)",
+                          buf->device));
+  }
+  bool has_stream_native() const override { return true; }
+  void* stream_native(bp_stream* s) override { return s->queue; }
+  bool has_buffer_import() const override { return true; }
+  bp_buffer* buffer_import(int32_t d, void*, uint64_t, bp_release_fn, void*) override {
+    sdk::fail(BP_ERROR_UNSUPPORTED,
+              sdk::format("%s: buffer_import: OpenCL buffers are cl_mem objects; foreign "
+                          "memory given by an address cannot be wrapped without copying (copy "
+                          "it in from the host instead)",
+                          device(d).label().c_str()));
+  }
+  bool has_stream_import() const override { return true; }
+  bp_stream* stream_import(int32_t d, void* native) override {
+    Device& dev = device(d);
+    auto q = static_cast<cl_command_queue>(native);
+    if (!q)
+      sdk::fail(
+          BP_ERROR_INVALID_ARGUMENT,
+          sdk::format("%s: stream_import: the cl_command_queue is NULL", dev.label().c_str()));
+    cl_context ctx = nullptr;
+    cl_device_id id = nullptr;
+    cl_command_queue_properties props = 0;
+    cl_int st = clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof ctx, &ctx, nullptr);
+    if (st == CL_SUCCESS) st = clGetCommandQueueInfo(q, CL_QUEUE_DEVICE, sizeof id, &id, nullptr);
+    if (st == CL_SUCCESS)
+      st = clGetCommandQueueInfo(q, CL_QUEUE_PROPERTIES, sizeof props, &props, nullptr);
+    if (st != CL_SUCCESS)
+      sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                sdk::format("%s: stream_import: %p is not a valid cl_command_queue (%s)",
+                            dev.label().c_str(), native, cl_error_name(st).c_str()),
+                cl_error_name(st));
+    if (id != dev.id() || ctx != dev.context())
+      sdk::fail(
+          BP_ERROR_INVALID_ARGUMENT,
+          sdk::format("%s: stream_import: the queue belongs to %s; a stream must use "
+                      "the device's own context (create the queue with the context "
+                      "of a Backplane stream's queue)",
+                      dev.label().c_str(), id != dev.id() ? "another device" : "another context"));
+    if (props & CL_QUEUE_OUT_OF_ORDER_EXEC_MODE_ENABLE)
+      sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                sdk::format("%s: stream_import: the queue is out of order; streams are "
+                            "in-order queues",
+                            dev.label().c_str()));
+    BP_CL_CHECK(clRetainCommandQueue(q), dev.label() + ": stream_import");
+    uint64_t id_in_registry = dev.register_stream(q);
+    return new bp_stream{&dev, q, id_in_registry};
+  }
+
  private:
   // "OpenCL 3.0 PoCL HSTR: pthread-..." -> "OpenCL 3.0 PoCL": the first three words.
   static std::string short_version(const std::string& v) {

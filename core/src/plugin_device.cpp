@@ -34,7 +34,7 @@ std::string format_bytes(uint64_t n) {
 }  // namespace
 
 [[noreturn]] void throw_plugin_error(const bp_plugin_api* api, bp_error* err,
-                                     const std::string& context) {
+                                     const std::string& context, bool invalid_is_device_error) {
   int32_t code = err->code;
   std::string msg = context + ": " + (err->message ? err->message : "(no message)");
   std::string native = err->native_name ? err->native_name : "";
@@ -47,6 +47,9 @@ std::string format_bytes(uint64_t n) {
       throw OutOfMemory(msg);
     case BP_ERROR_UNSUPPORTED:
       throw UnsupportedError(msg);
+    case BP_ERROR_INVALID_ARGUMENT:
+      if (invalid_is_device_error) throw DeviceError(msg);
+      throw PluginError(msg, native);
     default:
       throw PluginError(msg, native);
   }

@@ -294,6 +294,13 @@ void Registry::register_plugin(PluginReport& r) {
   p->path = r.path;
   p->api = r.api;
   p->has_minor1 = r.api->abi_minor >= 1 && r.api->struct_size > BP_API_MINOR1_OFFSET;
+  // Note [ABI versioning]: a minor-2 slot is read only when the table declares minor 2 and
+  // its struct_size covers the slot.
+  const bp_plugin_api* a = r.api;
+  if (BP_API_HAS_SLOT(a, 2, buffer_native)) p->native.buffer_native = a->buffer_native;
+  if (BP_API_HAS_SLOT(a, 2, stream_native)) p->native.stream_native = a->stream_native;
+  if (BP_API_HAS_SLOT(a, 2, buffer_import)) p->native.buffer_import = a->buffer_import;
+  if (BP_API_HAS_SLOT(a, 2, stream_import)) p->native.stream_import = a->stream_import;
   p->no_devices_reason = r.device_count == 0 ? r.reason : "";
   Plugin& plugin = *p;
   plugins_.push_back(std::move(p));

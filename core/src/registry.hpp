@@ -17,8 +17,11 @@ namespace bp::detail {
 // Converts a plugin's error object (freed here) into the matching bp::Error subclass:
 // BP_ERROR_OUT_OF_MEMORY -> OutOfMemory, BP_ERROR_UNSUPPORTED -> UnsupportedError,
 // anything else -> PluginError. `context` says what the host was doing ("cuda:0: launch add").
+// With `invalid_is_device_error`, BP_ERROR_INVALID_ARGUMENT becomes DeviceError (a bad
+// address or foreign queue handed to an import) instead of PluginError.
 [[noreturn]] void throw_plugin_error(const bp_plugin_api* api, bp_error* err,
-                                     const std::string& context);
+                                     const std::string& context,
+                                     bool invalid_is_device_error = false);
 
 inline void check(const bp_plugin_api* api, bp_error* err, const char* what, const Device* dev) {
   if (err) throw_plugin_error(api, err, (dev ? dev->str() + ": " : std::string()) + what);
@@ -26,10 +29,21 @@ inline void check(const bp_plugin_api* api, bp_error* err, const char* what, con
 
 // A loaded plugin. Lives until process exit (plugins are never unloaded: Note [Plugin
 // lifetime] in registry.cpp).
+// The minor-2 slots the host may call, copied from the table at registration: NULL when the
+// plugin leaves a slot NULL or its table does not have it (abi_minor < 2, or a struct_size
+// that does not cover the slot). Nothing else reads these slots from the table.
+struct NativeSlots {
+  decltype(bp_plugin_api::buffer_native) buffer_native = nullptr;
+  decltype(bp_plugin_api::stream_native) stream_native = nullptr;
+  decltype(bp_plugin_api::buffer_import) buffer_import = nullptr;
+  decltype(bp_plugin_api::stream_import) stream_import = nullptr;
+};
+
 struct Plugin {
   std::string path;
   const bp_plugin_api* api = nullptr;
   bool has_minor1 = false;  // list_ops may be read
+  NativeSlots native;
   std::string no_devices_reason;
   std::vector<std::unique_ptr<Device>> devices;
 };
@@ -44,6 +58,7 @@ class PluginStream final : public Stream {
   bp_stream* handle() const override { return s_; }
   void synchronize() override;
   void wait(Event& event) override;
+  void* native_handle() const override;
 
  private:
   PluginDevice& dev_;
@@ -106,6 +121,14 @@ class PluginDevice final : public Device {
   void memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n) override;
   void copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, uint64_t src_off,
                         uint64_t n) override;
+  std::shared_ptr<Buffer> import_buffer(void* address, uint64_t size,
+                                        std::function<void()> release) override;
+  std::unique_ptr<Stream> import_stream(void* native_stream) override;
+
+  // Native address of byte `offset` of a buffer of this device (handle may be NULL for a
+  // 0-byte allocation); `size` is the buffer's size, for the bounds check.
+  NativeBuffer native_of(bp_buffer* handle, uint64_t size, uint64_t offset);
+  void* stream_native(bp_stream* s);
 
   const bp_plugin_api* api() const { return plugin_.api; }
   Plugin& plugin() { return plugin_; }
@@ -123,6 +146,9 @@ class PluginDevice final : public Device {
   }
   Kernel& resolve_kernel(Op op, DType dtype);  // throws UnsupportedError
   Kernel* try_resolve(Op op, DType dtype);     // nullptr when the backend lacks it
+  // UnsupportedError for a missing minor-2 slot: names the device, what was asked, the
+  // plugin, its ABI and whether its table lacks the slot (`in_table` false) or leaves it NULL.
+  [[noreturn]] void no_native_slot(const char* slot, const char* what, bool in_table) const;
 
   Plugin& plugin_;
   std::string backend_;
@@ -133,6 +159,10 @@ class PluginDevice final : public Device {
   std::vector<std::unique_ptr<PluginStream>> streams_;
   std::vector<std::unique_ptr<PluginKernel>> kernel_store_;
   std::array<std::atomic<Kernel*>, static_cast<size_t>(kNumOps) * kNumDTypes> kernels_{};
+  // Ordinal and DLPack type of this device's memory, for 0-byte buffers whose handle is NULL
+  // (asked of the plugin once, with a small allocation).
+  std::once_flag native_identity_once_;
+  NativeBuffer native_identity_;
 };
 
 // The process-wide registry.

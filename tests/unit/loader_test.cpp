@@ -91,8 +91,10 @@ TEST(Loader, MissingEntrySymbol) {
   expect_failed("noentry", "missing entry symbol bp_plugin_get_api");
 }
 TEST(Loader, OtherMajorNamesBothVersions) {
-  expect_failed("major2", "ABI 2.1 vs host " + std::to_string(BP_ABI_MAJOR) + "." +
-                              std::to_string(BP_ABI_MINOR));
+  // The fixture writes major 2 with the current minor.
+  const std::string minor = std::to_string(BP_ABI_MINOR);
+  expect_failed("major2",
+                "ABI 2." + minor + " vs host " + std::to_string(BP_ABI_MAJOR) + "." + minor);
 }
 TEST(Loader, InitFailureQuotesPluginMessage) {
   expect_failed("initfail", "init failed: fixture init failure: simulated driver error 42");
@@ -120,14 +122,15 @@ TEST(Registry, BrokenPluginsNeverStopTheOthers) {
   struct Expect {
     const char* file;
     const char* status;
-    const char* fragment;
+    std::string fragment;
   } expects[] = {
       {"libbackplane-notelf.so", "failed", "not an ELF"},
       {"libbackplane-noentry.so", "failed", "missing entry symbol"},
-      {"libbackplane-major2.so", "failed", "ABI 2.1 vs host"},
+      {"libbackplane-major2.so", "failed", "vs host 1." + std::to_string(BP_ABI_MINOR)},
       {"libbackplane-initfail.so", "failed", "simulated driver error 42"},
       {"libbackplane-missingdep.so", "failed", "dependency libbpfixturedep.so not found"},
       {"libbackplane-oldminor.so", "loaded", ""},
+      {"libbackplane-minor1.so", "loaded", ""},
       {"libbackplane-fixture.so", "loaded", ""},
       {"libbackplane-cpu.so", "loaded", ""},
   };
@@ -140,6 +143,7 @@ TEST(Registry, BrokenPluginsNeverStopTheOthers) {
   }
   EXPECT_TRUE(has_device(j, "cpu:0"));
   EXPECT_TRUE(has_device(j, "oldminor:0"));
+  EXPECT_TRUE(has_device(j, "minor1:0"));
   EXPECT_TRUE(has_device(j, "fixture:0"));
 }
 
@@ -215,6 +219,47 @@ TEST(Registry, OlderMinorPluginComputesThroughTheHost) {
   std::string out =
       run("env BACKPLANE_PLUGIN_PATH=" + fixture("oldminor") + " " + kProbe + " oldminor:0");
   EXPECT_EQ(out, "device=oldminor:0 values=6.75 6.75 6.75 6.75 6.75 \n");
+}
+
+TEST(Loader, Minor1Loads) {
+  bp::PluginReport r = bp::inspect_plugin(fixture("minor1"));
+  EXPECT_EQ(r.status, bp::PluginReport::Status::loaded) << r.reason;
+  EXPECT_EQ(r.abi_major, 1u);
+  EXPECT_EQ(r.abi_minor, 1u);
+  ASSERT_NE(r.api, nullptr);
+  EXPECT_EQ(r.api->struct_size, BP_API_MINOR2_OFFSET);
+}
+
+// An ABI 1.1 plugin computes through the host, and every native-handle call is the host's
+// default, UnsupportedError naming the device, the plugin and its ABI; the traps the fixture
+// keeps past its struct_size are never called, and release never runs for a failed import.
+TEST(Registry, Minor1PluginComputesAndNativeCallsAreUnsupported) {
+  std::string out =
+      run("env BACKPLANE_PLUGIN_PATH=" + fixture("minor1") + " " + kProbe + " minor1:0 native");
+  EXPECT_EQ(out.rfind("device=minor1:0 values=6.75 6.75 6.75 6.75 6.75 \n", 0), 0u) << out;
+  for (const char* slot : {"buffer_native", "stream_native", "buffer_import", "stream_import"}) {
+    std::string line = std::string(slot) + ": UnsupportedError: minor1:0: ";
+    EXPECT_NE(out.find(line), std::string::npos) << slot << "\n" << out;
+  }
+  EXPECT_NE(out.find("plugin 'minor1'"), std::string::npos) << out;
+  EXPECT_NE(out.find("implements plugin ABI 1.1"), std::string::npos) << out;
+  EXPECT_NE(out.find("which has no buffer_import slot (added in ABI 1.2)"), std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("called a minor-2 slot"), std::string::npos) << out;
+  EXPECT_NE(out.find("released=0"), std::string::npos) << out;
+}
+
+// A current-ABI plugin that leaves the native slots NULL gets the same default, naming the slot.
+TEST(Registry, NullNativeSlotsAreUnsupportedWithTheSlotNamed) {
+  std::string out =
+      run("env BACKPLANE_PLUGIN_PATH=" + fixture("fixture") + " " + kProbe + " fixture:0 native");
+  EXPECT_NE(out.find("buffer_native: UnsupportedError: fixture:0: a native buffer address is not "
+                     "supported: plugin 'fixture'"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("leaves the optional slot buffer_native NULL"), std::string::npos) << out;
+  EXPECT_NE(out.find("leaves the optional slot stream_import NULL"), std::string::npos) << out;
+  EXPECT_NE(out.find("released=0"), std::string::npos) << out;
 }
 
 TEST(Registry, UnsupportedOpIsNamed) {

@@ -16,8 +16,8 @@ const std::vector<std::string>& plugin_suites() {
 }
 
 const std::vector<std::string>& device_suites() {
-  static const std::vector<std::string> s = {"devices",  "memory",  "copies",     "streams",
-                                             "optional", "kernels", "concurrency"};
+  static const std::vector<std::string> s = {"devices",  "memory", "copies",  "streams",
+                                             "optional", "native", "kernels", "concurrency"};
   return s;
 }
 
@@ -40,6 +40,8 @@ bool build_suite(const std::string& suite, Context& ctx, std::vector<TestCase>& 
     build_streams_suite(ctx, out);
   else if (suite == "optional")
     build_optional_suite(ctx, out);
+  else if (suite == "native")
+    build_native_suite(ctx, out);
   else if (suite == "kernels")
     build_kernels_suite(ctx, out);
   else if (suite == "concurrency")
@@ -167,6 +169,22 @@ void build_abi_suite(Context& ctx, std::vector<TestCase>& out) {
       c.note("minor-0 table: support is probed with find_kernel");
     c.note("support source: " +
            (has_list_ops(c.api()) ? std::string("list_ops") : api_minor_note(c.api())));
+    // Minor 2 (native handles): which slots the table has and sets.
+    std::string minor2;
+    auto slot2 = [&](const char* name, bool in_table, bool set) {
+      minor2 += format("%s%s %s", minor2.empty() ? "" : ", ", name,
+                       !in_table ? "absent"
+                       : set     ? "set"
+                                 : "NULL");
+    };
+#define BPC_SLOT2(slot) \
+  slot2(#slot, BP_API_HAS_SLOT(&t, 2, slot), BP_API_HAS_SLOT(&t, 2, slot) && t.slot != nullptr)
+    BPC_SLOT2(buffer_native);
+    BPC_SLOT2(stream_native);
+    BPC_SLOT2(buffer_import);
+    BPC_SLOT2(stream_import);
+#undef BPC_SLOT2
+    c.note("minor-2 slots: " + minor2);
   });
 
   b.add("required_slots", [](Context& c) {

@@ -13,8 +13,8 @@ namespace bpc {
 
 // Suites run once per plugin, with the device type as device label: {"abi"}.
 const std::vector<std::string>& plugin_suites();
-// Suites run once per device, in report order: devices memory copies streams optional kernels
-// concurrency.
+// Suites run once per device, in report order: devices memory copies streams optional native
+// kernels concurrency.
 const std::vector<std::string>& device_suites();
 bool is_plugin_suite(const std::string& suite);
 
@@ -27,6 +27,7 @@ void build_memory_suite(Context& ctx, std::vector<TestCase>& out);
 void build_copies_suite(Context& ctx, std::vector<TestCase>& out);
 void build_streams_suite(Context& ctx, std::vector<TestCase>& out);
 void build_optional_suite(Context& ctx, std::vector<TestCase>& out);
+void build_native_suite(Context& ctx, std::vector<TestCase>& out);
 void build_kernels_suite(Context& ctx, std::vector<TestCase>& out);
 void build_concurrency_suite(Context& ctx, std::vector<TestCase>& out);
 

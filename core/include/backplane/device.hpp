@@ -11,6 +11,7 @@
 #include <backplane/ops.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -40,12 +41,22 @@ struct MemoryStats {
   uint64_t num_allocs = 0;      // live allocations
 };
 
+// Where one byte of device memory lives in the vendor's own terms (Note [Native handles] in
+// plugin_abi.h), for DLPack, communicators and other libraries that take raw pointers.
+struct NativeBuffer {
+  void* address = nullptr;     // host address (cpu) or device pointer (cuda)
+  int device_ordinal = 0;      // vendor ordinal: the CUDA device id; 0 for host memory
+  int dlpack_device_type = 0;  // DLPack DLDeviceType: 1 kDLCPU, 2 kDLCUDA, 13 kDLCUDAManaged
+};
+
 // An owning handle of one device allocation. Freed (stream-ordered on the device's default
-// stream) when the last shared_ptr goes away; keeps its device's plugin loaded.
+// stream) when the last shared_ptr goes away; keeps its device's plugin loaded. A buffer made
+// by Device::import_buffer wraps someone else's memory: "freed" then means handed back to its
+// owner (the release function runs once, after the work queued before the free).
 class Buffer {
  public:
-  Buffer(Device& device, bp_buffer* handle, uint64_t size) noexcept
-      : device_(&device), handle_(handle), size_(size) {}
+  Buffer(Device& device, bp_buffer* handle, uint64_t size, bool imported = false) noexcept
+      : device_(&device), handle_(handle), size_(size), imported_(imported) {}
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -55,11 +66,21 @@ class Buffer {
   uint64_t size() const noexcept { return size_; }
   // Host address when the device's memory is host memory, else nullptr.
   void* host_pointer() const noexcept;
+  // The native address of byte `offset` (0 <= offset <= size()), the vendor's device ordinal
+  // and the DLPack device type. Stable for the buffer's life; queues no work, so the bytes
+  // there are only current once the stream that writes them has been synchronised (or the
+  // reader is ordered after it). Throws UnsupportedError naming the device and why (OpenCL
+  // buffers have no address; a plugin older than ABI 1.2), ShapeError for an offset past the
+  // end.
+  NativeBuffer native(uint64_t offset = 0) const;
+  // True for a buffer made by Device::import_buffer (not counted in memory_stats()).
+  bool imported() const noexcept { return imported_; }
 
  private:
   Device* device_;
   bp_buffer* handle_;
   uint64_t size_;
+  bool imported_;
 };
 
 class Allocator {
@@ -87,6 +108,12 @@ class Stream {
   virtual void synchronize() = 0;
   // Future work on this stream waits for `event` (recorded on any stream of the device).
   virtual void wait(Event& event) = 0;
+  // The backend's own queue behind this stream (cudaStream_t on cuda, cl_command_queue on
+  // opencl), owned by Backplane: valid while this Stream lives, never to be destroyed by the
+  // caller. nullptr on cpu, whose streams execute eagerly and have no native object. The same
+  // value on every call. Throws UnsupportedError naming the device when the plugin does not
+  // expose it.
+  virtual void* native_handle() const = 0;
 };
 
 class Event {
@@ -153,6 +180,25 @@ class Device {
   // through host memory. Ordered after prior work on both devices' default streams.
   virtual void copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, uint64_t src_off,
                                 uint64_t n) = 0;
+
+  // ---- Native handles and external memory (plugin ABI 1.2) ----
+  // Wraps `size` bytes at `address`, memory of this device owned by someone else (a host
+  // address on cpu, a device pointer or managed memory of this GPU on cuda), as a Buffer
+  // without copying. `release` (may be empty) runs exactly once, on a host thread, after the
+  // last reference to the Buffer is gone and the work queued on the device's default stream
+  // before then has finished with the memory; until it runs the owner must keep the memory
+  // valid. Imported bytes are not counted in memory_stats(). When this throws, release is not
+  // called and the caller still owns the memory. Throws UnsupportedError naming the device and
+  // the reason (OpenCL, or a plugin older than ABI 1.2), DeviceError for a NULL address with a
+  // non-zero size or memory that is not this device's (the backend's message says whose).
+  virtual std::shared_ptr<Buffer> import_buffer(void* address, uint64_t size,
+                                                std::function<void()> release) = 0;
+  // Wraps a native queue of this device (a cudaStream_t, including the legacy default stream
+  // nullptr, on cuda; a cl_command_queue of the device's context on opencl; nullptr on cpu) as
+  // a Stream that does not own it: destroying the Stream leaves the native queue alive, and
+  // its owner must keep it alive while the Stream exists. Throws UnsupportedError or
+  // DeviceError (a queue of another device) as import_buffer does.
+  virtual std::unique_ptr<Stream> import_stream(void* native_stream) = 0;
 
  protected:
   Device(std::string type, int index)

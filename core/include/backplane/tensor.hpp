@@ -81,6 +81,16 @@ class Tensor {
   // True when both share storage.
   bool shares_storage(const Tensor& other) const;
 
+  // ---- native handles (plugin ABI 1.2) ----
+  // Where the view's first element lives: its native address (host address on cpu, device
+  // pointer on cuda), the vendor's device ordinal and the DLPack device type. The tensor's
+  // strides (in elements) and dtype describe the rest. No synchronisation: work queued on the
+  // device's default stream may still be writing there. Throws UnsupportedError naming the
+  // device and the reason on a backend without addressable memory (opencl).
+  NativeBuffer native() const;
+  // native().address.
+  void* data_ptr() const;
+
   // ---- moving between devices and dtypes ----
   Tensor copy_to(Device& d) const;  // always a new tensor, even on the same device
   Tensor to(Device& d) const;       // *this when already on d
@@ -184,6 +194,18 @@ template <typename T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape);
 // From raw host bytes of `dtype` (size must be numel * dtype_size).
 Tensor from_bytes(const void* data, size_t nbytes, const Shape& shape, DType dtype, Device& device);
+// A tensor over memory someone else owns, without copying (Device::import_buffer): `address`
+// is the first element (a host address for cpu, a device pointer for cuda), `strides` are in
+// elements, non-negative, one per dimension (empty: row-major contiguous). The tensor and
+// every view of it alias that memory; `release` runs once, after the last of them is gone
+// and the device's queued work is done with it. The memory must hold every element the shape
+// and strides reach and be aligned to the dtype's size. Throws ShapeError (rank, negative
+// sizes or strides, an extent that overflows), DTypeError (an invalid dtype, a misaligned
+// address), DeviceError (a NULL address for a non-empty tensor, memory of another device) and
+// UnsupportedError (a backend that cannot import memory, with the reason); when it throws,
+// release is not called.
+Tensor from_blob(Device& dev, void* address, Shape shape, Shape strides, DType dtype,
+                 std::function<void()> release = {});
 
 Tensor empty(const Shape& shape, Device& device, DType dtype = DType::f32);
 Tensor empty(const Shape& shape, DType dtype = DType::f32);

@@ -41,7 +41,7 @@ extern "C" {
 
 #define BP_ABI_MAJOR 1
 /* Minor history: see plugins/CHANGELOG.md. */
-#define BP_ABI_MINOR 1
+#define BP_ABI_MINOR 2
 
 #define BP_MAX_RANK 8
 
@@ -161,6 +161,44 @@ typedef struct bp_op_support {
   int32_t support;    /* bp_support */
   const char* reason; /* static string; "" for BP_SUPPORT_YES */
 } bp_op_support;
+
+/* ---- Native handles (minor 2, Note [Native handles]) ------------------------------------ */
+
+/* DLPack device types (DLDeviceType of dlpack.h) used in bp_native_buffer. Values are
+ * DLPack's, not ours: a plugin may report any other DLDeviceType value it serves. */
+typedef enum bp_dlpack_device_type {
+  BP_DLPACK_CPU = 1,           /* kDLCPU: ordinary host memory */
+  BP_DLPACK_CUDA = 2,          /* kDLCUDA: CUDA device memory */
+  BP_DLPACK_CUDA_HOST = 3,     /* kDLCUDAHost: pinned host memory */
+  BP_DLPACK_OPENCL = 4,        /* kDLOpenCL */
+  BP_DLPACK_ROCM = 10,         /* kDLROCM */
+  BP_DLPACK_CUDA_MANAGED = 13, /* kDLCUDAManaged: CUDA managed (unified) memory */
+  BP_DLPACK_ONEAPI = 14        /* kDLOneAPI */
+} bp_dlpack_device_type;
+
+/* Where one byte of a buffer lives, in the vendor's own terms (buffer_native). The host
+ * zero-fills the struct and sets struct_size; the plugin fills fields up to
+ * min(struct_size, its own size). */
+typedef struct bp_native_buffer {
+  size_t struct_size;
+  void* address;              /* address of byte `offset` of the buffer */
+  int32_t device_ordinal;     /* vendor ordinal (CUDA device id); 0 for host memory */
+  int32_t dlpack_device_type; /* bp_dlpack_device_type: 1 kDLCPU, 2 kDLCUDA, ... */
+} bp_native_buffer;
+
+/* Note [Imported memory]
+ *   buffer_import lends memory to the plugin: the bp_buffer it returns aliases the owner's
+ *   bytes (writes through either side are seen by the other, in stream order), and the owner
+ *   keeps the memory valid until the plugin calls release. The lifetime runs
+ *     buffer_import -> work on streams -> mem_free(device, stream, buf, size) -> (the plugin
+ *     waits until the work queued on `stream` before the free is done) -> release(ctx)
+ *   Work on other streams that uses the buffer must be ordered before the free by the host
+ *   (an event waited on by `stream`), exactly as for the plugin's own allocations. The size
+ *   given to mem_free is the size given to buffer_import.
+ *
+ * Called by a plugin exactly once to hand imported memory back to its owner (buffer_import).
+ * `release_ctx` is the pointer given to buffer_import. */
+typedef void (*bp_release_fn)(void* release_ctx);
 
 /* ---- The op catalogue (Note [Op catalogue]) ----------------------------------------------
  * Ops are named by strings and resolved once per (device, op, dtype) with find_kernel; the
@@ -299,11 +337,78 @@ typedef struct bp_plugin_api {
    * failures and their reasons. *out_list is static or valid while the plugin is loaded.
    * Optional; NULL (or a minor-0 plugin): the host probes find_kernel over the catalogue. */
   bp_error* (*list_ops)(int32_t device, const bp_op_support** out_list, int32_t* out_count);
+
+  /* ---- minor 2 ----
+   * Note [Native handles]: what a plugin holds, handed to interoperability layers (DLPack,
+   * communicators, graphs), and foreign memory and queues wrapped without copying. Every slot
+   * of this group is optional. When one is NULL, or the plugin's abi_minor is below 2, or its
+   * struct_size does not cover the slot, the host throws bp::UnsupportedError naming the
+   * device, the plugin and the missing slot; nothing is emulated. */
+
+  /* The native address of byte `offset` of `buf` (offset <= the buffer's size; the host checks
+   * the bound), its device's vendor ordinal and its DLPack device type, into *out_native
+   * (struct_size set by the caller, see bp_native_buffer). `buf` is never NULL: the host
+   * answers for a NULL 0-byte allocation itself. cpu: host address, ordinal 0,
+   * BP_DLPACK_CPU. cuda: device pointer, the CUDA device id, BP_DLPACK_CUDA (or
+   * BP_DLPACK_CUDA_MANAGED for imported managed memory). A backend whose memory is not
+   * pointer-addressable (OpenCL's cl_mem) returns BP_ERROR_UNSUPPORTED saying so. The address
+   * stays valid while the buffer lives; it is the same for every call. Thread-safe; never
+   * blocks; queues no work. */
+  bp_error* (*buffer_native)(bp_buffer* buf, uint64_t offset, bp_native_buffer* out_native);
+
+  /* The native queue behind `stream`: cudaStream_t on cuda, cl_command_queue on opencl; the
+   * plugin keeps ownership (valid until stream_destroy; the caller must not destroy or
+   * release it). *out_native is NULL with no error on a backend whose streams are eager and
+   * have no native object (cpu). The same value on every call for one stream. A NULL stream is
+   * BP_ERROR_INVALID_ARGUMENT. Thread-safe; never blocks. */
+  bp_error* (*stream_native)(bp_stream* stream, void** out_native);
+
+  /* Wraps `size` bytes at `address`, memory owned by someone else, as a buffer of `device`,
+   * without copying (Note [Imported memory]). `address` is what buffer_native would report
+   * for such memory: a host address on cpu, a device pointer of that CUDA device (or managed
+   * memory) on cuda. It may be NULL only when size is 0. The buffer is used like any other
+   * (launch, copies, memset, buffer_native at the same address); the caller frees it with
+   * mem_free(device, stream, buf, size) (a NULL stream: after the whole device's work); its
+   * bytes are not counted in memory_stats (allocated, reserved, peak, num_allocs), which
+   * describe the plugin's own allocator. `release` may be NULL (nothing to call).
+   * On success the plugin owns the duty to call release(release_ctx) exactly once, from a
+   * host thread (never from a driver callback or a device-side thread), after mem_free of the
+   * buffer AND after every piece of work queued on mem_free's stream before the free has
+   * finished with the memory: for example it synchronises that stream, or records an event and
+   * releases once the event has completed (at the latest when that stream or the device is
+   * next synchronised through this table). No plugin lock is held while release runs, so
+   * release may call back into the plugin. On error release is never called and the caller
+   * keeps ownership. Errors: BP_ERROR_INVALID_ARGUMENT for a NULL address with a non-zero size,
+   * an address that is not memory of `device` (named in the message), a bad device index;
+   * BP_ERROR_UNSUPPORTED when the backend cannot wrap foreign memory (OpenCL). Thread-safe. */
+  bp_error* (*buffer_import)(int32_t device, void* address, uint64_t size, bp_release_fn release,
+                             void* release_ctx, bp_buffer** out_buf);
+
+  /* Wraps a native queue of `device` (cudaStream_t, including the legacy default stream 0,
+   * on cuda; cl_command_queue of the device's context, in order, on opencl; only NULL, the
+   * eager stream, on cpu) as a bp_stream that does not own it: work queued on the bp_stream
+   * goes onto that native queue, and stream_destroy of it releases only the plugin's wrapper,
+   * never the native queue, which its owner must keep alive until then. The caller destroys
+   * the wrapper with stream_destroy (after its work is finished or synchronised). Errors:
+   * BP_ERROR_INVALID_ARGUMENT for a queue of another device or context (named in the message),
+   * BP_ERROR_UNSUPPORTED when the backend has no native queues to wrap. Thread-safe. */
+  bp_error* (*stream_import)(int32_t device, void* native_stream, bp_stream** out_stream);
 } bp_plugin_api;
 
 /* Byte offset of the first slot of minor 1: a table whose struct_size is at most this has
  * only minor-0 slots, whatever abi_minor it claims. */
 #define BP_API_MINOR1_OFFSET offsetof(bp_plugin_api, list_ops)
+
+/* Byte offset of the first slot of minor 2: a table whose struct_size is at most this is a
+ * minor-1 (or older) table. */
+#define BP_API_MINOR2_OFFSET offsetof(bp_plugin_api, buffer_native)
+
+/* True when the host may read `slot` of `api`, a slot added in minor `minor`: the plugin
+ * declares that minor and its struct_size covers the whole slot (Note [ABI versioning]).
+ * The slot may still be NULL. */
+#define BP_API_HAS_SLOT(api, minor, slot) \
+  ((api)->abi_minor >= (minor) &&         \
+   (api)->struct_size >= offsetof(bp_plugin_api, slot) + sizeof((api)->slot))
 
 /* The one exported symbol of a plugin. */
 typedef const bp_plugin_api* (*bp_plugin_get_api_fn)(uint32_t host_abi_major,

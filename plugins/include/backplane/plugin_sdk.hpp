@@ -155,6 +155,52 @@ void copy_string(char (&dst)[N], std::string_view src) {
   dst[n] = '\0';
 }
 
+// Note [Tagged buffer handles]
+//   Backends whose bp_buffer* is the address of their own allocation (cpu, cuda) keep that
+//   representation when they import foreign memory (the buffer_import slot): an imported
+//   handle is the address of an ImportedBuffer record with its lowest bit set. Their own
+//   allocations are at least 64-byte aligned, so the bit is free and never set on them;
+//   buffer_address() resolves either kind with one test, and mem_free tells an imported
+//   buffer (release it) from an owned one (free it) by the same bit. A handle that is 0 stays
+//   0 (the 0-byte allocation some backends return).
+struct ImportedBuffer {
+  void* address = nullptr;  // the owner's memory
+  uint64_t size = 0;
+  bp_release_fn release = nullptr;  // may be NULL
+  void* release_ctx = nullptr;
+  int32_t device = 0;
+  int32_t dlpack_device_type = 0;  // what buffer_native reports for it
+};
+
+inline bool is_imported(const bp_buffer* b) noexcept {
+  return (reinterpret_cast<uintptr_t>(b) & 1u) != 0;
+}
+inline ImportedBuffer* imported_record(bp_buffer* b) noexcept {
+  return reinterpret_cast<ImportedBuffer*>(reinterpret_cast<uintptr_t>(b) & ~uintptr_t{1});
+}
+// The handle of a new record (ownership passes to the handle: release_imported frees it).
+inline bp_buffer* imported_handle(ImportedBuffer* r) noexcept {
+  return reinterpret_cast<bp_buffer*>(reinterpret_cast<uintptr_t>(r) | 1u);
+}
+// The address a handle stands for: its own address, or the imported memory's.
+inline char* buffer_address(bp_buffer* b) noexcept {
+  return is_imported(b) ? static_cast<char*>(imported_record(b)->address)
+                        : reinterpret_cast<char*>(b);
+}
+inline const char* buffer_address(const bp_buffer* b) noexcept {
+  return buffer_address(const_cast<bp_buffer*>(b));
+}
+// Calls the owner's release (once) and deletes the record of an imported handle. The caller
+// guarantees that no queued work still uses the memory (Note [Imported memory]) and holds no
+// lock that release could need: release may call back into the plugin.
+inline void release_imported(bp_buffer* b) noexcept {
+  ImportedBuffer* r = imported_record(b);
+  bp_release_fn fn = r->release;
+  void* ctx = r->release_ctx;
+  delete r;
+  if (fn) fn(ctx);
+}
+
 // Base class of a backend. One instance per process, created on first call to the entry
 // symbol. Slots whose has_*() answers false are left NULL in the table, so the host applies
 // the documented default.
@@ -215,6 +261,29 @@ class Backend {
   virtual void list_ops(int32_t, const bp_op_support** out_list, int32_t* out_count) {
     *out_list = nullptr;
     *out_count = 0;
+  }
+
+  // ---- minor 2: native handles (Note [Native handles] in plugin_abi.h) ----
+  // Each pair: has_*() true sets the slot. The SDK has already checked the pointers it can
+  // (out parameters, a NULL stream, a NULL address with a non-zero size) and copies `out` into
+  // the caller's struct up to its struct_size.
+  virtual bool has_buffer_native() const { return false; }
+  virtual void buffer_native(bp_buffer*, uint64_t, bp_native_buffer&) {
+    fail(BP_ERROR_UNSUPPORTED, "buffer_native is not implemented");
+  }
+  virtual bool has_stream_native() const { return false; }
+  virtual void* stream_native(bp_stream*) {
+    fail(BP_ERROR_UNSUPPORTED, "stream_native is not implemented");
+  }
+  // On success the backend owns the duty to call release(ctx) once (Note [Imported memory]);
+  // when it throws, release must not have been called.
+  virtual bool has_buffer_import() const { return false; }
+  virtual bp_buffer* buffer_import(int32_t, void*, uint64_t, bp_release_fn, void*) {
+    fail(BP_ERROR_UNSUPPORTED, "buffer_import is not implemented");
+  }
+  virtual bool has_stream_import() const { return false; }
+  virtual bp_stream* stream_import(int32_t, void*) {
+    fail(BP_ERROR_UNSUPPORTED, "stream_import is not implemented");
   }
 };
 
@@ -365,6 +434,64 @@ struct Table {
     if (b.has_list_ops()) {
       t.list_ops = [](int32_t d, const bp_op_support** out, int32_t* count) {
         return run([&] { get().list_ops(d, out, count); });
+      };
+    }
+    if (b.has_buffer_native()) {
+      t.buffer_native = [](bp_buffer* buf, uint64_t off, bp_native_buffer* out) {
+        return run([&] {
+          if (!out || out->struct_size < sizeof(size_t))
+            fail(BP_ERROR_INVALID_ARGUMENT,
+                 format("%s: buffer_native: out_native is NULL or its struct_size is not set",
+                        *kName));
+          if (!buf)
+            fail(BP_ERROR_INVALID_ARGUMENT,
+                 format("%s: buffer_native: buffer is NULL (a 0-byte allocation has no native "
+                        "address)",
+                        *kName));
+          bp_native_buffer full{};
+          full.struct_size = sizeof(full);
+          get().buffer_native(buf, off, full);
+          size_t n = out->struct_size < sizeof(full) ? out->struct_size : sizeof(full);
+          std::memcpy(reinterpret_cast<char*>(out) + sizeof(size_t),
+                      reinterpret_cast<char*>(&full) + sizeof(size_t), n - sizeof(size_t));
+        });
+      };
+    }
+    if (b.has_stream_native()) {
+      t.stream_native = [](bp_stream* s, void** out) {
+        return run([&] {
+          if (!out)
+            fail(BP_ERROR_INVALID_ARGUMENT,
+                 format("%s: stream_native: out_native is NULL", *kName));
+          if (!s)
+            fail(BP_ERROR_INVALID_ARGUMENT, format("%s: stream_native: stream is NULL", *kName));
+          *out = get().stream_native(s);
+        });
+      };
+    }
+    if (b.has_buffer_import()) {
+      t.buffer_import = [](int32_t d, void* address, uint64_t size, bp_release_fn release,
+                           void* ctx, bp_buffer** out) {
+        return run([&] {
+          if (!out)
+            fail(BP_ERROR_INVALID_ARGUMENT, format("%s: buffer_import: out_buf is NULL", *kName));
+          if (!address && size != 0)
+            fail(BP_ERROR_INVALID_ARGUMENT,
+                 format("%s: buffer_import: address is NULL for %llu bytes (only an empty "
+                        "buffer may have a NULL address)",
+                        *kName, static_cast<unsigned long long>(size)));
+          *out = get().buffer_import(d, address, size, release, ctx);
+        });
+      };
+    }
+    if (b.has_stream_import()) {
+      t.stream_import = [](int32_t d, void* native, bp_stream** out) {
+        return run([&] {
+          if (!out)
+            fail(BP_ERROR_INVALID_ARGUMENT,
+                 format("%s: stream_import: out_stream is NULL", *kName));
+          *out = get().stream_import(d, native);
+        });
       };
     }
   }
