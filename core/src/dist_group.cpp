@@ -36,30 +36,20 @@ struct Native {
 
 // The native address of a dense tensor's first element (Note [Native addresses]).
 Native native_of(const Tensor& dense) {
-  Native n;
-  n.ordinal = dense.device().index();
-  if (dense.numel() == 0 || !dense.impl().storage) return n;
-  char* base = static_cast<char*>(dense.impl().storage->host_pointer());
-  if (!base)
-    throw UnsupportedError(
-        "dist: the memory of " + dense.device().str() +
-        " has no native address for communicators (it needs the buffer_native slot of plugin "
-        "ABI 1.2)");
-  n.address = base + dense.offset() * static_cast<int64_t>(dtype_size(dense.dtype()));
-  return n;
+  if (dense.numel() == 0 || !dense.impl().storage) return Native{nullptr, 0, 1};
+  NativeBuffer nb = dense.native();
+  return Native{nb.address, nb.device_ordinal, nb.dlpack_device_type};
 }
 
+// cudaStream_t on cuda; nullptr for host streams, which run eagerly (Note [Native addresses]).
 void* native_stream_of(Stream& s) {
-  (void)s;
-  return nullptr;  // host streams have no native handle (Note [Native addresses])
+  return s.native_handle();
 }
 
-int device_ordinal(Device& dev) {
-  return dev.index();
-}
-
-int dlpack_type(Device& dev) {
-  return dev.properties().unified_memory ? 1 : 2;
+// The vendor ordinal and DLPack type of a device's memory, read from a one-byte buffer.
+NativeBuffer native_location(Device& dev) {
+  std::shared_ptr<Buffer> b = dev.allocator().allocate(1);
+  return b->native(0);
 }
 
 uint64_t nbytes(const Tensor& t) {
@@ -163,8 +153,9 @@ Communicator& Group::communicator(const std::string& memory_type, Device& memory
   cfg.rank = rank;
   cfg.world_size = size;
   cfg.device_type = memory_type.c_str();
-  cfg.device_ordinal = device_ordinal(memory_device);
-  cfg.dlpack_device_type = dlpack_type(memory_device);
+  NativeBuffer loc = native_location(memory_device);
+  cfg.device_ordinal = loc.device_ordinal;
+  cfg.dlpack_device_type = loc.dlpack_device_type;
   cfg.timeout_ms = timeout.count();
   cfg.local_address = local.c_str();
   debug_log(this, "creating the " + plugin.report.name + " communicator for " +
