@@ -4,6 +4,8 @@
 
 #include <backplane/runtime.hpp>
 
+#include <algorithm>
+#include <atomic>
 #include <unordered_map>
 
 namespace bp {
@@ -214,8 +216,12 @@ class AccumulateGrad final : public Node {
     if (m.grad.defined())
       m.grad = m.grad + gg;
     else
-      m.grad =
-          gg.is_contiguous() && !gg.shares_storage(detail::make_tensor(leaf_)) ? gg : gg.clone();
+      m.grad = gg.is_contiguous() && !gg.shares_storage(detail::make_tensor(leaf_)) ? gg : gg.clone();
+    if (!m.post_accumulate_hooks.empty()) {
+      Tensor leaf = detail::make_tensor(leaf_);
+      auto hooks = m.post_accumulate_hooks;  // a hook may remove itself
+      for (auto& [id, hook] : hooks) hook(leaf);
+    }
     return {};
   }
 
@@ -303,6 +309,30 @@ const std::shared_ptr<autograd::Node>& Tensor::grad_fn() const {
   static const std::shared_ptr<autograd::Node> none;
   const auto& m = impl_->autograd;
   return m ? m->grad_fn : none;
+}
+
+int64_t Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {
+  if (!requires_grad())
+    throw Error(
+        "register_post_accumulate_grad_hook: the tensor does not require grad (call "
+        "requires_grad_() first)");
+  if (grad_fn())
+    throw Error(
+        "register_post_accumulate_grad_hook: the tensor is not a leaf (it was computed "
+        "by " +
+        std::string(grad_fn()->name()) + "); hooks go on leaves such as parameters");
+  static std::atomic<int64_t> next{1};
+  int64_t id = next.fetch_add(1);
+  autograd::meta_of(*this).post_accumulate_hooks.emplace_back(id, std::move(hook));
+  return id;
+}
+
+void Tensor::remove_post_accumulate_grad_hook(int64_t id) const {
+  if (!impl_->autograd) return;
+  auto& hooks = impl_->autograd->post_accumulate_hooks;
+  hooks.erase(
+      std::remove_if(hooks.begin(), hooks.end(), [id](const auto& h) { return h.first == id; }),
+      hooks.end());
 }
 
 Tensor Tensor::detach() const {

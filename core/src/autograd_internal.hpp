@@ -3,6 +3,7 @@
 
 #include <backplane/tensor.hpp>
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <vector>
@@ -60,6 +61,8 @@ struct Meta {
   Tensor grad;
   std::shared_ptr<Node> grad_fn;
   std::weak_ptr<Node> accumulator;  // the AccumulateGrad node of a leaf
+  // register_post_accumulate_grad_hook: (id, hook), called by AccumulateGrad.
+  std::vector<std::pair<int64_t, std::function<void(const Tensor&)>>> post_accumulate_hooks;
 };
 
 // True when gradient recording is on and any operand requires a gradient.

@@ -23,8 +23,6 @@
 
 namespace bp::detail {
 
-namespace {
-
 namespace fs = std::filesystem;
 
 std::string library_dir() {
@@ -38,8 +36,8 @@ std::string library_dir() {
 }
 
 // "libbackplane-cuda.so" -> "cuda"; "" when the file name does not follow the pattern.
-std::string name_from_file(const fs::path& p) {
-  std::string f = p.filename().string();
+std::string plugin_name_from_file(const std::string& path) {
+  std::string f = fs::path(path).filename().string();
   const std::string prefix = "libbackplane-", suffix = ".so";
   if (f.size() <= prefix.size() + suffix.size() || f.rfind(prefix, 0) != 0 ||
       f.compare(f.size() - suffix.size(), suffix.size(), suffix) != 0)
@@ -47,7 +45,7 @@ std::string name_from_file(const fs::path& p) {
   return f.substr(prefix.size(), f.size() - prefix.size() - suffix.size());
 }
 
-bool is_elf(const std::string& path, std::string& why) {
+bool is_elf_file(const std::string& path, std::string& why) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     why = "cannot be opened for reading";
@@ -77,6 +75,24 @@ std::string explain_dlerror(const std::string& path, const std::string& err) {
       return "dependency " + lib + " not found (" + err + ")";
   }
   return "dlopen failed: " + err;
+}
+
+bool is_comm_plugin_name(const std::string& name) { return name.rfind("comm-", 0) == 0; }
+
+std::vector<std::string> plugin_search_entries() {
+  std::vector<std::string> entries = RegistryOptions::from_environment().plugin_paths;
+  std::string own = library_dir();
+  if (!own.empty()) entries.push_back(own + "/backplane/plugins");
+  return entries;
+}
+
+namespace {
+
+// A device plugin's name from its file name; communicator plugins (libbackplane-comm-*.so) have
+// a report of their own (comm_registry.cpp), so they give "".
+std::string name_from_file(const fs::path& p) {
+  std::string name = plugin_name_from_file(p.string());
+  return is_comm_plugin_name(name) ? "" : name;
 }
 
 bool valid_type(const char* t) {
@@ -127,7 +143,7 @@ PluginReport load_library(const std::string& path, const bp_plugin_api** out_api
   r.status = PluginReport::Status::failed;
   r.decision = "failed";
   std::string why;
-  if (!is_elf(path, why)) {
+  if (!is_elf_file(path, why)) {
     r.reason = why;
     return r;
   }
@@ -340,6 +356,7 @@ Registry::Registry(RegistryOptions options)
       for (auto& f : files)
         if (seen.insert(fs::weakly_canonical(f, ec).string()).second) candidates.push_back(f);
     } else if (fs::exists(e, ec)) {
+      if (detail::is_comm_plugin_name(detail::plugin_name_from_file(e))) continue;
       if (seen.insert(fs::weakly_canonical(e, ec).string()).second) candidates.push_back(e);
     } else {
       PluginReport r;

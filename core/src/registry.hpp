@@ -40,4 +40,16 @@ PluginReport load_library(const std::string& path, const bp_plugin_api** out_api
 // The registry options of a configuration (BACKPLANE_PLUGIN_PATH first).
 RegistryOptions options_from(const Config& c);
 
+// Loader pieces shared with the communicator registry (comm_registry.cpp).
+std::string library_dir();  // directory of libbackplane.so, "" when unknown
+// "libbackplane-cuda.so" -> "cuda", "libbackplane-comm-nccl.so" -> "comm-nccl"; "" otherwise.
+std::string plugin_name_from_file(const std::string& path);
+bool is_comm_plugin_name(const std::string& name);  // "comm-*"
+bool is_elf_file(const std::string& path, std::string& why);
+// dlerror() text -> "dependency libfoo.so.1 not found (...)" or "dlopen failed: ...".
+std::string explain_dlerror(const std::string& path, const std::string& err);
+// The entries of the search order (Note [Plugin search order]): BACKPLANE_PLUGIN_PATH, the
+// config file's paths, the library's own plugin folder.
+std::vector<std::string> plugin_search_entries();
+
 }  // namespace bp::detail

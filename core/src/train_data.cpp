@@ -29,6 +29,10 @@ DataLoader::DataLoader(const Tensor& inputs, const Tensor& targets,
   if (options.batch_size < 1)
     throw Error("DataLoader: batch_size must be at least 1, got " +
                 std::to_string(options.batch_size));
+  if (options.shuffle && options.sampler)
+    throw Error(
+        "DataLoader: shuffle and sampler are mutually exclusive (the sampler orders the "
+        "examples; set shuffle = false)");
   n_ = inputs.size(0);
   auto load = [&](const Tensor& t) {
     Source s;
@@ -49,12 +53,25 @@ DataLoader::DataLoader(const Tensor& inputs, const Tensor& targets,
   std::iota(order_.begin(), order_.end(), int64_t{0});
 }
 
-int64_t DataLoader::num_batches() const noexcept {
-  int64_t bs = opt_.batch_size;
-  return opt_.drop_last ? n_ / bs : (n_ + bs - 1) / bs;
+int64_t DataLoader::epoch_size() const {
+  return opt_.sampler ? opt_.sampler->num_samples(n_) : n_;
+}
+
+int64_t DataLoader::num_batches() const {
+  int64_t bs = opt_.batch_size, n = epoch_size();
+  return opt_.drop_last ? n / bs : (n + bs - 1) / bs;
 }
 
 DataLoader::Iterator DataLoader::begin() {
+  if (opt_.sampler) {
+    order_ = opt_.sampler->next_epoch(n_);
+    for (int64_t i : order_)
+      if (i < 0 || i >= n_)
+        throw Error("DataLoader: the sampler gave index " + std::to_string(i) +
+                    " for a dataset of " + std::to_string(n_) + " examples");
+    return Iterator(this, 0);
+  }
+  order_.resize(static_cast<size_t>(n_));
   std::iota(order_.begin(), order_.end(), int64_t{0});
   if (opt_.shuffle) {
     // Fisher-Yates with an explicit reduction: the same order on every platform (unlike
@@ -82,7 +99,7 @@ Tensor DataLoader::gather_one(const Source& s, const int64_t* rows, int64_t coun
 
 Batch DataLoader::gather(int64_t batch) const {
   int64_t first = batch * opt_.batch_size;
-  int64_t count = std::min(opt_.batch_size, n_ - first);
+  int64_t count = std::min(opt_.batch_size, static_cast<int64_t>(order_.size()) - first);
   const int64_t* rows = order_.data() + first;
   return Batch{gather_one(x_, rows, count), gather_one(y_, rows, count)};
 }

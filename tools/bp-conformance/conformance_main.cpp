@@ -3,6 +3,7 @@
 // in a child process (Note [Child processes] in conformance_runner.cpp); it never loads a
 // plugin itself.
 #include "conformance_child.hpp"
+#include "conformance_comm.hpp"
 #include "conformance_report.hpp"
 #include "conformance_runner.hpp"
 #include "conformance_suites.hpp"
@@ -46,6 +47,7 @@ const char* kUsage =
     "  --timeout S       kill a test that runs longer than S seconds (default 120)\n"
     "  --seed N          random data seed (default: fresh each run; printed)\n"
     "  --list            list the tests that would run, run nothing\n"
+    "  --comm P ...      the communicator suite instead (bp-conformance --comm --help)\n"
     "\n"
     "Exit status: 0 when no test failed, 1 when one did, 2 on a usage error.\n";
 
@@ -196,6 +198,7 @@ struct Selection {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (bpc::is_comm_invocation(argc, argv)) return bpc::comm_main(argc, argv);
   for (int i = 1; i < argc; ++i)
     if (!std::strcmp(argv[i], "--child-discover") || !std::strcmp(argv[i], "--child-group"))
       return child_main(argc, argv);

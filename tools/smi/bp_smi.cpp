@@ -1,7 +1,10 @@
 // bp-smi: every plugin Backplane considered (path, version, load decision or the reason it
-// failed) and every device (name, memory used/total, the backend serving it), the way
+// failed), the communicator plugins (the device types they serve, the library they found or
+// why they cannot run), and every device (name, memory used/total, the backend serving it), the way
 // nvidia-smi shows one vendor's GPUs. `--json` prints the same for scripts.
+#include <backplane/comm_abi.h>
 #include <backplane/backplane.hpp>
+#include <backplane/dist.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -69,6 +72,21 @@ int print_json() {
          {"reason", r.reason},
          {"devices", r.device_count}});
   }
+  j["comm_abi"] = std::to_string(BP_COMM_ABI_MAJOR) + "." + std::to_string(BP_COMM_ABI_MINOR);
+  j["comm_plugins"] = nlohmann::json::array();
+  for (const auto& r : bp::dist::comm_load_report()) {
+    j["comm_plugins"].push_back(
+        {{"path", r.path},
+         {"name", r.name},
+         {"device_types", r.device_types},
+         {"version", r.version},
+         {"abi", std::to_string(r.abi_major) + "." + std::to_string(r.abi_minor)},
+         {"status", status_name(r.status)},
+         {"decision", r.decision},
+         {"available", r.available},
+         {"library", r.library},
+         {"reason", r.reason}});
+  }
   j["devices"] = nlohmann::json::array();
   for (const auto& row : device_rows()) {
     const bp::DeviceProperties& p = row.dev->properties();
@@ -108,6 +126,23 @@ int print_table() {
     else
       std::printf("           %s\n", r.reason.c_str());
   }
+  std::printf("\nCommunicator plugins (comm ABI %d.%d)\n", BP_COMM_ABI_MAJOR, BP_COMM_ABI_MINOR);
+  auto comms = bp::dist::comm_load_report();
+  for (const auto& r : comms) {
+    std::string types;
+    for (const auto& t : r.device_types) types += (types.empty() ? "" : ",") + t;
+    std::printf("  %-8s %-10s %s", status_name(r.status), r.name.empty() ? "-" : r.name.c_str(),
+                r.path.c_str());
+    if (!r.version.empty())
+      std::printf("  (v%s, comm ABI %u.%u)", r.version.c_str(), r.abi_major, r.abi_minor);
+    std::printf("\n");
+    if (r.status == bp::PluginReport::Status::loaded)
+      std::printf("           serves %s: %s\n", types.c_str(),
+                  r.available ? r.library.c_str() : r.reason.c_str());
+    else
+      std::printf("           %s\n", r.reason.c_str());
+  }
+  if (comms.empty()) std::printf("  (none found)\n");
   auto rows = device_rows();
   std::printf("\nDevices\n");
   std::printf("  %-10s %-8s %-40s %22s %12s\n", "device", "backend", "name", "memory used/total",
@@ -137,8 +172,8 @@ int main(int argc, char** argv) {
       json = true;
     } else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
       std::printf(
-          "usage: bp-smi [--json]\n  Lists Backplane plugins (with load decisions) and "
-          "devices (name, memory, backend).\n");
+          "usage: bp-smi [--json]\n  Lists Backplane plugins (with load decisions), "
+          "communicator plugins and devices (name, memory, backend).\n");
       return 0;
     } else {
       std::fprintf(stderr, "bp-smi: unknown argument '%s' (expected --json or --help)\n", argv[i]);

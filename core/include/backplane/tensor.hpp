@@ -174,6 +174,14 @@ class BP_API Tensor {
   // Back-propagates from this scalar (or with an explicit seed gradient of this shape).
   void backward(const Tensor& seed = Tensor()) const;
   Tensor detach() const;  // same storage, no history
+  // Calls hook(leaf) each time backward() has finished accumulating the gradient of this leaf
+  // (like PyTorch's register_post_accumulate_grad_hook): the gradient is final for that
+  // backward pass and hooks may read it or replace it with set_grad. Hooks run on the thread
+  // running backward(), with gradient recording off, in registration order. Returns an id for
+  // remove_post_accumulate_grad_hook. Error for a tensor that does not require grad or is not a
+  // leaf (it has a grad_fn).
+  int64_t register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+  void remove_post_accumulate_grad_hook(int64_t id) const;
   const std::shared_ptr<autograd::Node>& grad_fn() const;
 
   static Device& cpu_device();

@@ -122,11 +122,24 @@ struct Batch {
   Tensor x, y;
 };
 
+// Chooses the examples of each epoch for a DataLoader (bp::DistributedSampler in
+// backplane/parallel.hpp gives each rank of a process group its own shard).
+class Sampler {
+ public:
+  virtual ~Sampler() = default;
+  // How many indices an epoch yields for a dataset of `dataset_size` examples.
+  virtual int64_t num_samples(int64_t dataset_size) const = 0;
+  // The next epoch's indices in order, each in [0, dataset_size).
+  virtual std::vector<int64_t> next_epoch(int64_t dataset_size) = 0;
+};
+
 struct DataLoaderOptions {
   int64_t batch_size = 32;
   bool shuffle = false;
   uint64_t seed = 0;       // the shuffle order's seed: one seed gives one sequence of epochs
   bool drop_last = false;  // drop a last batch smaller than batch_size
+  // When set, each epoch takes its indices from the sampler (shuffle must be false).
+  std::shared_ptr<Sampler> sampler{};
 };
 
 // Batches of (inputs[i], targets[i]) over in-memory tensors whose first dimension counts the
@@ -134,14 +147,17 @@ struct DataLoaderOptions {
 // gathered there and created on the device the inputs came from (a Trainer then moves it to
 // its device). Each begin() starts an epoch: with shuffle, a new permutation drawn from a
 // generator seeded once with `seed` (std::mt19937_64 and a Fisher-Yates shuffle, so the order
-// is the same on every platform). ShapeError when the first dimensions differ or a tensor is
-// 0-d, Error for batch_size < 1.
+// is the same on every platform); with a sampler, the sampler's indices. ShapeError when the
+// first dimensions differ or a tensor is 0-d, Error for batch_size < 1, for shuffle together
+// with a sampler, and for a sampler index outside the dataset.
 class BP_API DataLoader {
  public:
   DataLoader(const Tensor& inputs, const Tensor& targets, const DataLoaderOptions& options = {});
 
   int64_t size() const noexcept { return n_; }  // examples
-  int64_t num_batches() const noexcept;
+  // Examples per epoch: size(), or what the sampler yields.
+  int64_t epoch_size() const;
+  int64_t num_batches() const;
   const DataLoaderOptions& options() const noexcept { return opt_; }
   // The first batch in data order, without starting an epoch (used to run lazy models once).
   Batch first_batch() const;

@@ -1,0 +1,571 @@
+// The Gloo communicator (Note [Gloo threads] in gloo_comm.hpp).
+#include "gloo_comm.hpp"
+
+#include <backplane/half.h>
+#include <backplane/plugin_sdk.hpp>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include <netdb.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+// Note [Aborting Gloo]
+//   Gloo wakes every operation blocked on a context when one of its waits times out:
+//   gloo::transport::tcp::Context::signalException ("Set exception on every pair in this
+//   context ... All pairs should be signaled and closed"). comm_abort needs exactly that, but the
+//   function is protected, reachable by the context's friends; one of them, ContextMutator, is
+//   named as a friend by Gloo and defined nowhere in Gloo, so the plugin defines it here with the
+//   one function it needs. The transport context itself is a protected member of gloo::Context,
+//   reached through a subclass (GlooContext in gloo_comm.hpp).
+namespace gloo::transport::tcp {
+class ContextMutator {
+ public:
+  static void signal(Context& c, const std::string& msg) { c.signalException(msg); }
+};
+}  // namespace gloo::transport::tcp
+
+namespace bp::gloo_comm {
+
+namespace {
+
+using sdk::fail;
+using std::chrono::milliseconds;
+
+// ---- Op and Worker ------------------------------------------------------------------------------
+
+}  // namespace
+
+void Op::finish(int32_t c, std::string msg, std::string nat) {
+  {
+    std::lock_guard<std::mutex> l(mu);
+    if (done) return;
+    done = true;
+    code = c;
+    message = std::move(msg);
+    native = std::move(nat);
+  }
+  cv.notify_all();
+}
+
+bool Op::wait_for(milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu);
+  return cv.wait_for(l, timeout, [&] { return done; });
+}
+
+Worker::Worker() : thread_([this] { loop(); }) {}
+
+Worker::~Worker() {
+  stop();
+}
+
+void Worker::stop() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Worker::push(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+}
+
+void Worker::loop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+namespace {
+
+// ---- the host's store, as Gloo's ---------------------------------------------------------------
+
+// Thrown by HostStore; comm_create turns it into an error of the same code.
+struct StoreFailure {
+  int32_t code;
+  std::string message;
+};
+
+class HostStore final : public gloo::rendezvous::Store {
+ public:
+  HostStore(const bp_comm_host& host, milliseconds timeout) : h_(host), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    check(h_.store_set(h_.ctx, key.c_str(), data.data(), data.size()));
+  }
+  std::vector<char> get(const std::string& key) override { return get_within(key, timeout_); }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys, const milliseconds& timeout) override {
+    for (const auto& k : keys) get_within(k, timeout);
+  }
+
+ private:
+  std::vector<char> get_within(const std::string& key, milliseconds timeout) {
+    void* v = nullptr;
+    uint64_t n = 0;
+    check(h_.store_get(h_.ctx, key.c_str(), timeout.count(), &v, &n));
+    std::vector<char> out(static_cast<const char*>(v), static_cast<const char*>(v) + n);
+    h_.store_free(h_.ctx, v);
+    return out;
+  }
+  void check(bp_error* e) {
+    if (!e) return;
+    StoreFailure f{e->code, e->message ? e->message : "store error"};
+    h_.error_free(h_.ctx, e);
+    throw f;
+  }
+  bp_comm_host h_;
+  milliseconds timeout_;
+};
+
+// ---- reductions ---------------------------------------------------------------------------------
+
+using Reduce = std::function<void(void*, const void*, const void*, size_t)>;
+
+template <typename T, typename F>
+Reduce elementwise(F f) {
+  return [f](void* c, const void* a, const void* b, size_t n) {
+    T* out = static_cast<T*>(c);
+    const T* x = static_cast<const T*>(a);
+    const T* y = static_cast<const T*>(b);
+    for (size_t i = 0; i < n; ++i) out[i] = f(x[i], y[i]);
+  };
+}
+
+template <typename T>
+Reduce arithmetic(int32_t op) {
+  switch (op) {
+    case BP_REDUCE_MIN:
+      return elementwise<T>([](T a, T b) { return b < a ? b : a; });
+    case BP_REDUCE_MAX:
+      return elementwise<T>([](T a, T b) { return a < b ? b : a; });
+    default:  // sum, and avg (divided afterwards)
+      return elementwise<T>([](T a, T b) { return static_cast<T>(a + b); });
+  }
+}
+
+// f16 / bf16: each pair combined in float and rounded to the dtype.
+template <float (*ToF)(uint16_t), uint16_t (*FromF)(float)>
+Reduce half_reduce(int32_t op) {
+  switch (op) {
+    case BP_REDUCE_MIN:
+      return elementwise<uint16_t>([](uint16_t a, uint16_t b) { return ToF(b) < ToF(a) ? b : a; });
+    case BP_REDUCE_MAX:
+      return elementwise<uint16_t>([](uint16_t a, uint16_t b) { return ToF(a) < ToF(b) ? b : a; });
+    default:
+      return elementwise<uint16_t>([](uint16_t a, uint16_t b) { return FromF(ToF(a) + ToF(b)); });
+  }
+}
+
+float f16_to(uint16_t h) {
+  return bp_f16_to_float(h);
+}
+uint16_t to_f16(float f) {
+  return bp_float_to_f16(f);
+}
+float bf16_to(uint16_t h) {
+  return bp_bf16_to_float(h);
+}
+uint16_t to_bf16(float f) {
+  return bp_float_to_bf16(f);
+}
+
+Reduce reduction(int32_t dtype, int32_t op) {
+  switch (dtype) {
+    case BP_DTYPE_F32:
+      return arithmetic<float>(op);
+    case BP_DTYPE_F64:
+      return arithmetic<double>(op);
+    case BP_DTYPE_I32:
+      return arithmetic<int32_t>(op);
+    case BP_DTYPE_I64:
+      return arithmetic<int64_t>(op);
+    case BP_DTYPE_U8:
+      return arithmetic<uint8_t>(op);
+    case BP_DTYPE_F16:
+      return half_reduce<f16_to, to_f16>(op);
+    case BP_DTYPE_BF16:
+      return half_reduce<bf16_to, to_bf16>(op);
+    case BP_DTYPE_BOOL:  // comm_abi.h: sum and max are or, min is and
+      if (op == BP_REDUCE_MIN)
+        return elementwise<uint8_t>([](uint8_t a, uint8_t b) -> uint8_t { return a && b; });
+      return elementwise<uint8_t>([](uint8_t a, uint8_t b) -> uint8_t { return a || b; });
+  }
+  fail(BP_ERROR_INVALID_ARGUMENT, "unknown dtype " + std::to_string(dtype));
+}
+
+// Divides `count` elements by the world size in place (avg).
+void divide(void* p, uint64_t count, int32_t dtype, int size) {
+  auto each = [&](auto* x, auto conv_in, auto conv_out) {
+    for (uint64_t i = 0; i < count; ++i) x[i] = conv_out(conv_in(x[i]) / size);
+  };
+  auto id = [](auto v) { return v; };
+  switch (dtype) {
+    case BP_DTYPE_F32:
+      each(static_cast<float*>(p), id, id);
+      break;
+    case BP_DTYPE_F64:
+      each(static_cast<double*>(p), id, id);
+      break;
+    case BP_DTYPE_F16:
+      each(static_cast<uint16_t*>(p), f16_to, to_f16);
+      break;
+    case BP_DTYPE_BF16:
+      each(static_cast<uint16_t*>(p), bf16_to, to_bf16);
+      break;
+    default:
+      break;
+  }
+}
+
+void check_args(int32_t dtype, int32_t op, bool reduce, const char* what) {
+  if (bp_dtype_size(dtype) == 0)
+    fail(BP_ERROR_INVALID_ARGUMENT, std::string(what) + ": unknown dtype " + std::to_string(dtype));
+  if (!reduce) return;
+  if (op < 0 || op >= BP_REDUCE_COUNT)
+    fail(BP_ERROR_INVALID_ARGUMENT,
+         std::string(what) + ": unknown reduction " + std::to_string(op));
+  bool floating = dtype == BP_DTYPE_F32 || dtype == BP_DTYPE_F64 || dtype == BP_DTYPE_F16 ||
+                  dtype == BP_DTYPE_BF16;
+  if (op == BP_REDUCE_AVG && !floating)
+    fail(BP_ERROR_INVALID_ARGUMENT,
+         std::string(what) + ": avg needs a floating dtype, got " + bp_dtype_name(dtype));
+}
+
+std::string describe(const char* op, uint64_t count, int32_t dtype, const std::string& extra = "") {
+  return std::string(op) + " of " + std::to_string(count) + " " + bp_dtype_name(dtype) +
+         (extra.empty() ? "" : " (" + extra + ")");
+}
+
+// The slot of point-to-point transfers; Gloo's collectives use prefixes 0x01-0x08.
+const uint64_t kP2PSlot = gloo::Slot::build(0x7e, 0);
+
+// The address Gloo listens on (Note [Gloo interface] in README.md).
+gloo::transport::tcp::attr listen_attr(const bp_comm_config& cfg) {
+  gloo::transport::tcp::attr a;
+  if (const char* ifname = std::getenv("BACKPLANE_GLOO_IFNAME"); ifname && *ifname) {
+    a.iface = ifname;
+  } else if (const char* host = std::getenv("BACKPLANE_GLOO_HOSTNAME"); host && *host) {
+    a.hostname = host;
+  } else if (cfg.local_address && *cfg.local_address) {
+    a.hostname = cfg.local_address;  // the interface that reached the rendezvous store
+  } else {
+    char name[256] = {};
+    ::gethostname(name, sizeof name - 1);
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    bool resolves = ::getaddrinfo(name, nullptr, &hints, &res) == 0;
+    if (res) ::freeaddrinfo(res);
+    a.hostname = resolves ? name : "127.0.0.1";
+  }
+  return a;
+}
+
+}  // namespace
+
+// ---- Comm
+// -----------------------------------------------------------------------------------------
+
+Comm::Comm(const bp_comm_config& cfg, const bp_comm_host& host)
+    : rank_(cfg.rank), size_(cfg.world_size), timeout_(milliseconds(cfg.timeout_ms)) {
+  if (cfg.dlpack_device_type != 1)
+    fail(BP_ERROR_INVALID_ARGUMENT, "gloo reduces host memory only (DLPack device type 1), got " +
+                                        std::to_string(cfg.dlpack_device_type) + " for " +
+                                        (cfg.device_type ? cfg.device_type : "?"));
+  gloo::transport::tcp::attr attr = listen_attr(cfg);
+  std::string listen = attr.iface.empty() ? attr.hostname : "interface " + attr.iface;
+  try {
+    device_ = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    fail(BP_ERROR_UNAVAILABLE,
+         "gloo cannot listen on " + listen + ": " + e.what() +
+             " (set BACKPLANE_GLOO_IFNAME or BACKPLANE_GLOO_HOSTNAME)",
+         "gloo::Exception");
+  }
+  if (host.log)
+    host.log(host.ctx,
+             ("gloo: rank " + std::to_string(rank_) + " listens on " + device_->str()).c_str());
+  context_ = std::make_shared<GlooContext>(rank_, size_);
+  context_->setTimeout(timeout_);
+  HostStore store(host, timeout_);
+  try {
+    context_->connectFullMesh(store, device_);
+  } catch (const StoreFailure& f) {
+    fail(static_cast<bp_error_code>(f.code), "gloo rendezvous of rank " + std::to_string(rank_) +
+                                                 " of " + std::to_string(size_) + ": " + f.message);
+  } catch (const gloo::IoException& e) {
+    fail(static_cast<bp_error_code>(BP_COMM_ERROR_REMOTE),
+         "gloo could not connect rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+             " to its peers: " + e.what(),
+         "gloo::IoException");
+  } catch (const std::exception& e) {
+    fail(BP_ERROR_INTERNAL,
+         "gloo rendezvous failed on rank " + std::to_string(rank_) + ": " + e.what());
+  }
+}
+
+Comm::~Comm() {
+  collectives_.stop();
+  p2p_waits_.stop();
+}
+
+std::string Comm::where() const {
+  return "rank " + std::to_string(rank_) + " of " + std::to_string(size_);
+}
+
+void Comm::record(Op& op, std::exception_ptr e) {
+  std::string msg, native;
+  int32_t code = BP_ERROR_INTERNAL;
+  try {
+    std::rethrow_exception(e);
+  } catch (const gloo::IoException& x) {
+    msg = x.what();
+    native = "gloo::IoException";
+    code =
+        msg.find("Timed out") != std::string::npos ? BP_COMM_ERROR_TIMEOUT : BP_COMM_ERROR_REMOTE;
+  } catch (const gloo::Exception& x) {
+    msg = x.what();
+    native = "gloo::Exception";
+  } catch (const sdk::Failure& x) {
+    msg = x.what();
+    code = x.code();
+  } catch (const std::exception& x) {
+    msg = x.what();
+  }
+  if (aborted_.load()) code = BP_COMM_ERROR_ABORTED;
+  std::string text = "gloo " + op.what + " on " + where() + " failed: " + msg;
+  {
+    std::lock_guard<std::mutex> l(failed_mu_);
+    if (failed_.empty()) failed_ = text;
+  }
+  op.finish(code, text, native);
+}
+
+std::shared_ptr<Op> Comm::run(std::string what, std::function<void()> body) {
+  auto op = std::make_shared<Op>();
+  op->what = std::move(what);
+  collectives_.push([this, op, body = std::move(body)] {
+    {
+      std::lock_guard<std::mutex> l(failed_mu_);
+      if (aborted_.load() || !failed_.empty()) {
+        op->finish(aborted_.load() ? BP_COMM_ERROR_ABORTED : BP_COMM_ERROR_REMOTE,
+                   "gloo " + op->what + " on " + where() + " was not run: " +
+                       (aborted_.load() ? "the communicator was aborted"
+                                        : "the communicator failed earlier: " + failed_));
+        return;
+      }
+    }
+    try {
+      body();
+      op->finish();
+    } catch (...) {
+      record(*op, std::current_exception());
+    }
+  });
+  return op;
+}
+
+std::shared_ptr<Op> Comm::all_reduce(const void* send, void* recv, uint64_t count, int32_t dtype,
+                                     int32_t op) {
+  check_args(dtype, op, true, "all_reduce");
+  Reduce fn = reduction(dtype, op);
+  size_t es = bp_dtype_size(dtype);
+  return run(describe("all_reduce", count, dtype, bp_reduce_op_name(op)), [=, this] {
+    if (count == 0) return;
+    if (send != recv) std::memcpy(recv, send, count * es);
+    gloo::AllreduceOptions o(context_);
+    // Gloo counts elements of sizeof(T): describe them by their real size.
+    switch (es) {
+      case 1:
+        o.setOutput<uint8_t>(static_cast<uint8_t*>(recv), count);
+        break;
+      case 2:
+        o.setOutput<uint16_t>(static_cast<uint16_t*>(recv), count);
+        break;
+      case 4:
+        o.setOutput<uint32_t>(static_cast<uint32_t*>(recv), count);
+        break;
+      default:
+        o.setOutput<uint64_t>(static_cast<uint64_t*>(recv), count);
+        break;
+    }
+    o.setReduceFunction(fn);
+    o.setTimeout(timeout_);
+    gloo::allreduce(o);
+    if (op == BP_REDUCE_AVG) divide(recv, count, dtype, size_);
+  });
+}
+
+std::shared_ptr<Op> Comm::broadcast(const void* send, void* recv, uint64_t count, int32_t dtype,
+                                    int32_t root) {
+  check_args(dtype, 0, false, "broadcast");
+  if (root < 0 || root >= size_)
+    fail(BP_ERROR_INVALID_ARGUMENT,
+         "broadcast: root " + std::to_string(root) + " is not a rank of " + std::to_string(size_));
+  size_t es = bp_dtype_size(dtype);
+  return run(describe("broadcast", count, dtype, "root " + std::to_string(root)), [=, this] {
+    if (count == 0) return;
+    if (rank_ == root && send && send != recv) std::memcpy(recv, send, count * es);
+    gloo::BroadcastOptions o(context_);
+    o.setOutput<uint8_t>(static_cast<uint8_t*>(recv), count * es);
+    o.setRoot(root);
+    o.setTimeout(timeout_);
+    gloo::broadcast(o);
+  });
+}
+
+std::shared_ptr<Op> Comm::all_gather(const void* send, void* recv, uint64_t count, int32_t dtype) {
+  check_args(dtype, 0, false, "all_gather");
+  size_t bytes = count * bp_dtype_size(dtype);
+  return run(describe("all_gather", count, dtype), [=, this] {
+    if (count == 0) return;
+    char* mine = static_cast<char*>(recv) + static_cast<size_t>(rank_) * bytes;
+    if (send != mine) std::memcpy(mine, send, bytes);
+    gloo::AllgatherOptions o(context_);
+    o.setOutput<uint8_t>(static_cast<uint8_t*>(recv), bytes * static_cast<size_t>(size_));
+    o.setTimeout(timeout_);
+    gloo::allgather(o);
+  });
+}
+
+// Gloo 0.5 has no reduce_scatter in its new-style API (only the typed halving-doubling class):
+// an all_reduce of the whole input into a scratch buffer, then this rank's chunk is copied out.
+// The traffic is that of an all_reduce (about twice a ring reduce_scatter).
+std::shared_ptr<Op> Comm::reduce_scatter(const void* send, void* recv, uint64_t count,
+                                         int32_t dtype, int32_t op) {
+  check_args(dtype, op, true, "reduce_scatter");
+  Reduce fn = reduction(dtype, op);
+  size_t es = bp_dtype_size(dtype);
+  return run(describe("reduce_scatter", count, dtype, bp_reduce_op_name(op)), [=, this] {
+    if (count == 0) return;
+    size_t total = count * static_cast<size_t>(size_);
+    std::vector<uint64_t> scratch((total * es + 7) / 8);
+    std::memcpy(scratch.data(), send, total * es);
+    gloo::AllreduceOptions o(context_);
+    switch (es) {
+      case 1:
+        o.setOutput<uint8_t>(reinterpret_cast<uint8_t*>(scratch.data()), total);
+        break;
+      case 2:
+        o.setOutput<uint16_t>(reinterpret_cast<uint16_t*>(scratch.data()), total);
+        break;
+      case 4:
+        o.setOutput<uint32_t>(reinterpret_cast<uint32_t*>(scratch.data()), total);
+        break;
+      default:
+        o.setOutput<uint64_t>(scratch.data(), total);
+        break;
+    }
+    o.setReduceFunction(fn);
+    o.setTimeout(timeout_);
+    gloo::allreduce(o);
+    const char* chunk =
+        reinterpret_cast<const char*>(scratch.data()) + static_cast<size_t>(rank_) * count * es;
+    std::memcpy(recv, chunk, count * es);
+    if (op == BP_REDUCE_AVG) divide(recv, count, dtype, size_);
+  });
+}
+
+std::shared_ptr<Op> Comm::barrier() {
+  return run("barrier", [this] {
+    gloo::BarrierOptions o(context_);
+    o.setTimeout(timeout_);
+    gloo::barrier(o);
+  });
+}
+
+std::shared_ptr<Op> Comm::p2p(bool is_send, void* buf, uint64_t count, int32_t dtype,
+                              int32_t peer) {
+  const char* name = is_send ? "send" : "recv";
+  check_args(dtype, 0, false, name);
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    fail(BP_ERROR_INVALID_ARGUMENT, std::string(name) + ": peer " + std::to_string(peer) +
+                                        " is not another rank of " + std::to_string(size_));
+  auto op = std::make_shared<Op>();
+  op->what = describe(name, count, dtype,
+                      std::string(is_send ? "to" : "from") + " rank " + std::to_string(peer));
+  if (aborted_.load()) {
+    op->finish(BP_COMM_ERROR_ABORTED, "gloo " + op->what + ": the communicator was aborted");
+    return op;
+  }
+  if (count == 0) {
+    op->finish();
+    return op;
+  }
+  size_t bytes = count * bp_dtype_size(dtype);
+  std::shared_ptr<gloo::transport::UnboundBuffer> ub;
+  try {
+    ub = context_->createUnboundBuffer(buf, bytes);
+    if (is_send)
+      ub->send(peer, kP2PSlot);
+    else
+      ub->recv(peer, kP2PSlot);
+  } catch (...) {
+    record(*op, std::current_exception());
+    return op;
+  }
+  p2p_waits_.push([this, op, ub, is_send] {
+    try {
+      bool ok = is_send ? ub->waitSend(timeout_) : ub->waitRecv(timeout_);
+      if (!ok) {
+        op->finish(BP_COMM_ERROR_ABORTED, "gloo " + op->what + " on " + where() + " was aborted");
+        return;
+      }
+      op->finish();
+    } catch (...) {
+      record(*op, std::current_exception());
+    }
+  });
+  return op;
+}
+
+std::shared_ptr<Op> Comm::send(const void* buf, uint64_t count, int32_t dtype, int32_t peer) {
+  return p2p(true, const_cast<void*>(buf), count, dtype, peer);
+}
+
+std::shared_ptr<Op> Comm::recv(void* buf, uint64_t count, int32_t dtype, int32_t peer) {
+  return p2p(false, buf, count, dtype, peer);
+}
+
+void Comm::abort() {
+  if (aborted_.exchange(true)) return;
+  // Operations blocked inside Gloo return at once (Note [Aborting Gloo]); closing the pairs
+  // makes the peers' operations fail too.
+  if (auto* tcp = dynamic_cast<gloo::transport::tcp::Context*>(context_->transport()))
+    gloo::transport::tcp::ContextMutator::signal(
+        *tcp, "the communicator was aborted on rank " + std::to_string(rank_));
+  for (int i = 0; i < size_; ++i)
+    if (i != rank_)
+      if (auto& pair = context_->getPair(i)) pair->close();
+}
+
+}  // namespace bp::gloo_comm

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""PyTorch + NCCL side of bench/dist, measured exactly as bp-bench-dist measures Backplane.
+
+    python3 -m torch.distributed.run --nproc_per_node=2 bench/dist/torch_dist.py collectives
+    python3 -m torch.distributed.run --nproc_per_node=2 bench/dist/torch_dist.py ddp
+    python3 -m torch.distributed.run --nproc_per_node=2 bench/dist/torch_dist.py curve
+
+Rank 0 prints the RESULT lines of bp_bench_dist.cpp. Each rank uses cuda:<local rank>; the
+collectives run on the default stream and are waited for at the end of each timed loop, the
+model is the same MLP (4096-4096-4096-10, f32, TF32 off) trained with SGD, plain on one rank and
+with DistributedDataParallel on several.
+"""
+import argparse
+import os
+import sys
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["collectives", "ddp", "curve"])
+    ap.add_argument("--sizes", default="64,256")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=1024)
+    ap.add_argument("--combined", type=int, default=2048)
+    args = ap.parse_args()
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    dev = torch.device("cuda", local)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dist.init_process_group("nccl", device_id=dev)
+    n, rank = dist.get_world_size(), dist.get_rank()
+    if rank == 0:
+        print(f"torch_dist {args.mode}: {n} rank(s), torch {torch.__version__}, "
+              f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, "
+              f"{torch.cuda.get_device_name(dev)}", flush=True)
+
+    if args.mode == "collectives":
+        for op in ["all_reduce", "all_gather", "reduce_scatter"]:
+            for mib in [int(s) for s in args.sizes.split(",")]:
+                elems = mib * (1 << 20) // 4
+                elems -= elems % n
+                full = torch.rand(elems, device=dev)
+                part = torch.rand(elems // n, device=dev)
+
+                def call():
+                    if op == "all_reduce":
+                        return dist.all_reduce(full, async_op=True)
+                    if op == "all_gather":
+                        return dist.all_gather_into_tensor(full, part, async_op=True)
+                    return dist.reduce_scatter_tensor(part, full, async_op=True)
+
+                for _ in range(3):
+                    call().wait()
+                dist.barrier()
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                works = [call() for _ in range(args.iters)]
+                for w in works:
+                    w.wait()
+                torch.cuda.synchronize()
+                t = (time.perf_counter() - t0) / args.iters
+                algbw = elems * 4 / t / 1e9
+                factor = 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1.0) / n
+                if rank == 0:
+                    print(f"RESULT collective {op} {mib} {t * 1e6:.1f} {algbw:.1f} "
+                          f"{algbw * factor:.1f}", flush=True)
+    else:
+        curve = args.mode == "curve"
+        steps = args.steps or (20 if curve else 60)
+        warmup = 0 if curve else args.warmup
+        per = args.combined // n if curve else args.batch
+        torch.manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
+                                  torch.nn.Linear(4096, 4096), torch.nn.ReLU(),
+                                  torch.nn.Linear(4096, 10)).to(dev)
+        model = net
+        if n > 1:
+            model = torch.nn.parallel.DistributedDataParallel(net, device_ids=[local])
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        def rows(step, combined, first, count):
+            gx = torch.Generator(device=dev).manual_seed(1000 + step)
+            gy = torch.Generator(device=dev).manual_seed(5000 + step)
+            x = torch.randn(combined, 4096, device=dev, generator=gx)
+            y = (torch.rand(combined, device=dev, generator=gy) * 10).long()
+            return x[first:first + count].contiguous(), y[first:first + count].contiguous()
+
+        data = [] if curve else [rows(k * n + rank, per, 0, per) for k in range(4)]
+        losses = []
+
+        def step(s):
+            x, y = rows(s, args.combined, rank * per, per) if curve else data[s % len(data)]
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+
+        for s in range(warmup):
+            step(s)
+        if n > 1:
+            dist.barrier()
+        torch.cuda.synchronize()
+        losses.clear()
+        t0 = time.perf_counter()
+        for s in range(steps):
+            step(s)
+        torch.cuda.synchronize()
+        t = time.perf_counter() - t0
+        if curve:
+            for s, l in enumerate(losses):
+                l = l.reshape(1).clone()
+                if n > 1:
+                    dist.all_reduce(l, op=dist.ReduceOp.AVG)
+                if rank == 0:
+                    print(f"RESULT curve {n} {s} {l.item():.7f}", flush=True)
+        elif rank == 0:
+            print(f"RESULT ddp {n} {per} {per * n * steps / t:.0f} {t / steps * 1e3:.3f}",
+                  flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+// Scenario "fault NAME": one fault each; every rank checks that it gets the typed error it
+// should (class and message fragments) and prints "EXPECTED <class>: <message>".
+#include "dist_rank.hpp"
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+namespace bpt {
+
+namespace {
+
+namespace d = bp::dist;
+using bp::DType;
+using bp::Tensor;
+
+// The most specific class name of an error.
+std::string class_of(const std::exception& e) {
+  if (dynamic_cast<const d::MismatchError*>(&e)) return "MismatchError";
+  if (dynamic_cast<const d::TimeoutError*>(&e)) return "TimeoutError";
+  if (dynamic_cast<const d::PeerError*>(&e)) return "PeerError";
+  if (dynamic_cast<const d::BackendUnavailable*>(&e)) return "BackendUnavailable";
+  if (dynamic_cast<const d::RendezvousError*>(&e)) return "RendezvousError";
+  if (dynamic_cast<const d::DistError*>(&e)) return "DistError";
+  if (dynamic_cast<const bp::DeviceMismatch*>(&e)) return "DeviceMismatch";
+  if (dynamic_cast<const bp::DTypeError*>(&e)) return "DTypeError";
+  if (dynamic_cast<const bp::ShapeError*>(&e)) return "ShapeError";
+  if (dynamic_cast<const bp::Error*>(&e)) return "Error";
+  return "std::exception";
+}
+
+int rank_from_env() {
+  const char* r = std::getenv("BACKPLANE_RANK");
+  return r ? std::atoi(r) : 0;
+}
+
+// Runs `body`, which must throw `expected` with every fragment in its message.
+int expect_error(const std::string& expected, const std::vector<std::string>& fragments,
+                 const std::function<void()>& body) {
+  int rank = rank_from_env();
+  try {
+    body();
+  } catch (const std::exception& e) {
+    std::string cls = class_of(e), msg = e.what();
+    bool ok = cls == expected;
+    std::string missing;
+    for (const auto& f : fragments)
+      if (msg.find(f) == std::string::npos) {
+        ok = false;
+        missing += " '" + f + "'";
+      }
+    std::printf("rank %d: %s %s: %s\n", rank, ok ? "EXPECTED" : "UNEXPECTED", cls.c_str(),
+                msg.c_str());
+    if (!ok)
+      std::printf("rank %d: wanted %s%s%s\n", rank, expected.c_str(),
+                  missing.empty() ? "" : " with", missing.c_str());
+    std::fflush(stdout);
+    return ok ? 0 : 1;
+  }
+  std::printf("rank %d: UNEXPECTED success: wanted %s\n", rank, expected.c_str());
+  std::fflush(stdout);
+  return 1;
+}
+
+std::string arg(const std::vector<std::string>& args, const char* name) {
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == name) return args[i + 1];
+  return "";
+}
+
+Tensor f32(int64_t n) {
+  return bp::full({n}, 1.0, bp::device("cpu:0"));
+}
+
+bool have_opencl() {
+  return bp::num_devices("opencl") > 0;
+}
+
+}  // namespace
+
+int run_fault(const std::string& name, const std::vector<std::string>& args) {
+  int rank = rank_from_env();
+  if (name == "world_size_mismatch") {
+    // Rank 1 believes in a world of 3.
+    return expect_error("RendezvousError", {"world size"}, [&] {
+      if (rank == 1)
+        d::init_process_group({.rank = 1, .world_size = 3});
+      else
+        d::init_process_group();
+    });
+  }
+  if (name == "duplicate_rank") {
+    // Both processes say they are rank 0.
+    return expect_error("RendezvousError", {"rank"},
+                        [&] { d::init_process_group({.rank = 0, .world_size = 2}); });
+  }
+  if (name == "rank_out_of_range") {
+    if (rank == 1)
+      return expect_error("RendezvousError", {"not below the world size 2"},
+                          [&] { d::init_process_group({.rank = 2, .world_size = 2}); });
+    return expect_error("RendezvousError", {"did not join", "1"}, [&] { d::init_process_group(); });
+  }
+  if (name == "unreachable") {
+    std::string url = "tcp://127.0.0.1:" + arg(args, "--port");
+    return expect_error("RendezvousError", {"could not reach the rendezvous store", url},
+                        [&] { d::init_process_group({.init_method = url}); });
+  }
+  if (name == "rank_exit" || name == "exit_mid_collective") {
+    d::init_process_group();
+    d::all_reduce(f32(16)).wait();  // the communicator exists
+    if (rank == 1) {
+      if (name == "exit_mid_collective") d::all_reduce(f32(1 << 23));  // 32 MiB, not waited on
+      std::fflush(stdout);
+      std::_Exit(3);
+    }
+    return expect_error("PeerError", {"rank 1"}, [&] {
+      d::all_reduce(f32(1 << 23)).wait();
+      d::all_reduce(f32(16)).wait();
+    });
+  }
+  if (name == "mismatch_op" || name == "mismatch_shape" || name == "mismatch_dtype" ||
+      name == "mismatch_device") {
+    if (name == "mismatch_device" && !have_opencl()) {
+      std::printf("rank %d: SKIP mismatch_device: no opencl device here\n", rank);
+      return 0;
+    }
+    d::init_process_group();
+    d::all_reduce(f32(4)).wait();
+    std::vector<std::string> frags;
+    std::function<void()> body;
+    if (name == "mismatch_op") {
+      frags = {"all_reduce f32 [1000]", "broadcast f32 [1000]"};
+      body = [&] {
+        Tensor t = f32(1000);
+        (rank == 0 ? d::all_reduce(t) : d::broadcast(t, 0)).wait();
+      };
+    } else if (name == "mismatch_shape") {
+      frags = {"f32 [1000]", "f32 [1001]"};
+      body = [&] { d::all_reduce(f32(rank == 0 ? 1000 : 1001)).wait(); };
+    } else if (name == "mismatch_dtype") {
+      frags = {"all_reduce f32 [1000]", "all_reduce i32 [1000]"};
+      body = [&] { d::all_reduce(f32(1000).to(rank == 0 ? DType::f32 : DType::i32)).wait(); };
+    } else {
+      frags = {"on cpu", "on opencl"};
+      body = [&] {
+        Tensor t = f32(1000);
+        d::all_reduce(rank == 0 ? t : t.to(bp::device("opencl:0"))).wait();
+      };
+    }
+    return expect_error("MismatchError", frags, body);
+  }
+  if (name == "local_argument_errors") {
+    // Errors found before anything is sent leave the group usable.
+    d::init_process_group();
+    int bad = 0;
+    if (have_opencl())
+      bad += expect_error("DeviceMismatch", {"all_gather", "opencl:0", "cpu:0"}, [&] {
+        Tensor out = bp::zeros({2, 4}, bp::device("opencl:0"));
+        d::all_gather(out, f32(4));
+      });
+    else
+      std::printf("rank %d: SKIP DeviceMismatch case: no opencl device here\n", rank);
+    bad += expect_error("DTypeError", {"all_gather", "i32", "f32"}, [&] {
+      d::all_gather(bp::zeros({2, 4}), f32(4).to(DType::i32));
+    });
+    bad += expect_error("ShapeError", {"all_gather", "needs 8 elements"},
+                        [&] { d::all_gather(bp::zeros({7}), f32(4)); });
+    Tensor t = f32(5);
+    d::all_reduce(t).wait();
+    bool ok = t.to_vector<float>()[0] == static_cast<float>(d::get_world_size());
+    std::printf("rank %d: %s group still usable after local errors\n", rank,
+                ok ? "EXPECTED" : "UNEXPECTED");
+    d::destroy_process_group();
+    return bad || !ok ? 1 : 0;
+  }
+  if (name == "timeout") {
+    // Rank 1 stops taking part; rank 0 must time out naming it, then rank 1 must learn of it.
+    std::string marker = arg(args, "--marker");
+    d::init_process_group();
+    d::all_reduce(f32(4)).wait();
+    if (rank == 0) {
+      int rc = expect_error("TimeoutError", {"within"}, [&] { d::all_reduce(f32(64)).wait(); });
+      std::ofstream(marker) << "timed out\n";
+      return rc;
+    }
+    for (int i = 0; i < 1200 && !std::filesystem::exists(marker); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return expect_error("TimeoutError", {"another rank failed", "rank 0"},
+                        [&] { d::all_reduce(f32(64)).wait(); });
+  }
+  if (name == "missing_library") {
+    // BACKPLANE_DIST_BACKEND=cpu:nccl and BACKPLANE_NCCL_LIBRARY=/nonexistent/libnccl.so.2.
+    d::init_process_group();
+    return expect_error("BackendUnavailable", {"nccl", "/nonexistent/libnccl.so.2"},
+                        [&] { d::all_reduce(f32(8)).wait(); });
+  }
+  std::printf("unknown fault scenario '%s'\n", name.c_str());
+  return 2;
+}
+
+}  // namespace bpt

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# GPU check and benchmark of the communicators (README.md, "Several GPUs and hosts") on the
+# GPUs of one machine, N ranks (one process per GPU). For the 2 x H200 machine:
+#   bash tools/gpu/dist.sh BUILD_DIR            (N = 2)
+#   bash tools/gpu/dist.sh BUILD_DIR -n 4       (bigger machines)
+# Logs under $OUT (else ./dist-out). Steps, each under a time limit:
+#   smi             bp-smi: comm-nccl loaded and available (NCCL from PyTorch's pip packages)
+#   conformance     bp-conformance --comm nccl --world-size N: every collective, dtype and
+#                   reduction on N ranks against a float64 reference, timeout and abort
+#   collectives     bp_dist_rank collectives on cuda:<local rank>: every dtype and reduction
+#                   through bp::dist (NCCL), non-contiguous tensors, point to point
+#   ddp             bp_dist_rank ddp on the GPUs: DDP = one process on the combined batch
+#   bandwidth       bp-bench-dist and PyTorch + NCCL (torch_dist.py): all_reduce, all_gather,
+#                   reduce_scatter at 64 and 256 MiB, bus bandwidth
+#   training        MLP 4096-4096-4096-10, batch 1024 per GPU, SGD: 1 GPU and N GPUs (DDP),
+#                   both libraries; and the loss curve of N GPUs vs 1 GPU on the combined batch
+# Pass: every row of the summary says PASS, and the table ends with ALL GOALS MET (bandwidth
+# >= 0.95x PyTorch + NCCL at 64/256 MiB, N-GPU training >= 0.95*N x the samples/s of 1 GPU, the
+# N-GPU loss curve within 1e-4 of the 1-GPU curve on the combined batch).
+set -uo pipefail
+build=${1:?usage: bash tools/gpu/dist.sh BUILD_DIR [-n N]}
+shift
+n=2
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -n) n=$2; shift 2 ;;
+    *) echo "unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+top=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+out=${OUT:-dist-out}
+mkdir -p "$out"
+
+# Every process: no NVLink SHARP / multicast (KINDS.md), the same for PyTorch's NCCL.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null)
+if [ -n "$nccl_dir" ] && [ -e "$nccl_dir/lib/libnccl.so.2" ]; then
+  export BACKPLANE_NCCL_LIBRARY="$nccl_dir/lib/libnccl.so.2"
+fi
+echo "BACKPLANE_NCCL_LIBRARY=${BACKPLANE_NCCL_LIBRARY:-unset (libnccl.so.2 from the loader path)}"
+export BACKPLANE_DIST_TIMEOUT=${BACKPLANE_DIST_TIMEOUT:-120}
+
+rows=()
+run() {  # run NAME LIMIT_S CMD...
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  timeout "$limit" "$@" > "$out/$name.txt" 2>&1
+  local rc=$?
+  tail -n 8 "$out/$name.txt"
+  local last
+  last=$(grep -E "passed, [0-9]+ failed|checks passed|RESULT|available|ALL GOALS|SOME GOALS" \
+    "$out/$name.txt" | tail -n 1 | cut -c1-110)
+  rows+=("$(printf '%-18s %-4s rc=%-3s %4ss  %s' "$name" "$([ $rc = 0 ] && echo PASS || echo FAIL)" \
+    "$rc" $((SECONDS - t0)) "$last")")
+  return $rc
+}
+torchrun() { python3 -m torch.distributed.run --standalone --nproc_per_node="$1" "${@:2}"; }
+
+run smi 60 "$build/bin/bp-smi"
+grep -A1 "comm-nccl" "$out/smi.txt" | head -n 2
+run conformance 280 "$build/bin/bp-conformance" --comm nccl --world-size "$n" \
+  --json "$out/conformance.json"
+run collectives 240 "$build/bin/bp-run" -n "$n" "$build/bin/bp_dist_rank" collectives \
+  --device local
+run ddp 120 "$build/bin/bp-run" -n "$n" "$build/bin/bp_dist_rank" ddp
+run bp_collectives 200 "$build/bin/bp-run" -n "$n" "$build/bin/bp-bench-dist" collectives
+run torch_collectives 200 torchrun "$n" "$top/bench/dist/torch_dist.py" collectives
+for w in 1 "$n"; do
+  run "bp_ddp$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" ddp
+  run "torch_ddp$w" 200 torchrun "$w" "$top/bench/dist/torch_dist.py" ddp
+  run "bp_curve$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" curve
+done
+python3 "$top/bench/dist/compare_dist.py" "$out" "$n" | tee "$out/table.txt"
+echo "=== summary (communicators on $n x $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1))"
+printf '%s\n' "${rows[@]}" | tee "$out/summary.txt"
