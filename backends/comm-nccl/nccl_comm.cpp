@@ -370,7 +370,19 @@ Work* Comm::reduce_scatter(const void* send, void* recv, uint64_t count, int32_t
   return finish_issue(what, stream);
 }
 
+// NCCL accepts a send to the own rank only paired with a recv in one group, and reports a lone
+// one at the next group end (so the error would surface in the NEXT collective): refuse it here.
+void Comm::check_peer(const char* op, int32_t peer) const {
+  if (peer < 0 || peer >= size_ || peer == rank_)
+    fail(BP_ERROR_INVALID_ARGUMENT, std::string(op) + ": peer " + std::to_string(peer) +
+                                        " is not another rank of this communicator (rank " +
+                                        std::to_string(rank_) + " of " + std::to_string(size_) +
+                                        "; a peer is in [0, " + std::to_string(size_) +
+                                        ") and not the own rank)");
+}
+
 Work* Comm::send(const void* buf, uint64_t count, int32_t dtype, int32_t peer, void* stream) {
+  check_peer("send", peer);
   ncclDataType_t t = nccl_type(dtype);
   std::string what = describe("send", count, dtype, "to rank " + std::to_string(peer));
   BP_NCCL_ISSUE(what, lib_.Send(buf, count, t, peer, comm_, static_cast<bp_nccl_stream_t>(stream)));
@@ -378,6 +390,7 @@ Work* Comm::send(const void* buf, uint64_t count, int32_t dtype, int32_t peer, v
 }
 
 Work* Comm::recv(void* buf, uint64_t count, int32_t dtype, int32_t peer, void* stream) {
+  check_peer("recv", peer);
   ncclDataType_t t = nccl_type(dtype);
   std::string what = describe("recv", count, dtype, "from rank " + std::to_string(peer));
   BP_NCCL_ISSUE(what, lib_.Recv(buf, count, t, peer, comm_, static_cast<bp_nccl_stream_t>(stream)));

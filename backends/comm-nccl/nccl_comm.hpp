@@ -102,6 +102,7 @@ class Comm {
   void select_device() const;
 
   const NcclLib& lib_;
+  void check_peer(const char* op, int32_t peer) const;  // INVALID_ARGUMENT unless another rank
   int rank_, size_, device_;
   std::chrono::milliseconds timeout_;
   std::mutex mu_;  // serialises NCCL calls on comm_ (Note [NCCL without hangs])

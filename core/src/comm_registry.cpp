@@ -3,8 +3,8 @@
 // (ELF, dlopen with missing dependencies named, entry symbol, ABI major, table size, required
 // slots), never unloaded (Note [Plugin lifetime] in registry.cpp).
 #include "comm_registry.hpp"
-#include "host/plugin_host.hpp"
 #include "config_internal.hpp"
+#include "host/plugin_host.hpp"
 #include "registry.hpp"
 
 #include <dlfcn.h>

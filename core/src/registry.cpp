@@ -77,7 +77,9 @@ std::string explain_dlerror(const std::string& path, const std::string& err) {
   return "dlopen failed: " + err;
 }
 
-bool is_comm_plugin_name(const std::string& name) { return name.rfind("comm-", 0) == 0; }
+bool is_comm_plugin_name(const std::string& name) {
+  return name.rfind("comm-", 0) == 0;
+}
 
 std::vector<std::string> plugin_search_entries() {
   std::vector<std::string> entries = RegistryOptions::from_environment().plugin_paths;

@@ -91,8 +91,10 @@ def test_computing_on_the_device_keeps_the_result_there(dev):
     np.testing.assert_allclose(b.numpy(), [20.085537, 109.1963, 445.2395], rtol=1e-6)
     np.testing.assert_array_equal(c.numpy(), [1, 4, 9])
     assert str(b).endswith(f"\n<Tensor 3 f32 @{dev}>")
-    if dev.type == "cpu":
-        assert str(b) == "[20.085537 109.1963 445.2395]\n<Tensor 3 f32 @cpu:0>"
+    # The printed values are the tensor's values (the last digit depends on the device's exp).
+    body = str(b).split("\n")[0]
+    assert body.startswith("[") and body.endswith("]")
+    np.testing.assert_allclose([float(v) for v in body[1:-1].split()], b.numpy(), rtol=1e-6)
 
 
 @pytest.mark.skipif(not OTHER, reason="needs a second device (cuda or opencl)")

@@ -7,12 +7,12 @@
 #include "conformance_harness.hpp"
 
 #include <backplane/comm_abi.h>
-#include <plugin_host.hpp>
 #include <backplane/dtype_io.h>
 #include <backplane/half.h>
 #include <backplane/dist.hpp>
 #include <backplane/plugin_sdk.hpp>
 #include <backplane/runtime.hpp>
+#include <plugin_host.hpp>
 
 #include <algorithm>
 #include <chrono>

@@ -19,6 +19,8 @@
 # ./contracts-out). About 3 minutes on the H100.
 set -uo pipefail
 build=${1:?usage: bash tools/gpu/contracts.sh BUILD_DIR}
+# The backend test programs dlopen the plugin of the build tree they were built in unless told.
+export BP_CUDA_PLUGIN=${BP_CUDA_PLUGIN:-$build/lib/backplane/plugins/libbackplane-cuda.so}
 out=${OUT:-contracts-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)

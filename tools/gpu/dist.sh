@@ -56,9 +56,10 @@ run() {  # run NAME LIMIT_S CMD...
     "$rc" $((SECONDS - t0)) "$last")")
   return $rc
 }
-torchrun() { python3 -m torch.distributed.run --standalone --nproc_per_node="$1" "${@:2}"; }
+# PyTorch brings its own libraries: none of the bundle's (LD_LIBRARY_PATH) may shadow them.
+torchrun() { LD_LIBRARY_PATH= python3 -m torch.distributed.run --standalone --nproc_per_node="$1" "${@:2}"; }
 
-run smi 60 "$build/bin/bp-smi"
+run smi 60 "$build/tools/bp-smi"
 grep -A1 "comm-nccl" "$out/smi.txt" | head -n 2
 run conformance 280 "$build/bin/bp-conformance" --comm nccl --world-size "$n" \
   --json "$out/conformance.json"

@@ -14,6 +14,8 @@
 # Pass: every row of the summary says PASS.
 set -uo pipefail
 build=${1:?usage: bash tools/gpu/native.sh BUILD_DIR}
+# The backend test programs dlopen the plugin of the build tree they were built in unless told.
+export BP_CUDA_PLUGIN=${BP_CUDA_PLUGIN:-$build/lib/backplane/plugins/libbackplane-cuda.so}
 out=${OUT:-native-out}
 mkdir -p "$out"
 rows=()

@@ -40,9 +40,9 @@
 // ordered by the caller exactly as on the other ranks.
 #pragma once
 
-#include <backplane/export.hpp>
 #include <backplane/device.hpp>
 #include <backplane/dist_store.hpp>
+#include <backplane/export.hpp>
 #include <backplane/runtime.hpp>
 #include <backplane/tensor.hpp>
 

@@ -5,8 +5,8 @@
 #pragma once
 
 #include <backplane/comm_abi.h>
-#include <backplane/dist.hpp>
 #include <backplane/plugin_abi.h>
+#include <backplane/dist.hpp>
 #include <backplane/export.hpp>
 #include <backplane/runtime.hpp>
 
