@@ -4,23 +4,22 @@
 #include "nn_test_support.hpp"
 
 #include <backplane/serialize.hpp>
+#include <backplane_test/plugin_test.hpp>
 
 #include <sys/resource.h>
 #include <csignal>
 #include <cstring>
 
-#ifndef BP_TORCH_FIXTURE
-#error "BP_TORCH_FIXTURE must name tests/fixtures/torch/mlp.safetensors"
+#ifndef BP_TORCH_FIXTURE_REL
+#error \
+    "BP_TORCH_FIXTURE_REL must name the build tree's copy of tests/fixtures/torch/mlp.safetensors"
 #endif
 
 namespace {
 
-// BP_NN_FIXTURE overrides the path baked in at build time; a build run elsewhere from the
-// repository's root finds the fixture relative to the working folder.
+// The build tree's copy of the fixture, relative to this test binary; BP_NN_FIXTURE overrides.
 std::string torch_fixture() {
-  if (const char* e = std::getenv("BP_NN_FIXTURE")) return e;
-  if (std::filesystem::exists(BP_TORCH_FIXTURE)) return BP_TORCH_FIXTURE;
-  return "tests/fixtures/torch/mlp.safetensors";
+  return bp_test::beside_exe(BP_TORCH_FIXTURE_REL, "BP_NN_FIXTURE");
 }
 
 using bp::Shape;
@@ -66,7 +65,7 @@ TEST_P(SaveLoadPairTest, ModelRoundTripGivesIdenticalOutputs) {
   }
   Tensor y2 = fresh->forward(x.to(dst()));
   EXPECT_EQ(&y2.device(), &dst());
-  EXPECT_TRUE(bp::allclose(y2.cpu(), y.detach().cpu(), 1e-5, 1e-6));
+  EXPECT_TRUE(nntest::allclose(y2.cpu(), y.detach().cpu(), 1e-5, 1e-6));
 }
 
 TEST_P(SaveLoadPairTest, LoadIntoLazyLinearThatHasNotRun) {
@@ -86,7 +85,7 @@ TEST_P(SaveLoadPairTest, LoadIntoLazyLinearThatHasNotRun) {
   auto& lazy = fresh.get<LazyLinear>(0);
   EXPECT_EQ(lazy.in_features(), 7);
   EXPECT_EQ(&lazy.weight().device(), &dst());
-  EXPECT_TRUE(bp::allclose(fresh(x.to(dst())).cpu(), y.detach().cpu(), 1e-5, 1e-6));
+  EXPECT_TRUE(nntest::allclose(fresh(x.to(dst())).cpu(), y.detach().cpu(), 1e-5, 1e-6));
 }
 
 TEST_P(SaveLoadPairTest, EveryDTypeAndLayoutRoundTrips) {
@@ -500,15 +499,15 @@ TEST_P(TorchFixtureTest, ForwardMatchesTheStoredOutput) {
   EXPECT_EQ(&y.device(), &d);
   const Tensor& want = all.at("expected_output");
   ASSERT_EQ(y.shape(), want.shape());
-  EXPECT_LE(nntest::rel_error(y.to_vector<double>(), want.to_vector<double>()), 1e-5);
+  EXPECT_TRUE(nntest::close(y.to_vector<double>(), want.to_vector<double>(), 1e-5));
   // Same model built with LazyLinear layers that take their shapes from the file.
   Sequential lazy;
   lazy.add<LazyLinear>(4);
   lazy.add<ReLU>();
   lazy.add<LazyLinear>(1);
   bp::load(lazy, fixture, d, LoadOptions{.strict = false});
-  EXPECT_LE(nntest::rel_error(lazy(all.at("input")).to_vector<double>(), want.to_vector<double>()),
-            1e-5);
+  EXPECT_TRUE(
+      nntest::close(lazy(all.at("input")).to_vector<double>(), want.to_vector<double>(), 1e-5));
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, TorchFixtureTest, ::testing::ValuesIn(nntest::device_strings()),

@@ -461,7 +461,8 @@ TEST_F(OpenclPlugin, Where) {
 namespace {
 
 // Reduces `a` over the dimensions in `dims` on device d and checks against float64: sums and
-// means within tolerance(dt) of the sum of |x| (the summation error bound), max exactly.
+// means element by element within the dtype's tolerance of the sum of |x| (the summation error
+// bound, as the magnitude of the shared comparison), max exactly.
 void check_reduction(int32_t d, const std::string& op, int32_t dt, const HostTensor& a,
                      const std::vector<int>& dims) {
   std::vector<int64_t> oshape = a.shape;
@@ -501,17 +502,22 @@ void check_reduction(int32_t d, const std::string& op, int32_t dt, const HostTen
     isum[oo] += static_cast<int64_t>(av[i]);
   }
   int64_t nred = static_cast<int64_t>(av.size()) / std::max<int64_t>(nout, 1);
+  std::vector<double> ref_f, mag_f;  // float sums and means, and the sum of |x| of each
   for (size_t o = 0; o < got.size(); ++o) {
     if (op == "max") {
       ASSERT_EQ(got[o], mx[o]) << what << " output " << o;
     } else if (!is_float(dt)) {
       ASSERT_EQ(got[o], static_cast<double>(wrap(dt, isum[o]))) << what << " output " << o;
     } else {
-      double ref = op == "mean" ? sum[o] / static_cast<double>(nred) : sum[o];
-      double bound = tolerance(dt) * (op == "mean" ? mag[o] / static_cast<double>(nred) : mag[o]);
-      ASSERT_LE(std::fabs(got[o] - ref), bound)
-          << what << " output " << o << ": " << got[o] << " vs " << ref;
+      const double div = op == "mean" ? static_cast<double>(nred) : 1.0;
+      ref_f.push_back(sum[o] / div);
+      mag_f.push_back(mag[o] / div);
     }
+  }
+  if (is_float(dt) && op != "max") {
+    EXPECT_TRUE(bp_test::all_close(dt, got, ref_f,
+                                   {.mode = bp_test::Mode::kElementwise, .magnitude = mag_f}))
+        << what;
   }
 }
 
@@ -567,7 +573,7 @@ TEST_F(OpenclPlugin, SumAccuracyF32) {
     double ref = 0;
     for (double v : a.storage) ref += v;
     double got = read_output(out)[0];
-    EXPECT_LE(std::fabs(got - ref) / ref, 1e-6) << got << " vs " << ref;
+    EXPECT_TRUE(bp_test::scalar_close(BP_DTYPE_F32, got, ref, {.rtol = 1e-6}));
   }
 }
 
@@ -595,15 +601,21 @@ void check_matmul(int32_t d, int32_t dt, int64_t B, int64_t M, int64_t K, int64_
   DeviceTensor out = make_output(d, dt, {B, M, N});
   ASSERT_TRUE(
       ok(launch(d, "matmul", dt, {da.desc, db.desc}, {out.desc}, {int_attr("allow_tf32", 0)})));
-  std::vector<double> ref(static_cast<size_t>(B * M * N), 0.0);
+  std::vector<double> ref(static_cast<size_t>(B * M * N), 0.0), mag(ref.size(), 0.0);
   for (int64_t z = 0; z < B; ++z)
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
-        double s = 0;
-        for (int64_t k = 0; k < K; ++k) s += a.at((z * M + i) * K + k) * b.at((z * K + k) * N + j);
+        double s = 0, sq = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double t = a.at((z * M + i) * K + k) * b.at((z * K + k) * N + j);
+          s += t;
+          sq += t * t;
+        }
         ref[static_cast<size_t>((z * M + i) * N + j)] = s;
+        mag[static_cast<size_t>((z * M + i) * N + j)] = std::sqrt(sq);
       }
-  expect_close(read_output(out), ref, dt, what, K > 100 ? 4 : 1);
+  EXPECT_TRUE(bp_test::all_close(dt, read_output(out), ref,
+                                 {.scale = K > 100 ? 4.0 : 1.0, .magnitude = mag}));
 }
 
 }  // namespace
@@ -693,8 +705,8 @@ TEST_F(OpenclPlugin, NormalMatchesReferenceAndStatistics) {
       mean /= static_cast<double>(n);
       for (double v : got) var += (v - mean) * (v - mean);
       double sd = std::sqrt(var / static_cast<double>(n - 1));
-      EXPECT_NEAR(mean, 1.5, 0.03);
-      EXPECT_NEAR(sd, 2.0, 0.03);
+      EXPECT_TRUE(bp_test::scalar_close(BP_DTYPE_F64, mean, 1.5, {.rtol = 0, .atol = 0.03}));
+      EXPECT_TRUE(bp_test::scalar_close(BP_DTYPE_F64, sd, 2.0, {.rtol = 0, .atol = 0.03}));
     }
   }
 }
