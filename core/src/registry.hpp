@@ -24,6 +24,14 @@ inline void check(const bp_plugin_api* api, bp_error* err, const char* what, con
   if (err) throw_plugin_error(api, err, (dev ? dev->str() + ": " : std::string()) + what);
 }
 
+// The loader's checks of a plugin's table, before anything in it is called (Note [Plugin table
+// checks] in registry.cpp): returns "" when the table may be used, else the reason for the load
+// report. Fills r's ABI version, name, device type and version as far as the table's
+// struct_size covers them. Reads nothing past api->struct_size, calls no slot; the strings it
+// reads must be NUL-terminated or NULL. Used by the registry and by the fuzz target
+// tests/fuzz/fuzz_plugin_table.cpp on tables in memory.
+std::string check_plugin_table(const bp_plugin_api* api, PluginReport& r);
+
 // A loaded plugin. Lives until process exit (plugins are never unloaded: Note [Plugin
 // lifetime] in registry.cpp).
 struct Plugin {
