@@ -5,10 +5,13 @@
 #                              on the best device found (the first GPU, else the CPU)
 #   bash tools/setup.sh test   installs, builds (with the CUDA plugin when nvcc exists), and
 #                              runs every test; then an AddressSanitizer+UBSan build runs the
-#                              unit and device tests, and the safetensors fuzzer runs briefly
+#                              unit and device tests, a ThreadSanitizer build of core and the
+#                              cpu and opencl plugins runs the unit, device and stress tests,
+#                              and each libFuzzer target runs briefly
 #
 # Environment: BP_JOBS (parallel build jobs), BP_SKIP_INSTALL=1 (packages already present),
-# BP_SKIP_SANITIZE=1, BP_FUZZ_SECONDS (default 30).
+# BP_SKIP_SANITIZE=1 (neither sanitizer build), BP_SKIP_TSAN=1, BP_FUZZ_SECONDS (per fuzz
+# target, default 25).
 set -euo pipefail
 mode=${1:-test}
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -75,8 +78,22 @@ case "$mode" in
       (cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
         ctest --output-on-failure -j "$jobs" -R '^(unit|device)\.' --timeout 600)
     fi
+    if [ "${BP_SKIP_SANITIZE:-0}" != 1 ] && [ "${BP_SKIP_TSAN:-0}" != 1 ]; then
+      # ThreadSanitizer: core, cpu and opencl plugins (PoCL), unit + device + stress tests.
+      # Suppressions cover third-party libraries only, each with its reason
+      # (tools/tsan.supp). Without ASLR, so TSan's fixed memory layout fits whatever
+      # vm.mmap_rnd_bits the kernel uses.
+      cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DBP_SANITIZE=thread -DBP_BUILD_CUDA=OFF -DBP_BUILD_OPENCL=ON \
+        -DBP_BUILD_BENCH=OFF -DBP_BUILD_EXAMPLES=OFF -DBP_BUILD_TESTS=ON
+      cmake --build build-tsan -j "$jobs" --target bp_unit_tests bp_device_tests \
+        bp_stress_tests bp-fixtures bp_loader_probe bp-smi backplane-cpu backplane-opencl
+      (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$top/tools/tsan.supp" \
+        setarch "$(uname -m)" -R ctest --output-on-failure -j "$jobs" \
+        -R '^(unit|device|stress)\.' --timeout 900)
+    fi
     if [ -x tests/fuzz/run_fuzz.sh ] && command -v clang++ >/dev/null; then
-      bash tests/fuzz/run_fuzz.sh "${BP_FUZZ_SECONDS:-30}"
+      bash tests/fuzz/run_fuzz.sh "${BP_FUZZ_SECONDS:-25}"
     fi
     ;;
   *)
