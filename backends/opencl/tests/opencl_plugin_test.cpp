@@ -7,6 +7,7 @@
 #include "opencl_test_support.hpp"
 
 #include "opencl_allocator.hpp"
+#include "opencl_device.hpp"
 #include "opencl_program.hpp"
 
 #include <backplane/philox.h>
@@ -14,8 +15,10 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace bpt;
@@ -944,6 +947,74 @@ TEST_F(OpenclPlugin, CachedBufferReusedAcrossStreams) {
     ASSERT_TRUE(ok(api().stream_destroy(s1)));
     ASSERT_TRUE(ok(api().stream_destroy(s2)));
   }
+}
+
+// One kernel on eight streams at once, every launch wider than the ones before it: the pattern
+// that made PoCL before 7.0 abort in pocl_release_dlhandle_cache (Note [PoCL dlhandle cache];
+// BP_OPENCL_ORDER_KERNELS=0 turns the plugin's ordering off to see it). Values must be exact.
+TEST_F(OpenclPlugin, OneKernelOnManyStreamsAtOnce) {
+  for (int32_t d = 0; d < devices(); ++d) {
+    bp_kernel* add = nullptr;
+    ASSERT_TRUE(ok(api().find_kernel(d, "add", BP_DTYPE_F32, &add)));
+    constexpr int kThreads = 8, kLaunches = 30;
+    std::vector<std::string> failures(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+      threads.emplace_back([&, t] {
+        std::mt19937_64 g(bp_test::test_seed("opencl_plugin_test") + static_cast<uint64_t>(t));
+        std::uniform_real_distribution<float> u(-4, 4);
+        bp_stream* s = nullptr;
+        if (bp_error* e = api().stream_create(d, &s)) {
+          failures[t] = take(e).message;
+          return;
+        }
+        for (int i = 0; i < kLaunches && failures[t].empty(); ++i) {
+          const int64_t n = 1000 + (i * kThreads + t) * 613;
+          std::vector<float> x(static_cast<size_t>(n)), y(x.size());
+          for (float& v : x) v = u(g);
+          bp_buffer *a = nullptr, *o = nullptr;
+          bp_tensor_desc da{}, dout{};
+          auto fail = [&](bp_error* e) {
+            if (e && failures[t].empty())
+              failures[t] = "launch " + std::to_string(i) + ": " + take(e).message;
+            return e != nullptr;
+          };
+          if (fail(api().mem_alloc(d, s, n * 4, &a)) || fail(api().mem_alloc(d, s, n * 4, &o)))
+            break;
+          da = make_desc(a, BP_DTYPE_F32, {n}, {1}, 0);
+          dout = make_desc(o, BP_DTYPE_F32, {n}, {1}, 0);
+          const bp_tensor_desc ins[2] = {da, da};
+          if (!fail(api().copy_h2d(s, a, 0, x.data(), n * 4)) &&
+              !fail(api().launch(add, s, ins, 2, &dout, 1, nullptr, 0)) &&
+              !fail(api().copy_d2h(s, y.data(), o, 0, n * 4)) &&
+              !fail(api().stream_synchronize(s))) {
+            for (int64_t k = 0; k < n; ++k)
+              if (y[k] != x[k] + x[k]) {
+                failures[t] = "launch " + std::to_string(i) + ": element " + std::to_string(k) +
+                              " is " + std::to_string(y[k]);
+                break;
+              }
+          }
+          fail(api().mem_free(d, s, a, n * 4));
+          fail(api().mem_free(d, s, o, n * 4));
+        }
+        if (bp_error* e = api().stream_destroy(s)) take(e);
+      });
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+  }
+}
+
+TEST(OpenclPocl, VersionsWithTheDlhandleCacheBug) {
+  using bp::opencl::pocl_dlhandle_cache_bug;
+  EXPECT_TRUE(pocl_dlhandle_cache_bug(
+      "OpenCL 3.0 PoCL 3.1+debian  Linux, None+Asserts, RELOC, SPIR, LLVM 15.0.6, SLEEF"));
+  EXPECT_TRUE(pocl_dlhandle_cache_bug("OpenCL 3.0 PoCL 6.0  Linux, Release, RELOC, LLVM 18.1.8"));
+  EXPECT_TRUE(pocl_dlhandle_cache_bug("OpenCL 1.2 pocl 1.8  Linux, None+Asserts, LLVM 11"));
+  EXPECT_FALSE(pocl_dlhandle_cache_bug("OpenCL 3.0 PoCL 7.0  Linux, Release, RELOC, LLVM 19"));
+  EXPECT_FALSE(pocl_dlhandle_cache_bug("OpenCL 3.0 PoCL 7.1-pre main-abc123  Linux"));
+  EXPECT_FALSE(pocl_dlhandle_cache_bug("OpenCL 3.0 CUDA 13.0.48"));
+  EXPECT_FALSE(pocl_dlhandle_cache_bug(""));
 }
 
 // ---- Errors ----------------------------------------------------------------------------------
