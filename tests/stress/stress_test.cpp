@@ -38,8 +38,8 @@ std::vector<bp::Device*> stress_devices() {
   std::vector<bp::Device*> out;
   const char* only = std::getenv("BP_TEST_DEVICES");
   for (bp::Device* d : bp::devices()) {
-    if (only && *only && (std::string(",") + only + ",").find("," + d->str() + ",") ==
-                             std::string::npos)
+    if (only && *only &&
+        (std::string(",") + only + ",").find("," + d->str() + ",") == std::string::npos)
       continue;
     out.push_back(d);
   }
@@ -177,8 +177,8 @@ TEST(Stress, EightThreadsIssueRandomOpsOnSharedDevices) {
 }
 
 TEST(Stress, ConcurrentSaveAndLoadOfDifferentFiles) {
-  const std::string dir = std::filesystem::temp_directory_path().string() + "/bp_stress_" +
-                          std::to_string(::getpid());
+  const std::string dir =
+      std::filesystem::temp_directory_path().string() + "/bp_stress_" + std::to_string(::getpid());
   std::filesystem::create_directories(dir);
   bp::Device& cpu = bp::device("cpu:0");
   const std::vector<bp::Device*> devs = stress_devices();
