@@ -103,16 +103,16 @@ def torch_bench(torch, dev):
             metric = f"{name} {mib}"
             if wanted(metric):
                 emit(metric, dev, nbytes / time_ms(fn, 3 if quick else 10) / 1e6, "GB/s", impl)
-    if wanted("alloc"):
+    if wanted("alloc+free 1 MiB"):
         emit("alloc+free 1 MiB", dev,
              host_us(lambda: torch.empty(1 << 20, dtype=torch.uint8, device=dev), 11, 2000),
              "us", impl)
     x1 = torch.rand(1, device=dev)
     y1 = torch.rand(1, device=dev)
-    if wanted("queued"):
+    if wanted("1-element add queued"):
         emit("1-element add queued", dev, host_us(lambda: x1 + y1, 5, 2000 if quick else 20000),
              "us/op", impl)
-    if wanted("synced"):
+    if wanted("1-element add + sync"):
         def add_sync():
             x1 + y1
             sync()
@@ -151,7 +151,7 @@ def numpy_bench(np):
             emit(f"matmul f32 {size}", "cpu:0",
                  2.0 * size ** 3 / time_ms(lambda: x @ y, 10) / 1e9, "TFLOP/s", impl)
     x1 = np.ones(1, np.float32)
-    if wanted("queued"):
+    if wanted("1-element add queued"):
         reps = 20000
         t0 = time.perf_counter()
         for _ in range(reps):

@@ -11,9 +11,17 @@ steps=${*:-smi walkthrough tests conformance bench nn}
 out=${OUT:-device-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-# NVIDIA's OpenCL driver is not registered with the ICD loader there; PoCL is.
-if [ -e /usr/local/nvidia/lib64/libnvidia-opencl.so.1 ] && [ -z "${OCL_ICD_FILENAMES:-}" ]; then
-  export OCL_ICD_FILENAMES=/usr/local/nvidia/lib64/libnvidia-opencl.so.1
+# NVIDIA's OpenCL driver is not registered with the ICD loader there. OCL_ICD_FILENAMES did not
+# switch the loader to it (issue 17); a vendors folder named by OCL_ICD_VENDORS that holds an
+# nvidia.icd naming the driver does. The system's own .icd files (PoCL, ...) are kept beside it.
+nv_ocl=/usr/local/nvidia/lib64/libnvidia-opencl.so.1
+if [ -e "$nv_ocl" ] && [ -z "${OCL_ICD_VENDORS:-}" ]; then
+  icd_dir="$(cd "$out" && pwd)/opencl-vendors"
+  mkdir -p "$icd_dir"
+  cp /etc/OpenCL/vendors/*.icd "$icd_dir"/ 2>/dev/null || true
+  echo "$nv_ocl" > "$icd_dir/nvidia.icd"
+  export OCL_ICD_VENDORS="$icd_dir"
+  echo "OpenCL: OCL_ICD_VENDORS=$icd_dir ($(ls "$icd_dir" | tr '\n' ' '))"
 fi
 summary=()
 step() {  # step NAME CMD...

@@ -6,13 +6,16 @@
 #   bash tools/setup.sh test   installs, builds (with the CUDA plugin when nvcc exists), and
 #                              runs every test; then `pip install .` into a fresh virtual
 #                              environment and the Python tests (pytest); then an
-#                              AddressSanitizer+UBSan build runs the unit and device tests, and
-#                              the safetensors fuzzer runs briefly
+#                              AddressSanitizer+UBSan build runs the unit and device tests, a
+#                              ThreadSanitizer build of core and the cpu and opencl plugins runs
+#                              the unit, device and stress tests, and each libFuzzer target runs
+#                              briefly
 #
 # Environment: BP_JOBS (parallel build jobs), BP_SKIP_INSTALL=1 (packages already present),
-# BP_SKIP_PYTHON=1, BP_SKIP_SANITIZE=1, BP_FUZZ_SECONDS (default 30), BP_PYTHON (the
-# interpreter for the Python package; default python3), BP_WHEEL_CUDA=1 (build the wheel's
-# CUDA plugin too; the test run builds it without, see python_tests below).
+# BP_SKIP_PYTHON=1, BP_SKIP_SANITIZE=1 (neither sanitizer build), BP_SKIP_TSAN=1,
+# BP_FUZZ_SECONDS (per fuzz target, default 25), BP_PYTHON (the interpreter for the Python
+# package; default python3), BP_WHEEL_CUDA=1 (build the wheel's CUDA plugin too; the test run
+# builds it without, see python_tests below).
 set -euo pipefail
 mode=${1:-test}
 top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -74,6 +77,42 @@ python_tests() {
   echo "python: install and tests took $((SECONDS - t0)) s"
 }
 
+# timed LABEL CMD...: runs CMD and records its wall time for the summary. Call it as a plain
+# command (not after || or in a condition), so that set -e still stops at a failing step.
+timings=()
+timed() {
+  local label=$1 t0=$SECONDS
+  shift
+  "$@"
+  timings+=("$(printf '%-28s %5d s' "$label" $((SECONDS - t0)))")
+}
+
+asan_step() {
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+    -DBP_SANITIZE=address,undefined -DBP_BUILD_CUDA=OFF -DBP_BUILD_OPENCL=OFF \
+    -DBP_BUILD_BENCH=OFF -DBP_BUILD_EXAMPLES=OFF -DBP_BUILD_TESTS=ON
+  cmake --build build-asan -j "$jobs" --target bp_unit_tests bp_device_tests \
+    bp-fixtures bp-smi backplane-cpu
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
+    ctest --output-on-failure -j "$jobs" -R '^(unit|device)\.' --timeout 600)
+}
+
+# ThreadSanitizer: core, the cpu and opencl (PoCL) plugins; unit, device and stress tests.
+# Suppressions cover third-party libraries only, each with its reason (tools/tsan.supp). Run
+# without ASLR, so that TSan's fixed memory layout fits whatever vm.mmap_rnd_bits the kernel
+# uses.
+tsan_step() {
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DBP_SANITIZE=thread -DBP_BUILD_CUDA=OFF -DBP_BUILD_OPENCL=ON \
+    -DBP_BUILD_BENCH=OFF -DBP_BUILD_EXAMPLES=OFF -DBP_BUILD_TESTS=ON
+  cmake --build build-tsan -j "$jobs" --target bp_unit_tests bp_device_tests \
+    bp_stress_tests bp-fixtures bp-smi backplane-cpu backplane-opencl
+  (cd build-tsan &&
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$top/tools/tsan.supp" \
+      setarch "$(uname -m)" -R \
+      ctest --output-on-failure -j "$jobs" -R '^(unit|device|stress)\.' --timeout 900)
+}
+
 case "$mode" in
   demo)
     install_packages
@@ -86,22 +125,20 @@ case "$mode" in
     if [ -x build/bin/example-model ]; then echo; (cd build && bin/example-model); fi
     ;;
   test)
-    install_packages
-    build_release -DBP_BUILD_TESTS=ON
-    (cd build && ctest --output-on-failure -j "$jobs" --timeout 600)
-    [ "${BP_SKIP_PYTHON:-0}" = 1 ] || python_tests
+    timed install install_packages
+    timed "build (release)" build_release -DBP_BUILD_TESTS=ON
+    timed "ctest (release)" bash -c "cd build && ctest --output-on-failure -j $jobs --timeout 600"
+    if [ "${BP_SKIP_PYTHON:-0}" != 1 ]; then timed "python (pip install, pytest)" python_tests; fi
     if [ "${BP_SKIP_SANITIZE:-0}" != 1 ]; then
-      cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-        -DBP_SANITIZE=address,undefined -DBP_BUILD_CUDA=OFF -DBP_BUILD_OPENCL=OFF \
-        -DBP_BUILD_BENCH=OFF -DBP_BUILD_EXAMPLES=OFF -DBP_BUILD_TESTS=ON
-      cmake --build build-asan -j "$jobs" --target bp_unit_tests bp_device_tests \
-        bp-fixtures bp_loader_probe bp-smi backplane-cpu
-      (cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
-        ctest --output-on-failure -j "$jobs" -R '^(unit|device)\.' --timeout 600)
+      timed "asan+ubsan build+tests" asan_step
+      if [ "${BP_SKIP_TSAN:-0}" != 1 ]; then timed "tsan build+tests" tsan_step; fi
     fi
     if [ -x tests/fuzz/run_fuzz.sh ] && command -v clang++ >/dev/null; then
-      bash tests/fuzz/run_fuzz.sh "${BP_FUZZ_SECONDS:-30}"
+      timed "fuzz build+runs" bash tests/fuzz/run_fuzz.sh "${BP_FUZZ_SECONDS:-25}"
     fi
+    echo "== tools/setup.sh test: wall time per step"
+    printf '%s\n' "${timings[@]}"
+    printf '%-28s %5d s\n' total "$SECONDS"
     ;;
   *)
     echo "usage: bash tools/setup.sh demo|test" >&2

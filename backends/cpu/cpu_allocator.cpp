@@ -14,12 +14,12 @@
 
 // Note [CPU allocator under AddressSanitizer]
 //   ASan cannot see inside tbbmalloc's blocks, so an out-of-bounds kernel access to a device
-//   buffer would go unnoticed. Sanitizer builds therefore take buffers from posix_memalign,
-//   which ASan poisons around exactly the requested bytes, and refuse requests above the
-//   physical memory up front (ASan aborts, rather than returning NULL, on impossible sizes).
-//   There is no cache then, and release_cache does nothing. ThreadSanitizer builds do the
-//   same: TSan cannot see tbbmalloc hand a block freed by one thread to another, and would
-//   report the new owner's writes as races with the old owner's.
+//   buffer would go unnoticed; ThreadSanitizer cannot see a block freed by one thread and
+//   handed to another by tbbmalloc (uninstrumented), and reports the two users as a race.
+//   Sanitizer builds therefore take buffers from posix_memalign, which ASan poisons around
+//   exactly the requested bytes and TSan tracks, and refuse requests above the physical memory
+//   up front (both abort, rather than return NULL, on impossible sizes). There is no cache
+//   then, and release_cache does nothing.
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define BP_CPU_ASAN 1
 #elif defined(__has_feature)

@@ -18,6 +18,13 @@
 //   calling thread (and the oneTBB workers it fans out to) before the call returns. Streams
 //   are therefore tokens, stream_synchronize and the waits on events are no-ops, and an event
 //   records the steady_clock time at which everything before it had finished.
+//
+// Note [CPU backend under ThreadSanitizer]
+//   oneTBB from the distribution is not instrumented: TSan cannot see its scheduler hand a
+//   range to a worker and join it, and reports every parallel kernel's output, read after
+//   parallel_for returns, as a race. A TSan build therefore limits oneTBB to the calling thread
+//   (tbb::global_control max_allowed_parallelism 1): host threads still run kernels at once, so
+//   every report is about code TSan can judge, and nothing needs suppressing.
 #include "cpu_allocator.hpp"
 #include "cpu_device.hpp"
 #include "cpu_kernels.hpp"
@@ -28,6 +35,17 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+
+#if defined(__SANITIZE_THREAD__)
+#define BP_CPU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define BP_CPU_TSAN 1
+#endif
+#endif
+#if BP_CPU_TSAN
+#include <tbb/global_control.h>
+#endif
 
 namespace bp::cpu {
 namespace {
@@ -80,6 +98,9 @@ class CpuBackend final : public bp::sdk::Backend {
   void init() override {
     configure_thresholds_from_environment();
     configure_matmul();  // Note [One thread pool] in cpu_matmul.cpp
+#if BP_CPU_TSAN
+    static tbb::global_control one_thread(tbb::global_control::max_allowed_parallelism, 1);
+#endif
   }
 
   int32_t device_count(const char** out_reason) override {
@@ -97,18 +118,26 @@ class CpuBackend final : public bp::sdk::Backend {
     check_device(device, "stream_create");
     return reinterpret_cast<bp_stream*>(new CpuStream{device});
   }
-  void stream_destroy(bp_stream* stream) override { delete reinterpret_cast<CpuStream*>(stream); }
+  void stream_destroy(bp_stream* stream) override {
+    delete reinterpret_cast<CpuStream*>(stream);
+  }
   void stream_synchronize(bp_stream*) override {}
 
-  bool has_events() const override { return true; }
-  bool has_event_timing() const override { return true; }
+  bool has_events() const override {
+    return true;
+  }
+  bool has_event_timing() const override {
+    return true;
+  }
   bp_event* event_create(int32_t device) override {
     check_device(device, "event_create");
     auto* e = new CpuEvent;
     e->device = device;
     return reinterpret_cast<bp_event*>(e);
   }
-  void event_destroy(bp_event* event) override { delete reinterpret_cast<CpuEvent*>(event); }
+  void event_destroy(bp_event* event) override {
+    delete reinterpret_cast<CpuEvent*>(event);
+  }
   void event_record(bp_event* event, bp_stream*) override {
     if (!event) bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT, "cpu:0: event_record on a NULL event");
     const auto now = std::chrono::steady_clock::now().time_since_epoch();
@@ -153,7 +182,9 @@ class CpuBackend final : public bp::sdk::Backend {
     check_device(device, "memory_reset_peak");
     allocator_.reset_peak();
   }
-  bool has_empty_cache() const override { return true; }
+  bool has_empty_cache() const override {
+    return true;
+  }
   void memory_empty_cache(int32_t device) override {
     check_device(device, "memory_empty_cache");
     allocator_.release_cache();
@@ -191,7 +222,9 @@ class CpuBackend final : public bp::sdk::Backend {
                num_outputs, attrs);
   }
 
-  bool has_list_ops() const override { return true; }
+  bool has_list_ops() const override {
+    return true;
+  }
   void list_ops(int32_t device, const bp_op_support** out_list, int32_t* out_count) override {
     check_device(device, "list_ops");
     ops_.list(out_list, out_count);

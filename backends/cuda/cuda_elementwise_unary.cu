@@ -1,7 +1,8 @@
 // Unary math: neg abs relu (floating and signed integer dtypes) and exp log sqrt sigmoid tanh
 // (floating dtypes), computed in the compute type (float for f16/bf16) and rounded once.
-// relu keeps NaN (NaN < 0 is false); integer neg/abs wrap (abs(INT_MIN) == INT_MIN).
-#include "cuda_elementwise.cuh"
+// relu keeps NaN (NaN < 0 is false); integer neg/abs wrap (abs(INT_MIN) == INT_MIN). The launch
+// wrappers are the shared ones of cuda_elementwise_ops.cuh.
+#include "cuda_elementwise_ops.cuh"
 
 namespace bp::cuda {
 namespace {
@@ -59,73 +60,27 @@ struct Tanh {
   }
 };
 
-template <class S, class Fn>
-struct UnaryF {
-  static constexpr int kArity = 1;
-  using Out = S;
-  using In0 = S;
-  using In1 = None;
-  using In2 = None;
-  Fn fn;
-  __device__ S operator()(S x) const { return store<S>(fn(load(x))); }
-};
-
-template <int D, class Fn>
-void launch_unary(const LaunchArgs& a) {
-  check_arity(a, 1, 1);
-  const bp_tensor_desc* t[2] = {&a.out[0], &a.in[0]};
-  const int32_t dt[2] = {D, D};
-  check_elementwise(t, 2, dt);
-  run_elementwise(a, UnaryF<storage_t<D>, Fn>{Fn{}}, t);
-}
-
-template <class Fn, bool kFloatingOnly>
-LaunchFn unary_for(int32_t dtype) {
-  switch (dtype) {
-    case BP_DTYPE_F32:
-      return &launch_unary<BP_DTYPE_F32, Fn>;
-    case BP_DTYPE_F64:
-      return &launch_unary<BP_DTYPE_F64, Fn>;
-    case BP_DTYPE_F16:
-      return &launch_unary<BP_DTYPE_F16, Fn>;
-    case BP_DTYPE_BF16:
-      return &launch_unary<BP_DTYPE_BF16, Fn>;
-    default:
-      break;
-  }
-  if constexpr (!kFloatingOnly) {
-    switch (dtype) {
-      case BP_DTYPE_I32:
-        return &launch_unary<BP_DTYPE_I32, Fn>;
-      case BP_DTYPE_I64:
-        return &launch_unary<BP_DTYPE_I64, Fn>;
-      default:
-        break;
-    }
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 LaunchFn unary_fn(Op op, int32_t dtype) {
+  constexpr Dtypes kSigned = Dtypes::kSigned, kFloat = Dtypes::kFloating;
   switch (op) {
     case Op::kNeg:
-      return unary_for<Neg, false>(dtype);
+      return op_for<kSigned, Neg, 1>(dtype);
     case Op::kAbs:
-      return unary_for<Abs, false>(dtype);
+      return op_for<kSigned, Abs, 1>(dtype);
     case Op::kRelu:
-      return unary_for<Relu, false>(dtype);
+      return op_for<kSigned, Relu, 1>(dtype);
     case Op::kExp:
-      return unary_for<Exp, true>(dtype);
+      return op_for<kFloat, Exp, 1>(dtype);
     case Op::kLog:
-      return unary_for<Log, true>(dtype);
+      return op_for<kFloat, Log, 1>(dtype);
     case Op::kSqrt:
-      return unary_for<Sqrt, true>(dtype);
+      return op_for<kFloat, Sqrt, 1>(dtype);
     case Op::kSigmoid:
-      return unary_for<Sigmoid, true>(dtype);
+      return op_for<kFloat, Sigmoid, 1>(dtype);
     case Op::kTanh:
-      return unary_for<Tanh, true>(dtype);
+      return op_for<kFloat, Tanh, 1>(dtype);
     default:
       return nullptr;
   }

@@ -72,6 +72,20 @@ bool env_flag(const char* name) {
   return v && *v && std::strcmp(v, "0") != 0;
 }
 
+}  // namespace
+
+bool pocl_dlhandle_cache_bug(const std::string& platform_version) {
+  // "PoCL 3.1+debian" (older releases print "pocl 1.8").
+  size_t at = platform_version.find("PoCL ");
+  if (at == std::string::npos) at = platform_version.find("pocl ");
+  int major = 0;
+  if (at == std::string::npos || std::sscanf(platform_version.c_str() + at + 5, "%d", &major) != 1)
+    return false;
+  return major < 7;
+}
+
+namespace {
+
 DeviceInfo query_info(cl_platform_id platform, cl_device_id d) {
   DeviceInfo info;
   info.name = device_string(d, CL_DEVICE_NAME);
@@ -79,6 +93,12 @@ DeviceInfo query_info(cl_platform_id platform, cl_device_id d) {
   info.version = device_string(d, CL_DEVICE_VERSION);
   info.driver_version = device_string(d, CL_DRIVER_VERSION);
   info.platform = platform_string(platform, CL_PLATFORM_NAME);
+  // BP_OPENCL_ORDER_KERNELS=0/1 overrides the detection (to reproduce PoCL's abort, or to test
+  // the ordering on another driver).
+  const char* order = std::getenv("BP_OPENCL_ORDER_KERNELS");
+  info.order_kernel_across_queues =
+      order && *order ? std::strcmp(order, "0") != 0
+                      : pocl_dlhandle_cache_bug(platform_string(platform, CL_PLATFORM_VERSION));
   info.global_memory = device_value<cl_ulong>(d, CL_DEVICE_GLOBAL_MEM_SIZE);
   info.max_alloc = device_value<cl_ulong>(d, CL_DEVICE_MAX_MEM_ALLOC_SIZE);
   info.local_memory = device_value<cl_ulong>(d, CL_DEVICE_LOCAL_MEM_SIZE);

@@ -40,7 +40,14 @@ struct DeviceInfo {
   int32_t compute_major = 0;      // NVIDIA compute capability when the driver reports it, else 0
   int32_t compute_minor = 0;
   int32_t kind = BP_DEVICE_KIND_UNKNOWN;  // from CL_DEVICE_TYPE: CPU, GPU, or ACCELERATOR
+  // Launches of one kernel on several queues are ordered one after another (Note [PoCL
+  // dlhandle cache] in opencl_kernels_common.cpp): PoCL before 7.0.
+  bool order_kernel_across_queues = false;
 };
+
+// True for a CL_PLATFORM_VERSION of PoCL before 7.0 ("OpenCL 3.0 PoCL 3.1+debian ..."), whose
+// CPU drivers can abort when one kernel runs on several queues at once.
+bool pocl_dlhandle_cache_bug(const std::string& platform_version);
 
 // One OpenCL device, opencl:<index>. Created at discovery, destroyed at plugin shutdown.
 // Thread-safety: all members may be called from any thread.

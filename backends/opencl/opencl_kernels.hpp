@@ -77,11 +77,16 @@ struct bp_kernel {
   std::mutex mutex;
   std::vector<cl_kernel> kernels;  // family-specific slots; nullptr where absent
   std::vector<size_t> local_size;  // work-group size chosen per slot
+  // Per slot, the event of its latest launch where launches of a kernel are ordered across
+  // queues (Note [PoCL dlhandle cache]); guarded by `mutex`.
+  std::vector<cl_event> last_launch;
 
   bp_kernel(bp::opencl::Device* d, bp::opencl::Op o, int32_t t) : device(d), op(o), dtype(t) {}
   ~bp_kernel() {
     for (cl_kernel k : kernels)
       if (k) clReleaseKernel(k);
+    for (cl_event e : last_launch)
+      if (e) clReleaseEvent(e);
   }
   bp_kernel(const bp_kernel&) = delete;
   bp_kernel& operator=(const bp_kernel&) = delete;
@@ -171,9 +176,10 @@ class KernelArgs {
   cl_uint index_ = 0;
 };
 
-// Enqueues an ND-range; throws naming the kernel and the device on failure.
-void enqueue_kernel(const LaunchContext& lc, cl_kernel k, cl_uint dims, const size_t* global,
-                    const size_t* local);
+// Enqueues slot `slot` of k as an ND-range; call with k.mutex held. Throws naming the kernel
+// and the device on failure.
+void enqueue_kernel(const LaunchContext& lc, bp_kernel& k, size_t slot, cl_uint dims,
+                    const size_t* global, const size_t* local);
 // Global size of a 1-D launch of one work-item per item (n rounded up to whole groups).
 size_t grid_size(uint64_t n, size_t local);
 // The largest power of two <= min(cap, CL_KERNEL_WORK_GROUP_SIZE of k on the device).

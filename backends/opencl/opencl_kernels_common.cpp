@@ -321,10 +321,42 @@ void KernelArgs::set(size_t size, const void* value) {
   ++index_;
 }
 
-void enqueue_kernel(const LaunchContext& lc, cl_kernel k, cl_uint dims, const size_t* global,
-                    const size_t* local) {
-  cl_int status =
-      clEnqueueNDRangeKernel(lc.queue, k, dims, nullptr, global, local, 0, nullptr, nullptr);
+// Note [PoCL dlhandle cache]
+//   PoCL before 7.0 (Debian 12 ships 3.1) can abort with "pocl_release_dlhandle_cache:
+//   Assertion `found->ref_count > 0' failed" when one kernel runs on several queues at once with
+//   different grid sizes. Its CPU drivers cache the compiled work-group function per (kernel,
+//   local size, grid width, global offset) and count the commands using each item, but the
+//   release looks the item up by (kernel, local size) only, so it can decrement another item
+//   than the one the command took. Fixed upstream by pocl/pocl commit c9ac4c0c3 ("fix dlhandle
+//   cache", June 2024, first released in 7.0), which hands the item itself to the release.
+//   bp-conformance's concurrency.threads_roundtrip (four threads, a stream each, add f32 of
+//   random sizes) aborted in 2 of 200 runs on a 2-core machine with PoCL 3.1, and on a 16-thread
+//   host. The plugin's use is legal OpenCL: kernels and programs live as long as the device,
+//   clSetKernelArg and the enqueue of one cl_kernel run under its mutex.
+//   On those versions (DeviceInfo::order_kernel_across_queues) every launch of a kernel waits
+//   for the kernel's previous launch, on whichever queue it was, through its event wait list,
+//   so PoCL never holds two commands of one kernel at once and each release finds its own item.
+//   The host does not block, and each launch's queue is flushed so a wait on it makes progress;
+//   on one queue the wait changes nothing. A CPU device loses nothing it had: each launch
+//   already runs on every core.
+void enqueue_kernel(const LaunchContext& lc, bp_kernel& bk, size_t slot, cl_uint dims,
+                    const size_t* global, const size_t* local) {
+  cl_kernel k = bk.kernels[slot];
+  cl_int status;
+  if (!lc.device.info().order_kernel_across_queues) {
+    status = clEnqueueNDRangeKernel(lc.queue, k, dims, nullptr, global, local, 0, nullptr, nullptr);
+  } else {
+    if (bk.last_launch.size() < bk.kernels.size()) bk.last_launch.resize(bk.kernels.size());
+    cl_event& last = bk.last_launch[slot];
+    cl_event done = nullptr;
+    status = clEnqueueNDRangeKernel(lc.queue, k, dims, nullptr, global, local, last ? 1 : 0,
+                                    last ? &last : nullptr, &done);
+    if (status == CL_SUCCESS) {
+      if (last) clReleaseEvent(last);
+      last = done;
+      clFlush(lc.queue);
+    }
+  }
   if (status != CL_SUCCESS) {
     std::string sizes;
     for (cl_uint d = 0; d < dims; ++d)

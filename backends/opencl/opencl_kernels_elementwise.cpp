@@ -244,7 +244,7 @@ void run_pointwise(bp_kernel& k, const LaunchContext& lc, size_t slot,
   for (int32_t j = 0; j < count; ++j) args.mem(t[j]->buffer);
   extra(args);
   args.value(ix).value(static_cast<cl_long>(n));
-  enqueue_kernel(lc, kernel, 1, &global, &local);
+  enqueue_kernel(lc, k, slot, 1, &global, &local);
 }
 
 // True when a descriptor covers a dense row-major range (size-1 dimensions ignored).

@@ -212,7 +212,7 @@ void launch_matmul(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* 
                           static_cast<size_t>(std::min(m_tiles - mt0, kMaxGroups)) * rts,
                           static_cast<size_t>(std::min(B - b0, kMaxGroups))};
       KernelArgs(k.kernels[0]).mem(o.buffer).mem(a.buffer).mem(b.buffer).value(p);
-      enqueue_kernel(lc, k.kernels[0], 3, global, local);
+      enqueue_kernel(lc, k, 0, 3, global, local);
     }
   }
 }

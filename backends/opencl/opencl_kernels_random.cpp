@@ -123,7 +123,7 @@ void launch_random(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* 
     args.value(static_cast<float>(p0)).value(static_cast<float>(p1));
   }
   args.value(static_cast<cl_long>(n));
-  enqueue_kernel(lc, k.kernels[0], 1, &global, &local);
+  enqueue_kernel(lc, k, 0, 1, &global, &local);
 }
 
 }  // namespace bp::opencl

@@ -300,7 +300,7 @@ void launch_reduction(bp_kernel& k, const LaunchContext& lc, const bp_tensor_des
     size_t global = grid_size(static_cast<uint64_t>(rx.n_out), local);
     std::lock_guard<std::mutex> lock(k.mutex);
     KernelArgs(k.kernels[0]).mem(o.buffer).mem(a.buffer).value(rx);
-    enqueue_kernel(lc, k.kernels[0], 1, &global, &local);
+    enqueue_kernel(lc, k, 0, 1, &global, &local);
     return;
   }
 
@@ -328,7 +328,7 @@ void launch_reduction(bp_kernel& k, const LaunchContext& lc, const bp_tensor_des
       .value(static_cast<cl_long>(nchunks))
       .value(static_cast<cl_long>(chunk))
       .local(local * acc);
-  enqueue_kernel(lc, k.kernels[1], 1, &global, &local);
+  enqueue_kernel(lc, k, 1, 1, &global, &local);
   if (nchunks > 1) {
     size_t local2 = k.local_size[2];
     size_t global2 = static_cast<size_t>(rx.n_out) * local2;
@@ -338,7 +338,7 @@ void launch_reduction(bp_kernel& k, const LaunchContext& lc, const bp_tensor_des
         .value(rx)
         .value(static_cast<cl_long>(nchunks))
         .local(local2 * acc);
-    enqueue_kernel(lc, k.kernels[2], 1, &global2, &local2);
+    enqueue_kernel(lc, k, 2, 1, &global2, &local2);
   }
 }
 

@@ -105,21 +105,57 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 }  // namespace
 
+namespace {
+
+// "a directory", "a character device", ... for a path that exists but is not a regular file.
+const char* kind_of(std::filesystem::file_type t) {
+  using std::filesystem::file_type;
+  switch (t) {
+    case file_type::directory:
+      return "a directory";
+    case file_type::character:
+      return "a character device";
+    case file_type::block:
+      return "a block device";
+    case file_type::fifo:
+      return "a named pipe (FIFO)";
+    case file_type::socket:
+      return "a socket";
+    default:
+      return "not a regular file";
+  }
+}
+
+// True when `path` exists (following symbolic links). A path that exists but is not a regular
+// file is an IOError saying what it is: reading a folder or /dev/zero as TOML would otherwise
+// pass silently as an empty configuration, and a FIFO would block.
+bool config_exists(const std::string& path, const char* origin) {
+  std::error_code ec;
+  std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) return false;
+  if (!std::filesystem::is_regular_file(st))
+    throw IOError("config file " + path + origin + " is " + kind_of(st.type()) +
+                  ", not a regular file; point it at a TOML file");
+  return true;
+}
+
+}  // namespace
+
 std::string config_file_path() {
   std::string explicit_path = env("BACKPLANE_CONFIG");
   if (!explicit_path.empty()) {
-    if (!std::filesystem::exists(explicit_path))
+    if (!config_exists(explicit_path, " (from BACKPLANE_CONFIG)"))
       throw IOError("config file " + explicit_path +
                     " (from BACKPLANE_CONFIG) does not exist; unset BACKPLANE_CONFIG or point it "
                     "at a TOML file");
     return explicit_path;
   }
-  if (std::filesystem::exists("backplane.toml")) return "backplane.toml";
+  if (config_exists("backplane.toml", " (in the working folder)")) return "backplane.toml";
   std::string xdg = env("XDG_CONFIG_HOME");
   if (xdg.empty() && !env("HOME").empty()) xdg = env("HOME") + "/.config";
   if (!xdg.empty()) {
     std::string p = xdg + "/backplane/config.toml";
-    if (std::filesystem::exists(p)) return p;
+    if (config_exists(p, "")) return p;
   }
   return "";
 }

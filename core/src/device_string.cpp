@@ -1,6 +1,10 @@
-// Device strings (parse_device_string in runtime.hpp): type[:index], the type being a plugin's
-// device_type. Anything else is a DeviceError that says what was wrong and what the right form
-// is; device() adds the list of devices that exist.
+// Note [Device strings]
+//   grammar:  type[:index]
+//   type:     one or more of [a-z0-9_], starting with a letter (the plugin's device_type)
+//   index:    a non-negative decimal without sign or leading zeros ("0", "7", "12")
+//   "gpu" means "gpu:0". Anything else is a DeviceError that says what was wrong and what
+//   the right form is (bytes outside printable ASCII shown as \xHH); device() adds the list of
+//   devices that exist.
 #include <backplane/errors.hpp>
 #include <backplane/runtime.hpp>
 
@@ -10,8 +14,25 @@
 namespace bp {
 
 namespace {
+// The string as it can be printed: bytes outside printable ASCII as \xHH, so that a NUL or a
+// control character neither truncates the message nor garbles a terminal.
+std::string printable(std::string_view s) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u < 0x7f && c != '\\') {
+      out += c;
+    } else {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    }
+  }
+  return out;
+}
 [[noreturn]] void bad(std::string_view spec, const std::string& why) {
-  throw DeviceError("invalid device string '" + std::string(spec) + "': " + why +
+  throw DeviceError("invalid device string '" + printable(spec) + "': " + why +
                     "; expected 'type[:index]' such as 'cpu' or 'cpu:0' (type in "
                     "lower-case letters, digits and '_', index a non-negative integer without "
                     "sign or leading zeros)");
@@ -28,7 +49,8 @@ DeviceSpec parse_device_string(std::string_view spec) {
   if (type.empty()) bad(spec, "the device type before ':' is missing");
   for (char c : type) {
     if (c >= 'A' && c <= 'Z') bad(spec, "device types are lower-case");
-    if (!is_type_char(c)) bad(spec, std::string("character '") + c + "' is not allowed in a type");
+    if (!is_type_char(c))
+      bad(spec, "character '" + printable(std::string_view(&c, 1)) + "' is not allowed in a type");
   }
   if (!(type[0] >= 'a' && type[0] <= 'z')) bad(spec, "the device type must start with a letter");
   DeviceSpec out{std::string(type), 0};
@@ -37,7 +59,7 @@ DeviceSpec parse_device_string(std::string_view spec) {
   if (idx.empty()) bad(spec, "the index after ':' is missing");
   if (idx[0] == '-' || idx[0] == '+') bad(spec, "the index must not have a sign");
   for (char c : idx)
-    if (c < '0' || c > '9') bad(spec, "the index '" + std::string(idx) + "' is not a number");
+    if (c < '0' || c > '9') bad(spec, "the index '" + printable(idx) + "' is not a number");
   if (idx.size() > 1 && idx[0] == '0') bad(spec, "the index must not have leading zeros");
   long long v = 0;
   for (char c : idx) {

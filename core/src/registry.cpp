@@ -8,6 +8,14 @@
 //   process default registry is never destroyed for the same reason (no static-destruction-order
 //   hazards at exit); another registry, when destroyed, synchronises and destroys its devices'
 //   streams, and its libraries stay open.
+//
+// Note [Plugin table checks]
+//   check_plugin_table() is everything the loader verifies in a table before it calls init():
+//   the table is large enough to hold the identity fields, the major version is the host's, the
+//   table holds every minor-0 slot and each required one is set, the five event slots are all
+//   set or all NULL, and the device type is a valid device-string prefix. It reads fields in
+//   that order and never past struct_size, so a truncated or hostile table gives a reason, not
+//   a crash; tests/fuzz/fuzz_plugin_table.cpp feeds it arbitrary tables.
 #include "registry.hpp"
 #include "config_internal.hpp"
 
@@ -138,6 +146,34 @@ std::vector<OpenedLibrary>& opened_libraries() {         // guarded by g_librari
 
 }  // namespace
 
+std::string check_plugin_table(const bp_plugin_api* api, PluginReport& r) {
+  constexpr size_t kMinor0Size = BP_API_MINOR1_OFFSET;
+  if (api->struct_size < offsetof(bp_plugin_api, version) + sizeof(api->version))
+    return "plugin table is too small (" + std::to_string(api->struct_size) + " bytes)";
+  r.abi_major = api->abi_major;
+  r.abi_minor = api->abi_minor;
+  r.name = api->name ? api->name : "";
+  r.device_type = api->device_type ? api->device_type : "";
+  r.version = api->version ? api->version : "";
+  if (api->abi_major != BP_ABI_MAJOR)
+    return "ABI " + version_string(api->abi_major, api->abi_minor) + " vs host " +
+           version_string(BP_ABI_MAJOR, BP_ABI_MINOR) +
+           ": major versions differ; rebuild the plugin against this Backplane";
+  if (api->struct_size < kMinor0Size)
+    return "plugin table of " + std::to_string(api->struct_size) +
+           " bytes is smaller than ABI 1.0 requires (" + std::to_string(kMinor0Size) + ")";
+  if (const char* slot = missing_required_slot(api))
+    return std::string("required slot '") + slot + "' is NULL";
+  bool ev_any = api->event_create || api->event_destroy || api->event_record ||
+                api->stream_wait_event || api->event_synchronize;
+  bool ev_all = api->event_create && api->event_destroy && api->event_record &&
+                api->stream_wait_event && api->event_synchronize;
+  if (ev_any && !ev_all) return "event slots must be all set or all NULL";
+  if (!valid_type(api->device_type))
+    return "device type '" + r.device_type + "' is not lower-case [a-z][a-z0-9_]*";
+  return "";
+}
+
 PluginReport load_library(const std::string& path, const bp_plugin_api** out_api) {
   *out_api = nullptr;
   PluginReport r;
@@ -179,46 +215,8 @@ PluginReport load_library(const std::string& path, const bp_plugin_api** out_api
     dlclose(h);
     return r;
   }
-  constexpr size_t kMinor0Size = BP_API_MINOR1_OFFSET;
-  if (api->struct_size < offsetof(bp_plugin_api, version) + sizeof(api->version)) {
-    r.reason = "plugin table is too small (" + std::to_string(api->struct_size) + " bytes)";
-    dlclose(h);
-    return r;
-  }
-  r.abi_major = api->abi_major;
-  r.abi_minor = api->abi_minor;
-  r.name = api->name ? api->name : "";
-  r.device_type = api->device_type ? api->device_type : "";
-  r.version = api->version ? api->version : "";
-  if (api->abi_major != BP_ABI_MAJOR) {
-    r.reason = "ABI " + version_string(api->abi_major, api->abi_minor) + " vs host " +
-               version_string(BP_ABI_MAJOR, BP_ABI_MINOR) +
-               ": major versions differ; rebuild the plugin against this Backplane";
-    dlclose(h);
-    return r;
-  }
-  if (api->struct_size < kMinor0Size) {
-    r.reason = "plugin table of " + std::to_string(api->struct_size) +
-               " bytes is smaller than ABI 1.0 requires (" + std::to_string(kMinor0Size) + ")";
-    dlclose(h);
-    return r;
-  }
-  if (const char* slot = missing_required_slot(api)) {
-    r.reason = std::string("required slot '") + slot + "' is NULL";
-    dlclose(h);
-    return r;
-  }
-  bool ev_any = api->event_create || api->event_destroy || api->event_record ||
-                api->stream_wait_event || api->event_synchronize;
-  bool ev_all = api->event_create && api->event_destroy && api->event_record &&
-                api->stream_wait_event && api->event_synchronize;
-  if (ev_any && !ev_all) {
-    r.reason = "event slots must be all set or all NULL";
-    dlclose(h);
-    return r;
-  }
-  if (!valid_type(api->device_type)) {
-    r.reason = "device type '" + r.device_type + "' is not lower-case [a-z][a-z0-9_]*";
+  r.reason = check_plugin_table(api, r);
+  if (!r.reason.empty()) {
     dlclose(h);
     return r;
   }

@@ -37,6 +37,14 @@ struct RegistryState {
 // of a loaded plugin, else nullptr.
 PluginReport load_library(const std::string& path, const bp_plugin_api** out_api);
 
+// The loader's checks of a plugin's table, before anything in it is called (Note [Plugin table
+// checks] in registry.cpp): returns "" when the table may be used, else the reason for the load
+// report. Fills r's ABI version, name, device type and version as far as the table's
+// struct_size covers them. Reads nothing past api->struct_size, calls no slot; the strings it
+// reads must be NUL-terminated or NULL. Used by load_library and by the fuzz target
+// tests/fuzz/fuzz_plugin_table.cpp on tables in memory.
+std::string check_plugin_table(const bp_plugin_api* api, PluginReport& r);
+
 // The registry options of a configuration (BACKPLANE_PLUGIN_PATH first).
 RegistryOptions options_from(const Config& c);
 

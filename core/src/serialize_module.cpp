@@ -3,9 +3,12 @@
 #include <backplane/runtime.hpp>
 #include <backplane/serialize.hpp>
 
+#include "serialize_internal.hpp"
 #include "tensor_internal.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -32,23 +35,91 @@ std::string parent_dir(const std::string& path) {
   return path.substr(0, slash);
 }
 
-// A temporary file beside `path` that replaces `path` on commit() and is removed otherwise.
+std::string base_name(const std::string& path) {
+  size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  std::string h(buf);
+  for (char& c : h)
+    if (c == '/' || c == '\0') c = '_';
+  return h.empty() ? "localhost" : h;
+}
+
+bool all_digits(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+std::atomic<bool> g_anonymous_temporaries{true};
+
+// Removes the temporaries that earlier saves of `path` by dead processes of this host left
+// behind (Note [Atomic save]): "<base>.tmp.<host>.<pid>.<n>", and the older
+// "<base>.tmp.<pid>.<n>". A live process's temporary, another host's and other files are kept.
+// Best effort: a file that cannot be removed is left alone.
+void remove_stale_temporaries(const std::string& path, const std::string& host) {
+  const std::string dir = parent_dir(path), prefix = base_name(path) + ".tmp.";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string rest = name.substr(prefix.size());  // [<host>.]<pid>.<n>
+    size_t dot_n = rest.rfind('.');
+    if (dot_n == std::string::npos || !all_digits(rest.substr(dot_n + 1))) continue;
+    rest.resize(dot_n);
+    size_t dot_pid = rest.rfind('.');
+    std::string pid_text = dot_pid == std::string::npos ? rest : rest.substr(dot_pid + 1);
+    std::string owner = dot_pid == std::string::npos ? "" : rest.substr(0, dot_pid);
+    if (!all_digits(pid_text) || pid_text.size() > 9 || (!owner.empty() && owner != host)) continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(pid_text));
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    ::unlinkat(::dirfd(d), name.c_str(), 0);
+  }
+  ::closedir(d);
+}
+
+// A file written beside `path` that replaces `path` on commit() and leaves nothing otherwise
+// (Note [Atomic save]). Where the file system supports it the file has no name until commit()
+// (O_TMPFILE, named with linkat just before the rename), so a crash or SIGKILL cannot leave a
+// named temporary; elsewhere it is "<path>.tmp.<host>.<pid>.<n>", and every save first removes
+// such files of dead processes.
 class AtomicFile {
  public:
-  explicit AtomicFile(const std::string& path) : path_(path) {
-    static std::atomic<uint64_t> counter{0};
+  explicit AtomicFile(const std::string& path) : path_(path), host_(host_name()) {
+    remove_stale_temporaries(path_, host_);
+#ifdef O_TMPFILE
+    if (g_anonymous_temporaries.load(std::memory_order_relaxed)) {
+      fd_ = ::open(parent_dir(path_).c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+      if (fd_ >= 0) {
+        tmp_ = "an unnamed temporary file in " + parent_dir(path_);
+        return;
+      }
+      // Not supported by this kernel or file system: fall back to a named file.
+      if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+        throw IOError(path + ": cannot create the temporary file in " + parent_dir(path_) + ": " +
+                      errno_text(errno));
+    }
+#endif
     for (int attempt = 0; attempt < 100; ++attempt) {
-      tmp_ = path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+      tmp_ = next_name();
       fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd_ >= 0 || errno != EEXIST) break;
     }
     if (fd_ < 0)
       throw IOError(path + ": cannot create the temporary file " + tmp_ + ": " + errno_text(errno));
+    named_ = true;
   }
   ~AtomicFile() {
     if (committed_) return;
     if (fd_ >= 0) ::close(fd_);
-    ::unlink(tmp_.c_str());
+    if (named_) ::unlink(tmp_.c_str());
   }
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
@@ -69,6 +140,7 @@ class AtomicFile {
 
   void commit() {
     if (::fsync(fd_) != 0) fail("fsync of " + tmp_ + " failed");
+    if (!named_) link_name();
     int fd = fd_;
     fd_ = -1;
     if (::close(fd) != 0) fail("closing " + tmp_ + " failed");
@@ -89,13 +161,38 @@ class AtomicFile {
   }
 
  private:
+  std::string next_name() {
+    static std::atomic<uint64_t> counter{0};
+    return path_ + ".tmp." + host_ + "." + std::to_string(::getpid()) + "." +
+           std::to_string(counter++);
+  }
+
+  // Gives the unnamed file a temporary name (linkat cannot replace an existing file; the rename
+  // that follows does). Through /proc/self/fd, which needs no privilege; AT_EMPTY_PATH where
+  // /proc is not mounted.
+  void link_name() {
+    const std::string proc = "/proc/self/fd/" + std::to_string(fd_);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      tmp_ = next_name();
+      int rc = ::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, tmp_.c_str(), AT_SYMLINK_FOLLOW);
+      if (rc != 0 && errno == ENOENT) rc = ::linkat(fd_, "", AT_FDCWD, tmp_.c_str(), AT_EMPTY_PATH);
+      if (rc == 0) {
+        named_ = true;
+        return;
+      }
+      if (errno != EEXIST) fail("naming the written file " + tmp_ + " failed");
+    }
+    fail("naming the written file " + tmp_ + " failed");
+  }
+
   [[noreturn]] void fail(const std::string& what) {
     throw IOError(path_ + ": " + what + ": " + errno_text(errno));
   }
 
-  std::string path_, tmp_;
+  std::string path_, host_, tmp_;
   int fd_ = -1;
   uint64_t written_ = 0;
+  bool named_ = false;  // tmp_ names a file that must be renamed or removed
   bool committed_ = false;
 };
 
@@ -123,6 +220,12 @@ std::string key_list(const std::vector<std::string>& keys) {
 }
 
 }  // namespace
+
+namespace detail {
+void set_anonymous_temporaries(bool on) {
+  g_anonymous_temporaries.store(on, std::memory_order_relaxed);
+}
+}  // namespace detail
 
 void save(const std::map<std::string, Tensor>& tensors, const std::string& path,
           const Metadata& metadata) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
+#include <backplane_test/gtest_compare.hpp>
+#include <backplane_test/seed.hpp>
 
 #include <cmath>
 #include <cstdlib>
@@ -34,12 +36,12 @@ inline std::string param_name(const ::testing::TestParamInfo<std::string>& info)
   return s;
 }
 
-// Fresh random values in [lo, hi), never all zeros.
+// Fresh random values in [lo, hi), never all zeros, from the run's printed seed (BP_TEST_SEED
+// replays a run).
 inline std::vector<double> random_values(size_t n, double lo = -2.0, double hi = 2.0) {
-  static std::mt19937_64 rng(std::random_device{}());
   std::uniform_real_distribution<double> u(lo, hi);
   std::vector<double> v(n);
-  for (auto& x : v) x = u(rng);
+  for (auto& x : v) x = u(bp_test::rng("bp_device_tests"));
   return v;
 }
 
@@ -54,32 +56,12 @@ inline std::vector<double> rounded(const std::vector<double>& v, bp::DType dt) {
   return out;
 }
 
-// ||out - ref|| / ||ref||.
-inline double rel_error(const std::vector<double>& out, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isnan(out[i]) != std::isnan(ref[i])) return INFINITY;
-    if (std::isnan(ref[i])) continue;
-    num += (out[i] - ref[i]) * (out[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  if (out.size() != ref.size()) return INFINITY;
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
-
-inline double tolerance(bp::DType t) {
-  switch (t) {
-    case bp::DType::f64:
-      return 1e-12;
-    case bp::DType::f32:
-      return 2e-6;
-    case bp::DType::f16:
-      return 2e-3;
-    case bp::DType::bf16:
-      return 1e-2;
-    default:
-      return 0.0;
-  }
+// out against the float64 reference as results of dtype dt, with the shared dtype-aware tolerance
+// (Note [Tolerance over the whole range] in backplane_test/compare.hpp).
+inline ::testing::AssertionResult close(bp::DType dt, const std::vector<double>& out,
+                                        const std::vector<double>& ref,
+                                        const bp_test::Tolerance& tol = {}) {
+  return bp_test::all_close(static_cast<int32_t>(dt), out, ref, tol);
 }
 
 class DeviceTest : public ::testing::TestWithParam<std::string> {

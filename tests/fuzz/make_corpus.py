@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of fuzz_safetensors into tests/fuzz/corpus/safetensors/ (committed;
-re-run only to change it). Needs nothing but the standard library."""
+"""Writes the seed corpora of the fuzz targets into tests/fuzz/corpus/<target>/ (committed;
+re-run only to change them). Needs nothing but the standard library."""
 import json
 import os
 import struct
@@ -20,7 +20,102 @@ def entry(dtype, shape, begin, end):
     return {"dtype": dtype, "shape": shape, "data_offsets": [begin, end]}
 
 
+def write_corpus(name, seeds):
+    out = os.path.join(HERE, "corpus", name)
+    os.makedirs(out, exist_ok=True)
+    for key, data in seeds.items():
+        with open(os.path.join(out, key), "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode())
+    print(f"wrote {len(seeds)} seeds to {out}")
+
+
+DEVICE_STRINGS = {
+    "cpu": "cpu", "cuda0": "cuda:0", "cuda12": "cuda:12", "opencl3": "opencl:3",
+    "under_score": "my_dev2:7", "max_index": "x:2147483647", "too_big": "x:2147483648",
+    "negative": "cuda:-1", "plus": "cuda:+1", "leading_zero": "cuda:01", "upper": "CUDA:0",
+    "no_index": "cuda:", "no_type": ":0", "trailing": "cuda:1x", "empty": "",
+    "two_colons": "cuda:0:1", "digit_first": "9cuda:0", "space": "cuda :0", "nul": "cu\0da:0",
+}
+
+CONFIGS = {
+    "readme": """device = "cuda:0"
+[plugins]
+paths = ["/opt/backplane/plugins"]
+allow = ["cpu", "cuda"]
+deny  = ["opencl"]
+[matmul]
+allow_tf32 = false
+[debug]
+sync = "warn"
+""",
+    "empty": "",
+    "device_only": 'device = "cpu"\n',
+    "sync_error": '[debug]\nsync = "error"\n',
+    "sync_bad": '[debug]\nsync = "loud"\n',
+    "tf32_string": '[matmul]\nallow_tf32 = "yes"\n',
+    "unknown_key": 'colour = "blue"\n',
+    "unknown_nested": "[plugins]\nsearch = []\n",
+    "paths_not_list": '[plugins]\npaths = "/opt"\n',
+    "list_of_ints": "[plugins]\nallow = [1, 2]\n",
+    "plugins_scalar": "plugins = 3\n",
+    "dotted": 'plugins.allow = ["cpu"]\nmatmul.allow_tf32 = true\n',
+    "inline_table": '[debug]\nsync = { mode = "warn" }\n',
+    "array_of_tables": "[[plugins]]\npaths = []\n",
+    "syntax_error": "device = \n[plugins\n",
+    "unicode": 'device = "cpu\\u00e9"\n# \u00fc\n',
+    "duplicate": 'device = "cpu"\ndevice = "cuda"\n',
+    "multiline": 'device = """cuda:0"""\n',
+}
+
+# bp_plugin_api as this host sees it (plugin_abi.h, x86-64): struct_size, abi_major, abi_minor,
+# name, device_type, version, then the function slots in order. Re-run when the table grows.
+SLOTS = ["error_free", "init", "shutdown", "device_count", "device_properties", "stream_create",
+         "stream_destroy", "stream_synchronize", "event_create", "event_destroy", "event_record",
+         "stream_wait_event", "event_synchronize", "event_elapsed_ms", "mem_alloc", "mem_free",
+         "mem_host_pointer", "memory_stats", "memory_reset_peak", "memory_empty_cache",
+         "host_alloc", "host_free", "memset", "copy_h2d", "copy_d2h", "copy_d2d", "copy_peer",
+         "find_kernel", "launch", "list_ops"]
+EVENTS = ["event_create", "event_destroy", "event_record", "stream_wait_event",
+          "event_synchronize"]
+HEADER = 8 + 4 + 4 + 3 * 8
+FULL = HEADER + 8 * len(SLOTS)
+MINOR1_OFFSET = HEADER + 8 * SLOTS.index("list_ops")
+
+
+def table(declared=FULL, major=1, minor=1, unset=(), ids=("cpu", "cpu", "1.0.0"), null_ids=()):
+    """A fuzz_plugin_table input: declared size, the table's bytes, the identity strings."""
+    body = struct.pack("<QII", declared, major, minor)
+    body += b"".join(struct.pack("<Q", 0 if k in null_ids else 1) for k in range(3))
+    body += b"".join(struct.pack("<Q", 0 if s in unset else 0x1000 + i)
+                     for i, s in enumerate(SLOTS))
+    body = body[:min(declared, FULL)]
+    return struct.pack("<H", declared) + body + b"\0".join(x.encode() for x in ids)
+
+
+TABLES = {
+    "complete": table(),
+    "no_events": table(unset=EVENTS),
+    "minor0": table(declared=MINOR1_OFFSET, minor=0),
+    "newer_plugin": table(declared=FULL + 64, minor=7),
+    "identity_only": table(declared=HEADER),
+    "too_small": table(declared=12),
+    "major2": table(major=2),
+    "no_launch": table(unset=("launch",)),
+    "no_error_free": table(unset=("error_free",)),
+    "half_events": table(unset=("event_record", "event_synchronize")),
+    "upper_type": table(ids=("cuda", "CUDA", "1")),
+    "digit_type": table(ids=("x", "9x", "1")),
+    "colon_type": table(ids=("x", "a:b", "1")),
+    "empty_type": table(ids=("x", "", "1")),
+    "null_type": table(null_ids=(1,)),
+    "null_name": table(null_ids=(0, 2)),
+}
+
+
 def main():
+    write_corpus("device_string", DEVICE_STRINGS)
+    write_corpus("config", CONFIGS)
+    write_corpus("plugin_table", TABLES)
     os.makedirs(OUT, exist_ok=True)
     seeds = {
         "empty_header": file_of({}),

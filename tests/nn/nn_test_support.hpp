@@ -61,16 +61,27 @@ inline bp::Tensor make(const std::vector<double>& v, const bp::Shape& shape, bp:
   return bp::from_vector(v, shape, dev).to(dt);
 }
 
-// ||out - ref|| / ||ref||.
-inline double rel_error(const std::vector<double>& out, const std::vector<double>& ref) {
-  if (out.size() != ref.size()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isnan(out[i]) || std::isnan(ref[i])) return INFINITY;
-    num += (out[i] - ref[i]) * (out[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+// out against a float64 reference as f32 results (the modules compute in f32) with relative
+// tolerance `rtol`, through the shared dtype-aware comparison (Note [Tolerance over the whole
+// range] in backplane_test/compare.hpp).
+inline ::testing::AssertionResult close(const std::vector<double>& out,
+                                        const std::vector<double>& ref, double rtol) {
+  return bp_test::all_close(BP_DTYPE_F32, out, ref, {.rtol = rtol});
+}
+
+// Element by element |a - b| <= atol + rtol * |b| (bp::allclose's rule) for two tensors of a
+// floating dtype, through the shared comparison.
+inline ::testing::AssertionResult allclose(const bp::Tensor& a, const bp::Tensor& b, double rtol,
+                                           double atol) {
+  return bp_test::all_close(static_cast<int32_t>(b.dtype()), a.to_vector<double>(),
+                            b.to_vector<double>(),
+                            {.rtol = rtol, .atol = atol, .mode = bp_test::Mode::kElementwise});
+}
+
+// |got - want| <= allowance, for values that are not a dtype's rounding of each other
+// (statistics, finite differences, losses of whole runs): an explicit absolute allowance.
+inline ::testing::AssertionResult near(double got, double want, double allowance) {
+  return bp_test::scalar_close(BP_DTYPE_F64, got, want, {.rtol = 0, .atol = allowance});
 }
 
 // y[b, o] = sum_i x[b, i] w[o, i] + bias[o] in float64 (x is [batch, in]).

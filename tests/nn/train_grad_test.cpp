@@ -83,7 +83,7 @@ class GradCheckTest : public ::testing::TestWithParam<std::string> {
         numeric[i] = (value(plus) - value(minus)) / (2 * eps);
       }
       for (size_t i = 0; i < numeric.size(); ++i)
-        EXPECT_NEAR(analytic[i], numeric[i], tol * (1 + std::fabs(numeric[i])))
+        EXPECT_TRUE(nntest::near(analytic[i], numeric[i], tol * (1 + std::fabs(numeric[i]))))
             << "input " << k << " element " << i;
     }
   }

@@ -3,10 +3,14 @@
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
 
+
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 namespace fs = std::filesystem;
 
@@ -99,6 +103,46 @@ TEST_F(ConfigTest, MissingExplicitFile) {
               std::string::npos)
         << e.what();
   }
+}
+// A config path that exists but is not a regular file is an IOError saying what it is, never a
+// silent empty configuration (issue 17) and never a blocked read (a FIFO).
+TEST_F(ConfigTest, PathThatIsNotARegularFile) {
+  const fs::path dir = fs::temp_directory_path() / ("bp-cfg-dir-" + std::to_string(::getpid()));
+  const fs::path fifo = fs::temp_directory_path() / ("bp-cfg-fifo-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::pair<std::string, std::string> cases[] = {{dir.string(), "is a directory"},
+                                                       {"/dev/zero", "is a character device"},
+                                                       {fifo.string(), "is a named pipe (FIFO)"}};
+  for (const auto& [path, kind] : cases) {
+    setenv("BACKPLANE_CONFIG", path.c_str(), 1);
+    try {
+      (void)bp::Config::load();
+      ADD_FAILURE() << path << " was accepted as a config file";
+    } catch (const bp::IOError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("config file " + path + " (from BACKPLANE_CONFIG) " + kind +
+                         ", not a regular file"),
+                std::string::npos)
+          << msg;
+    }
+  }
+  // The same for ./backplane.toml.
+  const fs::path cwd = fs::current_path();
+  unsetenv("BACKPLANE_CONFIG");
+  fs::create_directories(dir / "backplane.toml");
+  fs::current_path(dir);
+  try {
+    (void)bp::Config::load();
+    ADD_FAILURE() << "a folder named backplane.toml was accepted";
+  } catch (const bp::IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("backplane.toml (in the working folder) is a directory"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::current_path(cwd);
+  fs::remove_all(dir);
+  fs::remove(fifo);
 }
 TEST_F(ConfigTest, BadEnvironmentValues) {
   setenv("BACKPLANE_ALLOW_TF32", "maybe", 1);

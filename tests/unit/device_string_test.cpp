@@ -43,6 +43,10 @@ TEST(DeviceString, InvalidForms) {
   expect_invalid("cu da", "not allowed");
   expect_invalid("0cuda", "must start with a letter");
   expect_invalid("cuda:99999999999", "out of range");
+  // Bytes outside printable ASCII are shown escaped: a NUL does not cut the message short
+  // (found by fuzz_device_string).
+  expect_invalid(std::string("cu\0da:0", 7), "'cu\\x00da:0': character '\\x00' is not allowed");
+  expect_invalid("cuda:1\n", "the index '1\\x0a' is not a number");
 }
 
 TEST(DeviceString, CudaEqualsCudaZeroAndCpuResolves) {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
 #include <plugin_host.hpp>
+#include <backplane_test/plugin_test.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -28,16 +29,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Build-tree paths, or the same layout next to this test binary when the tree was copied
-// elsewhere (a bundle run on another machine): <build>/bin/bp_unit_tests.
-std::string build_path(const std::string& baked, const std::string& relative) {
-  if (fs::exists(baked)) return baked;
-  fs::path build = fs::canonical("/proc/self/exe").parent_path().parent_path();
-  return (build / relative).string();
-}
-const std::string kFixtures = build_path(BP_FIXTURE_DIR, "tests/fixtures/plugins");
-const std::string kSmi = build_path(BP_SMI, "bin/bp-smi");
-const std::string kPluginDir = build_path(BP_PLUGIN_DIR, "lib/backplane/plugins");
+// Build-tree files found relative to this test binary, so a copied build tree (a bundle run on
+// another machine) tests itself and nothing of the original.
+const std::string kFixtures = bp_test::beside_exe(BP_FIXTURE_DIR_REL);
+const std::string kSmi = bp_test::beside_exe(BP_SMI_REL);
+const std::string kPluginDir = bp_test::beside_exe(BP_PLUGIN_DIR_REL);
 
 std::string fixture(const std::string& name) {
   return kFixtures + "/libbackplane-" + name + ".so";

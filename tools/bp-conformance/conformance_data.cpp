@@ -2,6 +2,7 @@
 
 #include <backplane/dtype_io.h>
 #include <backplane/half.h>
+#include <backplane_test/compare.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -65,22 +66,14 @@ double round_to(int32_t dt, double v) {
 }
 
 // Note [Tolerances]
-//   Relative L2 error ||out - ref|| / ||ref|| (absolute when ||ref|| is 0): f32 1e-5 (matmul
-//   1e-4, which leaves room for blocked accumulation orders), f64 1e-12, f16 2e-3 (one rounding
-//   is 2^-11), bf16 1e-2 (2^-8); integer and bool results must be exact.
+//   The shared comparison of every Backplane test suite (Note [Tolerance over the whole range]
+//   in tests/support/backplane_test/compare.hpp): relative L2 error against each element's
+//   scale max(|ref|, smallest normal of the dtype), so results on subnormals are judged by an
+//   absolute floor; defaults f32 1e-5 (matmul 1e-4, which leaves room for blocked accumulation
+//   orders), f64 1e-12, f16 2e-3, bf16 1e-2; integer and bool results must be exact.
 double tolerance(int32_t dt, bool matmul) {
-  switch (dt) {
-    case BP_DTYPE_F32:
-      return matmul ? 1e-4 : 1e-5;
-    case BP_DTYPE_F64:
-      return 1e-12;
-    case BP_DTYPE_F16:
-      return 2e-3;
-    case BP_DTYPE_BF16:
-      return 1e-2;
-    default:
-      return 0.0;
-  }
+  const double rtol = bp_test::default_rtol(dt);
+  return matmul && dt == BP_DTYPE_F32 ? 10 * rtol : rtol;
 }
 
 double Rng::uniform(double lo, double hi) {
@@ -304,49 +297,8 @@ std::string element_str(const std::vector<double>& out, const std::vector<double
 
 void expect_close(const std::vector<double>& out, const std::vector<double>& ref, int32_t dt,
                   double tol, const std::string& what) {
-  if (out.size() != ref.size())
-    throw Failure(format("%s: %zu values, expected %zu", what.c_str(), out.size(), ref.size()));
-  if (!is_float_dtype(dt) || tol == 0.0) {
-    size_t bad = 0, first = out.size();
-    for (size_t i = 0; i < out.size(); ++i) {
-      bool same = out[i] == ref[i] || (std::isnan(out[i]) && std::isnan(ref[i]));
-      if (!same) {
-        if (first == out.size()) first = i;
-        ++bad;
-      }
-    }
-    if (bad)
-      throw Failure(format("%s: %zu of %zu %s values differ (exact match required); first at %s",
-                           what.c_str(), bad, out.size(), bp_dtype_name(dt),
-                           element_str(out, ref, first).c_str()));
-    return;
-  }
-  double err2 = 0, ref2 = 0, worst = -1;
-  size_t worst_i = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    bool out_finite = std::isfinite(out[i]), ref_finite = std::isfinite(ref[i]);
-    if (!out_finite || !ref_finite) {
-      bool same = (std::isnan(out[i]) && std::isnan(ref[i])) || out[i] == ref[i];
-      if (!same)
-        throw Failure(format("%s: non-finite mismatch at %s", what.c_str(),
-                             element_str(out, ref, i).c_str()));
-      continue;
-    }
-    double e = out[i] - ref[i];
-    err2 += e * e;
-    ref2 += ref[i] * ref[i];
-    if (std::fabs(e) > worst) {
-      worst = std::fabs(e);
-      worst_i = i;
-    }
-  }
-  double rel = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  if (!(rel <= tol))
-    throw Failure(
-        format("%s: relative error %.3g > %.0e tolerance for %s over %zu values; "
-               "worst %s",
-               what.c_str(), rel, tol, bp_dtype_name(dt), out.size(),
-               element_str(out, ref, worst_i).c_str()));
+  bp_test::Verdict v = bp_test::compare(dt, out, ref, {.rtol = tol});
+  if (!v.ok) throw Failure(what + ": " + v.message);
 }
 
 void expect_bits(const std::vector<double>& out, const std::vector<double>& ref, int32_t dt,

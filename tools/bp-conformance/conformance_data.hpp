@@ -94,8 +94,9 @@ DeviceTensor make_output(Context& ctx, int32_t dt, const std::vector<int64_t>& s
 // Reads a dense tensor back (checking guards) and returns its values in row-major order.
 std::vector<double> read_dense(DeviceTensor& t, const std::string& what);
 
-// Compares out with ref. Floats: NaN/inf must match in place, the rest by relative L2 error
-// against tol; integer and bool dtypes must match exactly. Throws Failure with `what`, the
+// Compares out with ref through the shared comparison (Note [Tolerances]). Floats: NaN/inf must
+// match in place, the rest by relative L2 error against tol with the dtype's subnormal floor
+// (tol 0: exact); integer and bool dtypes must match exactly. Throws Failure with `what`, the
 // error, the worst element and both values.
 void expect_close(const std::vector<double>& out, const std::vector<double>& ref, int32_t dt,
                   double tol, const std::string& what);

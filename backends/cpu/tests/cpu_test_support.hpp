@@ -1,18 +1,17 @@
-// Helpers of cpu_plugin_test.cpp: loading the plugin through dlopen and its one exported
-// symbol, host tensors with explicit views (strides, offsets, broadcasts) over float64 values,
-// device tensors with guard bytes, launches, and the per-dtype comparison against a float64
-// reference.
+// Helpers of cpu_plugin_test.cpp: host tensors with explicit views (strides, offsets,
+// broadcasts) over float64 values, device tensors with guard bytes and launches. Loading the
+// plugin, the seed, the dtype encoders and the comparison with the float64 reference are the
+// shared ones of tests/support/backplane_test.
 //
 // Everything here runs on the test's thread; the plugin is loaded once per process and never
 // unloaded.
 #ifndef BACKPLANE_CPU_TEST_SUPPORT_HPP_
 #define BACKPLANE_CPU_TEST_SUPPORT_HPP_
 
-#include <backplane/dtype_io.h>
-#include <backplane/half.h>
 #include <backplane/plugin_abi.h>
+#include <backplane_test/gtest_compare.hpp>
+#include <backplane_test/plugin_test.hpp>
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,34 +36,23 @@ struct Plugin {
   std::string error;  // why loading failed, when api is NULL
 };
 
+// The plugin built beside this test ($<PATH:RELATIVE_PATH> from the test binary, so a copied
+// build tree works); BP_CPU_PLUGIN overrides it.
 inline Plugin load_plugin() {
   Plugin p;
-  p.handle = dlopen(BP_CPU_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  if (!p.handle) {
-    p.error = std::string("dlopen failed: ") + dlerror();
+  bp_test::LoadedPlugin l =
+      bp_test::load_plugin(bp_test::beside_exe(BP_CPU_PLUGIN_REL, "BP_CPU_PLUGIN"));
+  p.handle = l.handle;
+  if (!l.api) {
+    p.error = l.error;
     return p;
   }
-  auto get = reinterpret_cast<bp_plugin_get_api_fn>(dlsym(p.handle, BP_PLUGIN_ENTRY_SYMBOL));
-  if (!get) {
-    p.error = "missing symbol " BP_PLUGIN_ENTRY_SYMBOL;
-    return p;
-  }
-  const bp_plugin_api* api = get(BP_ABI_MAJOR, BP_ABI_MINOR);
-  if (!api) {
-    p.error = "bp_plugin_get_api returned NULL";
-    return p;
-  }
-  if (bp_error* e = api->init()) {
-    p.error = std::string("init failed: ") + e->message;
-    api->error_free(e);
-    return p;
-  }
-  if (bp_error* e = api->stream_create(0, &p.stream)) {
+  if (bp_error* e = l.api->stream_create(0, &p.stream)) {
     p.error = std::string("stream_create failed: ") + e->message;
-    api->error_free(e);
+    l.api->error_free(e);
     return p;
   }
-  p.api = api;
+  p.api = l.api;
   return p;
 }
 
@@ -106,25 +94,10 @@ inline ErrorInfo take(bp_error* e) {
   return info;
 }
 
-// ---- Random numbers: one generator per process, seeded from std::random_device ----------------
+// ---- Random numbers: one generator per process (the shared seed, printed) ---------------------
 
-inline uint64_t test_seed() {
-  static const uint64_t seed = [] {
-    if (const char* s = std::getenv("BP_TEST_SEED"))
-      return static_cast<uint64_t>(std::strtoull(s, nullptr, 10));
-    std::random_device rd;
-    return (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }();
-  return seed;
-}
 inline std::mt19937_64& rng() {
-  static std::mt19937_64 g = [] {
-    std::fprintf(stderr, "cpu_plugin_test: random seed %llu (rerun with BP_TEST_SEED=%llu)\n",
-                 static_cast<unsigned long long>(test_seed()),
-                 static_cast<unsigned long long>(test_seed()));
-    return std::mt19937_64(test_seed());
-  }();
-  return g;
+  return bp_test::rng("cpu_plugin_test");
 }
 inline double uniform(double lo, double hi) {
   return std::uniform_real_distribution<double>(lo, hi)(rng());
@@ -143,85 +116,13 @@ inline const std::vector<bp_dtype>& all_dtypes() {
 inline bool is_float(bp_dtype d) {
   return d == BP_DTYPE_F32 || d == BP_DTYPE_F64 || d == BP_DTYPE_F16 || d == BP_DTYPE_BF16;
 }
-// Relative-error tolerance of a floating dtype (0: exact).
-inline double tolerance(bp_dtype d) {
-  switch (d) {
-    case BP_DTYPE_F32:
-      return 1e-5;
-    case BP_DTYPE_F64:
-      return 1e-12;
-    case BP_DTYPE_F16:
-      return 2e-3;
-    case BP_DTYPE_BF16:
-      return 1e-2;
-    default:
-      return 0.0;
-  }
-}
-
 // The value v becomes when stored in dtype d: rounded for floats; truncated toward zero and
-// wrapped for integers (v must be within int64); v != 0 for bool.
+// wrapped for integers; v != 0 for bool.
 inline double round_to(bp_dtype d, double v) {
-  switch (d) {
-    case BP_DTYPE_F32:
-      return static_cast<float>(v);
-    case BP_DTYPE_F64:
-      return v;
-    case BP_DTYPE_F16:
-      return bp_f16_to_float(bp_float_to_f16(static_cast<float>(v)));
-    case BP_DTYPE_BF16:
-      return bp_bf16_to_float(bp_float_to_bf16(static_cast<float>(v)));
-    case BP_DTYPE_I32:
-      return static_cast<int32_t>(static_cast<int64_t>(v));
-    case BP_DTYPE_I64:
-      return static_cast<double>(static_cast<int64_t>(v));
-    case BP_DTYPE_U8:
-      return static_cast<uint8_t>(static_cast<int64_t>(v));
-    default:
-      return v != 0 ? 1.0 : 0.0;
-  }
+  return bp_test::quantize(d, v);
 }
-
-inline void encode(bp_dtype d, double v, void* dst) {
-  v = round_to(d, v);
-  switch (d) {
-    case BP_DTYPE_F32: {
-      const float f = static_cast<float>(v);
-      std::memcpy(dst, &f, 4);
-      break;
-    }
-    case BP_DTYPE_F64:
-      std::memcpy(dst, &v, 8);
-      break;
-    case BP_DTYPE_F16: {
-      const uint16_t h = bp_float_to_f16(static_cast<float>(v));
-      std::memcpy(dst, &h, 2);
-      break;
-    }
-    case BP_DTYPE_BF16: {
-      const uint16_t h = bp_float_to_bf16(static_cast<float>(v));
-      std::memcpy(dst, &h, 2);
-      break;
-    }
-    case BP_DTYPE_I32: {
-      const int32_t i = static_cast<int32_t>(v);
-      std::memcpy(dst, &i, 4);
-      break;
-    }
-    case BP_DTYPE_I64: {
-      const int64_t i = static_cast<int64_t>(v);
-      std::memcpy(dst, &i, 8);
-      break;
-    }
-    default:
-      *static_cast<uint8_t*>(dst) = static_cast<uint8_t>(v);
-      break;
-  }
-}
-
-inline double decode(bp_dtype d, const void* src) {
-  return bp_load_element(src, d, 0);
-}
+using bp_test::decode;
+using bp_test::encode;
 
 // Value distributions for test data. Floats are drawn in double and rounded to the dtype, so
 // the reference sees exactly what the kernel sees.
@@ -522,47 +423,14 @@ inline bp_error* launch(const char* op, bp_dtype dtype, const std::vector<bp_ten
 
 // ---- Comparison ------------------------------------------------------------------------------
 
-// Floating dtypes: ||got - ref|| / ||ref|| <= tolerance(d) (or `tol` when >= 0), NaN where the
-// reference is NaN and equal infinities. Other dtypes: exact equality.
+// got against the float64 reference as results of dtype d with the shared dtype-aware
+// tolerance (Note [Tolerance over the whole range] in backplane_test/compare.hpp); `tol` >= 0
+// replaces the default relative tolerance (0: exact), `magnitude` is the per-element size of
+// what was accumulated (reductions, matmul).
 inline ::testing::AssertionResult close(bp_dtype d, const std::vector<double>& got,
-                                        const std::vector<double>& ref, double tol = -1) {
-  if (got.size() != ref.size())
-    return ::testing::AssertionFailure()
-           << "size " << got.size() << " != reference size " << ref.size();
-  if (tol < 0) tol = tolerance(d);
-  if (!is_float(d) || tol == 0) {
-    for (size_t i = 0; i < got.size(); ++i) {
-      const bool both_nan = std::isnan(got[i]) && std::isnan(ref[i]);
-      if (got[i] != ref[i] && !both_nan)
-        return ::testing::AssertionFailure() << bp_dtype_name(d) << " element " << i << ": got "
-                                             << got[i] << ", expected " << ref[i];
-    }
-    return ::testing::AssertionSuccess();
-  }
-  long double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::isnan(ref[i]) || std::isinf(ref[i])) {
-      if (!(std::isnan(ref[i]) ? std::isnan(got[i]) : got[i] == ref[i]))
-        return ::testing::AssertionFailure()
-               << "element " << i << ": got " << got[i] << ", expected " << ref[i];
-      continue;
-    }
-    if (!std::isfinite(got[i]))
-      return ::testing::AssertionFailure()
-             << "element " << i << ": got " << got[i] << ", expected " << ref[i];
-    const long double diff = static_cast<long double>(got[i]) - ref[i];
-    num += diff * diff;
-    den += static_cast<long double>(ref[i]) * ref[i];
-  }
-  const double err =
-      den > 0 ? std::sqrt(static_cast<double>(num / den)) : std::sqrt(static_cast<double>(num));
-  if (err <= tol) return ::testing::AssertionSuccess();
-  size_t worst = 0;
-  for (size_t i = 1; i < got.size(); ++i)
-    if (std::fabs(got[i] - ref[i]) > std::fabs(got[worst] - ref[worst])) worst = i;
-  return ::testing::AssertionFailure()
-         << bp_dtype_name(d) << " relative error " << err << " > " << tol << " (worst element "
-         << worst << ": got " << got[worst] << ", expected " << ref[worst] << ")";
+                                        const std::vector<double>& ref, double tol = -1,
+                                        const std::vector<double>& magnitude = {}) {
+  return bp_test::all_close(d, got, ref, {.rtol = tol, .magnitude = magnitude});
 }
 
 }  // namespace bpt

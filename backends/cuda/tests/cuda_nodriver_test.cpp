@@ -3,6 +3,7 @@
 // device_count is 0 with a reason naming the driver. On a machine with a GPU the same test
 // checks the opposite: at least one device and an empty reason.
 #include <backplane/plugin_abi.h>
+#include <backplane_test/plugin_test.hpp>
 
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -18,15 +19,16 @@ struct Loaded {
   const bp_plugin_api* api = nullptr;
 };
 
-// $BP_CUDA_PLUGIN when set (a copied build tree), else the plugin just built.
-const char* plugin_path() {
-  const char* env = std::getenv("BP_CUDA_PLUGIN");
-  return env && *env ? env : BP_CUDA_PLUGIN_PATH;
+// $BP_CUDA_PLUGIN when set, else the plugin built beside this test (found relative to the test
+// binary, so a copied build tree works). Loaded by hand, not with bp_test::load_plugin: init is
+// part of what this test checks.
+std::string plugin_path() {
+  return bp_test::beside_exe(BP_CUDA_PLUGIN_REL, "BP_CUDA_PLUGIN");
 }
 
 Loaded load_plugin() {
   Loaded l;
-  l.handle = dlopen(plugin_path(), RTLD_NOW | RTLD_LOCAL);
+  l.handle = dlopen(plugin_path().c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!l.handle) {
     ADD_FAILURE() << "dlopen(" << plugin_path() << "): " << dlerror();
     return l;

@@ -145,7 +145,7 @@ TEST_P(Binary, MatchesReference) {
     const std::vector<double> va = a.values(), vb = b.values();
     std::vector<double> ref(va.size());
     for (size_t i = 0; i < ref.size(); ++i) ref[i] = round_to(dt, ref_binary(op, dt, va[i], vb[i]));
-    EXPECT_TRUE(close(out.download(), ref, tol)) << what;
+    EXPECT_TRUE(close(dt, out.download(), ref, tol)) << what;
   };
   const std::vector<int64_t> shape = {3, 37, 11};
   verify(dense(dt, shape, lhs_values(op, dt)), dense(dt, shape, rhs_values(op, dt)), "dense");
@@ -169,7 +169,7 @@ TEST_P(Binary, MatchesReference) {
     std::vector<double> ref;
     for (double v : a.values())
       ref.push_back(round_to(dt, reverse ? ref_binary(op, dt, s, v) : ref_binary(op, dt, v, s)));
-    EXPECT_TRUE(close(out.download(), ref, tol)) << "scalar, reverse " << reverse;
+    EXPECT_TRUE(close(dt, out.download(), ref, tol)) << "scalar, reverse " << reverse;
   }
 
   // In place: out is a.
@@ -181,7 +181,7 @@ TEST_P(Binary, MatchesReference) {
     for (size_t i = 0; i < va.size(); ++i)
       ref.push_back(round_to(dt, ref_binary(op, dt, va[i], vb[i])));
     launch(op.c_str(), dt, {&a, &b}, {&a}, {attr_i("inplace", 1)});
-    EXPECT_TRUE(close(a.download(), ref, tol)) << "in place";
+    EXPECT_TRUE(close(dt, a.download(), ref, tol)) << "in place";
   }
 
   // Empty tensors (NULL buffers) do nothing and succeed.
@@ -233,7 +233,7 @@ TEST_P(Compare, MatchesReference) {
     const std::vector<double> va = a.values(), vb = b.values();
     std::vector<double> ref;
     for (size_t i = 0; i < va.size(); ++i) ref.push_back(ref_compare(op, va[i], vb[i]) ? 1 : 0);
-    EXPECT_TRUE(close(out.download(), ref, 0.0)) << what;
+    EXPECT_TRUE(close(BP_DTYPE_BOOL, out.download(), ref, 0.0)) << what;
   };
   verify(dense(dt, {5, 211}, compare_values(dt)), dense(dt, {5, 211}, compare_values(dt)), "dense");
   verify(broadcast(dt, {7, 13}, {7, 1}, compare_values(dt)),
@@ -245,7 +245,7 @@ TEST_P(Compare, MatchesReference) {
     std::vector<double> ref;
     for (double v : a.values())
       ref.push_back((reverse ? ref_compare(op, 1.0, v) : ref_compare(op, v, 1.0)) ? 1 : 0);
-    EXPECT_TRUE(close(out.download(), ref, 0.0)) << "scalar, reverse " << reverse;
+    EXPECT_TRUE(close(BP_DTYPE_BOOL, out.download(), ref, 0.0)) << "scalar, reverse " << reverse;
   }
 }
 
@@ -264,7 +264,7 @@ TEST_P(Where, MatchesReference) {
     const std::vector<double> vc = c.values(), va = a.values(), vb = b.values();
     std::vector<double> ref;
     for (size_t i = 0; i < va.size(); ++i) ref.push_back(vc[i] != 0 ? va[i] : vb[i]);
-    EXPECT_TRUE(close(out.download(), ref, 0.0)) << what;
+    EXPECT_TRUE(close(dt, out.download(), ref, 0.0)) << what;
   };
   verify(dense(BP_DTYPE_BOOL, {9, 123}, any_values(BP_DTYPE_BOOL)),
          dense(dt, {9, 123}, any_values(dt)), dense(dt, {9, 123}, any_values(dt)), "dense");
@@ -315,11 +315,11 @@ TEST_P(Unary, MatchesReference) {
     for (double v : a.values()) ref.push_back(round_to(dt, ref_unary(op, dt, v)));
     if (in_place) {
       launch(op.c_str(), dt, {&a}, {&a}, {attr_i("inplace", 1)});
-      EXPECT_TRUE(close(a.download(), ref, tolerance(dt))) << what;
+      EXPECT_TRUE(close(dt, a.download(), ref, tolerance(dt))) << what;
     } else {
       Tensor out = dense(dt, a.shape, any_values(dt));
       launch(op.c_str(), dt, {&a}, {&out});
-      EXPECT_TRUE(close(out.download(), ref, tolerance(dt))) << what;
+      EXPECT_TRUE(close(dt, out.download(), ref, tolerance(dt))) << what;
     }
   };
   verify(dense(dt, {65537}, gen), false, "dense");
@@ -347,7 +347,7 @@ TEST_P(Layout, Fill) {
     launch("fill", dt, {}, {&out}, {attr_f("value", v)});
     const double expect =
         dt == BP_DTYPE_U8 || !is_float(dt) ? round_to(dt, std::trunc(v)) : round_to(dt, v);
-    EXPECT_TRUE(close(out.download(), std::vector<double>(3003, expect), 0.0)) << v;
+    EXPECT_TRUE(close(dt, out.download(), std::vector<double>(3003, expect), 0.0)) << v;
   }
   // INT value, exact for i64; a strided output leaves the elements between untouched.
   Tensor base = dense(dt, {40, 8}, any_values(dt));
@@ -368,7 +368,7 @@ TEST_P(Layout, Fill) {
     sync();
     for (int64_t p : view.positions()) EXPECT_EQ(raw[static_cast<size_t>(p)], big);
   } else {
-    EXPECT_TRUE(close(base.download_storage(), ref, 0.0)) << "strided fill";
+    EXPECT_TRUE(close(dt, base.download_storage(), ref, 0.0)) << "strided fill";
   }
 }
 
@@ -382,7 +382,7 @@ TEST_P(Layout, Copy) {
                             : offset_view(dt, {7, 300}, 5, any_values(dt));
     Tensor out = dense(dt, {7, 300}, any_values(dt));
     launch("copy", dt, {&in}, {&out});
-    EXPECT_TRUE(close(out.download(), in.values(), 0.0)) << "kind " << kind;
+    EXPECT_TRUE(close(dt, out.download(), in.values(), 0.0)) << "kind " << kind;
   }
   Tensor in = dense(dt, {5, 6, 7}, any_values(dt));
   Tensor base = dense(dt, {7, 6, 13}, any_values(dt));
@@ -395,7 +395,7 @@ TEST_P(Layout, Copy) {
   const std::vector<int64_t> pos = view.positions();
   const std::vector<double> vin = in.values();
   for (size_t i = 0; i < pos.size(); ++i) ref[static_cast<size_t>(pos[i])] = vin[i];
-  EXPECT_TRUE(close(base.download_storage(), ref, 0.0)) << "strided destination";
+  EXPECT_TRUE(close(dt, base.download_storage(), ref, 0.0)) << "strided destination";
 }
 
 // Reference cast: float -> integer truncates through int64 and wraps; x -> bool is x != 0.
@@ -416,7 +416,7 @@ TEST_P(Layout, CastToEveryDtype) {
       launch("cast", from, {&in}, {&out});
       std::vector<double> ref;
       for (double v : in.values()) ref.push_back(ref_cast(to, v));
-      EXPECT_TRUE(close(out.download(), ref, 0.0))
+      EXPECT_TRUE(close(to, out.download(), ref, 0.0))
           << bp_dtype_name(from) << " -> " << bp_dtype_name(to) << " kind " << kind;
     }
   }
@@ -430,12 +430,15 @@ INSTANTIATE_TEST_SUITE_P(CudaPlugin, Layout, ::testing::ValuesIn(kAll),
 // ---- Reductions ------------------------------------------------------------------------------
 
 // Reference reduction of `in` over dims with out_shape[d] == 1 != in.shape[d].
+// `magnitude`, when given, receives the L2 norm of the terms of each output (sum, mean).
 std::vector<double> ref_reduce(const std::string& op, const Tensor& in,
-                               const std::vector<int64_t>& out_shape) {
+                               const std::vector<int64_t>& out_shape,
+                               std::vector<double>* magnitude = nullptr) {
   const std::vector<double> v = in.values();
   int64_t n_out = 1;
   for (int64_t s : out_shape) n_out *= s;
   std::vector<double> acc(static_cast<size_t>(n_out), op == "max" ? -INFINITY : 0.0);
+  std::vector<double> sq(static_cast<size_t>(n_out), 0.0);
   std::vector<int64_t> count(static_cast<size_t>(n_out), 0);
   const std::vector<int64_t> ostr = dense_strides(out_shape);
   std::vector<int64_t> idx(in.shape.size(), 0);
@@ -444,15 +447,19 @@ std::vector<double> ref_reduce(const std::string& op, const Tensor& in,
     for (size_t d = 0; d < idx.size(); ++d) o += (out_shape[d] == 1 ? 0 : idx[d]) * ostr[d];
     double& a = acc[static_cast<size_t>(o)];
     a = op == "max" ? std::max(a, v[i]) : a + v[i];
+    sq[static_cast<size_t>(o)] += v[i] * v[i];
     ++count[static_cast<size_t>(o)];
     for (int d = static_cast<int>(idx.size()) - 1; d >= 0; --d) {
       if (++idx[static_cast<size_t>(d)] < in.shape[static_cast<size_t>(d)]) break;
       idx[static_cast<size_t>(d)] = 0;
     }
   }
+  if (magnitude) magnitude->assign(acc.size(), 0.0);
   for (size_t o = 0; o < acc.size(); ++o) {
-    if (op == "mean") acc[o] = count[o] ? acc[o] / static_cast<double>(count[o]) : NAN;
+    const double div = op == "mean" && count[o] ? static_cast<double>(count[o]) : 1.0;
+    if (op == "mean") acc[o] = count[o] ? acc[o] / div : NAN;
     acc[o] = is_float(in.dtype) ? round_to(in.dtype, acc[o]) : wrap(in.dtype, acc[o]);
+    if (magnitude && op != "max") (*magnitude)[o] = std::sqrt(sq[o]) / div;
   }
   return acc;
 }
@@ -473,7 +480,9 @@ TEST_P(Reduce, MatchesReference) {
   auto verify = [&](const Tensor& in, std::vector<int64_t> out_shape, const std::string& what) {
     Tensor out = dense(dt, out_shape, any_values(dt));
     launch(op.c_str(), dt, {&in}, {&out});
-    EXPECT_TRUE(close(out.download(), ref_reduce(op, in, out_shape), tol)) << what;
+    std::vector<double> magnitude;
+    const std::vector<double> ref = ref_reduce(op, in, out_shape, &magnitude);
+    EXPECT_TRUE(close(dt, out.download(), ref, tol, magnitude)) << what;
   };
   const Tensor t = dense(dt, {5, 37, 129}, reduce_values(dt));
   verify(t, {1, 37, 129}, "dim 0");
@@ -505,7 +514,7 @@ TEST_P(Reduce, MatchesReference) {
   } else {
     launch(op.c_str(), dt, {&empty}, {&out});
     const double expect = op == "mean" ? NAN : 0.0;
-    EXPECT_TRUE(close(out.download(), std::vector<double>(3, expect), 0.0)) << "empty";
+    EXPECT_TRUE(close(dt, out.download(), std::vector<double>(3, expect), 0.0)) << "empty";
   }
 }
 
@@ -522,23 +531,29 @@ TEST(CudaPlugin, SumF32Accuracy) {
   double ref = 0;
   for (double v : t.storage) ref += v;
   const double got = out.download()[0];
-  EXPECT_LE(std::fabs(got - ref) / ref, 1e-5) << got << " vs " << ref;
+  EXPECT_TRUE(close(BP_DTYPE_F32, {got}, {ref}, 1e-5));
 }
 
 // ---- Matmul ----------------------------------------------------------------------------------
 
-std::vector<double> ref_matmul(const Tensor& a, const Tensor& b) {
+// `magnitude` receives the L2 norm of the products summed into each output.
+std::vector<double> ref_matmul(const Tensor& a, const Tensor& b, std::vector<double>& magnitude) {
   const int64_t B = a.shape[0], M = a.shape[1], K = a.shape[2], N = b.shape[2];
   const std::vector<double> va = a.values(), vb = b.values();
   std::vector<double> out(static_cast<size_t>(B * M * N), 0.0);
+  magnitude.assign(out.size(), 0.0);
   for (int64_t z = 0; z < B; ++z)
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
-        double s = 0;
-        for (int64_t k = 0; k < K; ++k)
-          s += va[static_cast<size_t>((z * M + i) * K + k)] *
-               vb[static_cast<size_t>((z * K + k) * N + j)];
+        double s = 0, sq = 0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double t = va[static_cast<size_t>((z * M + i) * K + k)] *
+                           vb[static_cast<size_t>((z * K + k) * N + j)];
+          s += t;
+          sq += t * t;
+        }
         out[static_cast<size_t>((z * M + i) * N + j)] = s;
+        magnitude[static_cast<size_t>((z * M + i) * N + j)] = std::sqrt(sq);
       }
   return out;
 }
@@ -554,9 +569,10 @@ TEST_P(Matmul, MatchesReference) {
                     const std::string& what) {
     Tensor out = dense(dt, {a.shape[0], a.shape[1], b.shape[2]}, any_values(dt));
     launch("matmul", dt, {&a, &b}, {&out}, attrs);
-    std::vector<double> ref = ref_matmul(a, b);
+    std::vector<double> magnitude;
+    std::vector<double> ref = ref_matmul(a, b, magnitude);
     for (double& r : ref) r = round_to(dt, r);
-    EXPECT_TRUE(close(out.download(), ref, t)) << what;
+    EXPECT_TRUE(close(dt, out.download(), ref, t, magnitude)) << what;
   };
   const int64_t B = 3, M = 37, K = 53, N = 29;
   for (int ta = 0; ta < 2; ++ta) {
@@ -584,7 +600,7 @@ TEST_P(Matmul, MatchesReference) {
   b0.strides = {0, 4, 1};
   Tensor out = dense(dt, {2, 5, 4}, any_values(dt));
   launch("matmul", dt, {&a0, &b0}, {&out});
-  EXPECT_TRUE(close(out.download(), std::vector<double>(40, 0.0), 0.0)) << "K == 0";
+  EXPECT_TRUE(close(dt, out.download(), std::vector<double>(40, 0.0), 0.0)) << "K == 0";
 }
 
 INSTANTIATE_TEST_SUITE_P(CudaPlugin, Matmul, ::testing::ValuesIn(kFloat),
@@ -601,17 +617,23 @@ double host_uniform(int dt, uint64_t seed, uint64_t g, double low, double high) 
   const float lo = static_cast<float>(low), hi = static_cast<float>(high);
   return round_to(dt, lo + (hi - lo) * u);
 }
-double host_normal(int dt, uint64_t seed, uint64_t g, double mean, double stddev) {
+// `magnitude` receives |mean| + |stddev * z|, the size of the two terms the kernel adds (a
+// value that cancels to near zero is judged by them).
+double host_normal(int dt, uint64_t seed, uint64_t g, double mean, double stddev,
+                   double* magnitude) {
   float u1, u2;
   bp_philox_normal_uniforms(seed, g, &u1, &u2);
   if (dt == BP_DTYPE_F64) {
     const double r = std::sqrt(-2.0 * std::log(static_cast<double>(u1)));
     const double th = 6.283185307179586 * static_cast<double>(u2);
-    return mean + stddev * ((g & 1) ? r * std::sin(th) : r * std::cos(th));
+    const double term = stddev * ((g & 1) ? r * std::sin(th) : r * std::cos(th));
+    *magnitude = std::fabs(mean) + std::fabs(term);
+    return mean + term;
   }
   const float r = std::sqrt(-2.0f * std::log(u1));
   const float th = 6.283185307179586f * u2;
   const float z = (g & 1) ? r * std::sin(th) : r * std::cos(th);
+  *magnitude = std::fabs(mean) + std::fabs(stddev * z);
   return round_to(dt, static_cast<float>(mean) + static_cast<float>(stddev) * z);
 }
 
@@ -630,7 +652,7 @@ TEST_P(Random, UniformIsBitIdentical) {
     std::vector<double> ref;
     for (uint64_t i = 0; i < 1001; ++i)
       ref.push_back(host_uniform(dt, seed, offset + i, -2.0, 3.0));
-    EXPECT_TRUE(close(out.download(), ref, 0.0)) << "offset " << offset;
+    EXPECT_TRUE(close(dt, out.download(), ref, 0.0)) << "offset " << offset;
   }
 }
 
@@ -649,16 +671,18 @@ TEST_P(Random, NormalMatchesFormulaAndStatistics) {
   const double mean = sum / static_cast<double>(n);
   for (double x : v) sq += (x - mean) * (x - mean);
   const double sd = std::sqrt(sq / static_cast<double>(n));
-  EXPECT_NEAR(mean, 1.0, 0.02);
-  EXPECT_NEAR(sd, 2.0, 0.02);
+  EXPECT_TRUE(bp_test::scalar_close(BP_DTYPE_F64, mean, 1.0, {.rtol = 0, .atol = 0.02}));
+  EXPECT_TRUE(bp_test::scalar_close(BP_DTYPE_F64, sd, 2.0, {.rtol = 0, .atol = 0.02}));
   // Elementwise against the host formula, to the accuracy of each side's log/sin/cos.
   const double tol = dt == BP_DTYPE_F64 ? 1e-12 : dt == BP_DTYPE_F32 ? 1e-5 : 1e-2;
-  std::vector<double> ref, got;
+  std::vector<double> ref, got, magnitude;
   for (int64_t i = 0; i < 4096; ++i) {
-    ref.push_back(host_normal(dt, seed, 3 + static_cast<uint64_t>(i), 1.0, 2.0));
+    double m = 0;
+    ref.push_back(host_normal(dt, seed, 3 + static_cast<uint64_t>(i), 1.0, 2.0, &m));
+    magnitude.push_back(m);
     got.push_back(v[static_cast<size_t>(i)]);
   }
-  EXPECT_TRUE(close(got, ref, tol));
+  EXPECT_TRUE(close(dt, got, ref, tol, magnitude));
 }
 
 INSTANTIATE_TEST_SUITE_P(CudaPlugin, Random, ::testing::ValuesIn(kFloat),
@@ -875,7 +899,7 @@ TEST(CudaPlugin, OutOfMemoryIsAnErrorNotACrash) {
   launch("neg", BP_DTYPE_F32, {&a}, {&out});
   std::vector<double> ref;
   for (double v : a.values()) ref.push_back(-v);
-  EXPECT_TRUE(close(out.download(), ref, 0.0));
+  EXPECT_TRUE(close(BP_DTYPE_F32, out.download(), ref, 0.0));
 }
 
 // ---- Streams and events ----------------------------------------------------------------------

@@ -1,16 +1,16 @@
-// Test support for cuda_plugin_test: loads the plugin through its one entry symbol, keeps one
-// stream on cuda:0, and mirrors device tensors on the host as float64 values so every check
-// compares against a float64 reference (STYLE.md: fresh random inputs, guard bytes).
+// Test support for cuda_plugin_test: keeps one stream on cuda:0 and mirrors device tensors on
+// the host as float64 values so every check compares against a float64 reference (STYLE.md:
+// fresh random inputs, guard bytes). Loading the plugin, the seed, the dtype encoders and the
+// comparison are the shared ones of tests/support/backplane_test.
 //
 // Not thread-safe; tests run on one thread.
 #ifndef BACKPLANE_CUDA_TEST_SUPPORT_HPP_
 #define BACKPLANE_CUDA_TEST_SUPPORT_HPP_
 
-#include <backplane/dtype_io.h>
-#include <backplane/half.h>
 #include <backplane/plugin_abi.h>
+#include <backplane_test/gtest_compare.hpp>
+#include <backplane_test/plugin_test.hpp>
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,21 +45,19 @@ inline void ok(bp_error* e, const std::string& what, const bp_plugin_api* api) {
   throw std::runtime_error(msg);
 }
 
-// The plugin file: $BP_CUDA_PLUGIN when set (a copied build tree), else the one just built.
-inline const char* plugin_path() {
-  const char* env = std::getenv("BP_CUDA_PLUGIN");
-  return env && *env ? env : BP_CUDA_PLUGIN_PATH;
+// The plugin file: $BP_CUDA_PLUGIN when set, else the one built beside this test (found relative
+// to the test binary, so a copied build tree works).
+inline std::string plugin_path() {
+  return bp_test::beside_exe(BP_CUDA_PLUGIN_REL, "BP_CUDA_PLUGIN");
 }
 
 inline Plugin& plugin() {
   static Plugin p = [] {
     Plugin q;
-    q.handle = dlopen(plugin_path(), RTLD_NOW | RTLD_LOCAL);
-    if (!q.handle) throw std::runtime_error(std::string("dlopen: ") + dlerror());
-    auto get = reinterpret_cast<bp_plugin_get_api_fn>(dlsym(q.handle, BP_PLUGIN_ENTRY_SYMBOL));
-    if (!get) throw std::runtime_error("no entry symbol");
-    q.api = get(BP_ABI_MAJOR, BP_ABI_MINOR);
-    ok(q.api->init(), "init", q.api);
+    bp_test::LoadedPlugin l = bp_test::load_plugin(plugin_path());
+    if (!l.api) throw std::runtime_error(l.error);
+    q.handle = l.handle;
+    q.api = l.api;
     const char* reason = "";
     q.count = q.api->device_count(&reason);
     q.reason = reason;
@@ -94,15 +92,9 @@ inline Err error_of(bp_error* e) {
   return r;
 }
 
-// The random source of the run; BP_TEST_SEED reproduces a run.
+// The random source of the run (the shared seed, printed); BP_TEST_SEED reproduces a run.
 inline std::mt19937_64& rng() {
-  static std::mt19937_64 g = [] {
-    const char* env = std::getenv("BP_TEST_SEED");
-    const uint64_t seed = env ? std::strtoull(env, nullptr, 0) : std::random_device{}();
-    std::printf("cuda_plugin_test: BP_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
-    return std::mt19937_64(seed);
-  }();
-  return g;
+  return bp_test::rng("cuda_plugin_test");
 }
 inline double uniform(double lo, double hi) {
   return std::uniform_real_distribution<double>(lo, hi)(rng());
@@ -120,106 +112,32 @@ inline size_t dsize(int dt) {
   return bp_dtype_size(dt);
 }
 
-// Stores v as dtype dt (float -> integer truncates through int64; x -> bool is x != 0).
-inline void encode(int dt, double v, void* p) {
-  switch (dt) {
-    case BP_DTYPE_F32: {
-      const float f = static_cast<float>(v);
-      std::memcpy(p, &f, 4);
-      break;
-    }
-    case BP_DTYPE_F64:
-      std::memcpy(p, &v, 8);
-      break;
-    case BP_DTYPE_F16: {
-      const uint16_t h = bp_float_to_f16(static_cast<float>(v));
-      std::memcpy(p, &h, 2);
-      break;
-    }
-    case BP_DTYPE_BF16: {
-      const uint16_t h = bp_float_to_bf16(static_cast<float>(v));
-      std::memcpy(p, &h, 2);
-      break;
-    }
-    case BP_DTYPE_I32: {
-      const auto x = static_cast<int32_t>(static_cast<int64_t>(v));
-      std::memcpy(p, &x, 4);
-      break;
-    }
-    case BP_DTYPE_I64: {
-      const auto x = static_cast<int64_t>(v);
-      std::memcpy(p, &x, 8);
-      break;
-    }
-    case BP_DTYPE_U8:
-      *static_cast<uint8_t*>(p) = static_cast<uint8_t>(static_cast<int64_t>(v));
-      break;
-    case BP_DTYPE_BOOL:
-      *static_cast<uint8_t*>(p) = v != 0.0 ? 1 : 0;
-      break;
-    default:
-      throw std::runtime_error("encode: bad dtype");
-  }
-}
-
-inline double decode(int dt, const void* p) {
-  return bp_load_element(p, dt, 0);
-}
-
-// v rounded to what dtype dt can hold.
+// Host encoding of one element, and v rounded to what dtype dt can hold (float -> integer
+// truncates through int64; x -> bool is x != 0): the shared definitions.
+using bp_test::decode;
+using bp_test::encode;
 inline double round_to(int dt, double v) {
-  unsigned char b[8];
-  encode(dt, v, b);
-  return decode(dt, b);
+  return bp_test::quantize(dt, v);
 }
 
 // Integer results wrap to the dtype's width.
 inline double wrap(int dt, double v) {
-  if (dt == BP_DTYPE_I32)
-    return static_cast<int32_t>(static_cast<uint32_t>(static_cast<int64_t>(v)));
-  if (dt == BP_DTYPE_U8) return static_cast<double>(static_cast<int64_t>(v) & 0xff);
-  return v;
+  if (dt != BP_DTYPE_I32 && dt != BP_DTYPE_U8) return v;
+  return static_cast<double>(bp_test::wrap_int(dt, static_cast<int64_t>(v)));
 }
 
-// Relative tolerance of one rounding step (plus slack) per dtype; 0 = exact.
+// The default relative tolerance of a dtype; 0 = exact.
 inline double tolerance(int dt) {
-  switch (dt) {
-    case BP_DTYPE_F32:
-      return 1e-5;
-    case BP_DTYPE_F64:
-      return 1e-12;
-    case BP_DTYPE_F16:
-      return 2e-3;
-    case BP_DTYPE_BF16:
-      return 1e-2;
-    default:
-      return 0.0;
-  }
+  return bp_test::default_rtol(dt);
 }
 
-// ||out - ref|| / ||ref|| <= tol (exact comparison when tol == 0); NaN must match NaN.
-inline ::testing::AssertionResult close(const std::vector<double>& out,
-                                        const std::vector<double>& ref, double tol) {
-  if (out.size() != ref.size())
-    return ::testing::AssertionFailure() << "size " << out.size() << " vs " << ref.size();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (std::isnan(ref[i]) || std::isnan(out[i])) {
-      if (std::isnan(ref[i]) != std::isnan(out[i]))
-        return ::testing::AssertionFailure()
-               << "element " << i << ": got " << out[i] << ", expected " << ref[i];
-      continue;
-    }
-    if (tol == 0.0 && out[i] != ref[i])
-      return ::testing::AssertionFailure()
-             << "element " << i << ": got " << out[i] << ", expected " << ref[i];
-    num += (out[i] - ref[i]) * (out[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  const double rel = std::sqrt(num) / std::max(std::sqrt(den), 1e-300);
-  if (tol > 0.0 && rel > tol && std::sqrt(num) > 1e-300)
-    return ::testing::AssertionFailure() << "relative error " << rel << " > " << tol;
-  return ::testing::AssertionSuccess();
+// out against the float64 reference as results of dtype dt, with the shared dtype-aware
+// tolerance (Note [Tolerance over the whole range] in backplane_test/compare.hpp): `tol` is the
+// relative tolerance (0: exact), `magnitude` the per-element size of what was accumulated.
+inline ::testing::AssertionResult close(int dt, const std::vector<double>& out,
+                                        const std::vector<double>& ref, double tol,
+                                        const std::vector<double>& magnitude = {}) {
+  return bp_test::all_close(dt, out, ref, {.rtol = tol, .magnitude = magnitude});
 }
 
 // ---- Device buffers and tensors --------------------------------------------------------------

@@ -1,16 +1,15 @@
-// Helpers of opencl_plugin_test.cpp: loading the plugin through dlopen and its one exported
-// symbol, host tensors (float64 values over an explicit view: shape, strides, offset) with
-// their upload to device buffers, outputs surrounded by guard elements, launches, and the
-// per-dtype comparison against a float64 reference.
+// Helpers of opencl_plugin_test.cpp: host tensors (float64 values over an explicit view: shape,
+// strides, offset) with their upload to device buffers, outputs surrounded by guard elements and
+// launches. Loading the plugin, the seed, the dtype encoders and the comparison with the float64
+// reference are the shared ones of tests/support/backplane_test.
 //
 // Everything runs on the test's thread. The plugin is loaded once per process, never unloaded.
 #pragma once
 
-#include <backplane/dtype_io.h>
-#include <backplane/half.h>
 #include <backplane/plugin_abi.h>
+#include <backplane_test/gtest_compare.hpp>
+#include <backplane_test/plugin_test.hpp>
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,30 +34,18 @@ struct Plugin {
   std::vector<bp_stream*> streams;  // one per device
 };
 
+// The plugin built beside this test (found relative to the test binary, so a copied build tree
+// works); BP_OPENCL_PLUGIN overrides it.
 inline Plugin load_plugin() {
   Plugin p;
-  // BP_OPENCL_PLUGIN overrides the path of the plugin built beside this test.
-  const char* path = std::getenv("BP_OPENCL_PLUGIN");
-  p.handle = dlopen(path && *path ? path : BP_OPENCL_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
-  if (!p.handle) {
-    p.error = std::string("dlopen failed: ") + dlerror();
+  bp_test::LoadedPlugin l =
+      bp_test::load_plugin(bp_test::beside_exe(BP_OPENCL_PLUGIN_REL, "BP_OPENCL_PLUGIN"));
+  p.handle = l.handle;
+  if (!l.api) {
+    p.error = l.error;
     return p;
   }
-  auto get = reinterpret_cast<bp_plugin_get_api_fn>(dlsym(p.handle, BP_PLUGIN_ENTRY_SYMBOL));
-  if (!get) {
-    p.error = "missing symbol " BP_PLUGIN_ENTRY_SYMBOL;
-    return p;
-  }
-  const bp_plugin_api* api = get(BP_ABI_MAJOR, BP_ABI_MINOR);
-  if (!api) {
-    p.error = "bp_plugin_get_api returned NULL";
-    return p;
-  }
-  if (bp_error* e = api->init()) {
-    p.error = std::string("init failed: ") + e->message;
-    api->error_free(e);
-    return p;
-  }
+  const bp_plugin_api* api = l.api;
   const char* reason = nullptr;
   p.devices = api->device_count(&reason);
   p.reason = reason ? reason : "(NULL)";
@@ -120,88 +107,19 @@ inline bool is_float(int32_t dt) {
 
 // Wraps an integer to a dtype's range (two's complement), as the kernels do.
 inline int64_t wrap(int32_t dt, int64_t v) {
-  switch (dt) {
-    case BP_DTYPE_I32:
-      return static_cast<int32_t>(static_cast<uint32_t>(v));
-    case BP_DTYPE_U8:
-      return static_cast<uint8_t>(v);
-    case BP_DTYPE_BOOL:
-      return v != 0;
-    default:
-      return v;
-  }
+  return bp_test::wrap_int(dt, v);
 }
+// Float -> integer as the catalogue defines it (truncation, NaN 0, saturation to int64), the value
+// a dtype stores for x, and the host encoding of one element: the shared definitions.
+using bp_test::decode;
+using bp_test::encode;
+using bp_test::quantize;
+using bp_test::trunc_i64;
 
-// Float -> integer as the catalogue defines it: truncation, NaN 0, saturation to int64.
-inline int64_t trunc_i64(double v) {
-  if (std::isnan(v)) return 0;
-  if (v >= 9223372036854775807.0) return INT64_MAX;
-  if (v <= -9223372036854775808.0) return INT64_MIN;
-  return static_cast<int64_t>(v);
-}
-
-// The value a dtype stores for x (rounding for floats, conversion rules for integers).
-inline double quantize(int32_t dt, double x) {
-  switch (dt) {
-    case BP_DTYPE_F32:
-      return static_cast<float>(x);
-    case BP_DTYPE_F64:
-      return x;
-    case BP_DTYPE_F16:
-      return bp_f16_to_float(bp_float_to_f16(static_cast<float>(x)));
-    case BP_DTYPE_BF16:
-      return bp_bf16_to_float(bp_float_to_bf16(static_cast<float>(x)));
-    case BP_DTYPE_BOOL:
-      return x != 0.0 ? 1.0 : 0.0;
-    default:
-      return static_cast<double>(wrap(dt, trunc_i64(x)));
-  }
-}
-
-inline void encode(int32_t dt, double x, unsigned char* p) {
-  auto put = [&](auto v) { std::memcpy(p, &v, sizeof v); };
-  switch (dt) {
-    case BP_DTYPE_F32:
-      put(static_cast<float>(x));
-      break;
-    case BP_DTYPE_F64:
-      put(x);
-      break;
-    case BP_DTYPE_F16:
-      put(bp_float_to_f16(static_cast<float>(x)));
-      break;
-    case BP_DTYPE_BF16:
-      put(bp_float_to_bf16(static_cast<float>(x)));
-      break;
-    case BP_DTYPE_I32:
-      put(static_cast<int32_t>(wrap(dt, trunc_i64(x))));
-      break;
-    case BP_DTYPE_I64:
-      put(trunc_i64(x));
-      break;
-    case BP_DTYPE_U8:
-      put(static_cast<uint8_t>(wrap(dt, trunc_i64(x))));
-      break;
-    default:
-      put(static_cast<uint8_t>(x != 0.0));
-      break;
-  }
-}
-
-inline double decode(int32_t dt, const unsigned char* p) {
-  return bp_load_element(p, dt, 0);
-}
-
-// Fresh random numbers: a new seed per process, printed so a failure can be replayed with
+// Fresh random numbers: the shared seed of the run, printed so a failure can be replayed with
 // BP_TEST_SEED.
 inline std::mt19937_64& rng() {
-  static std::mt19937_64 r = [] {
-    uint64_t seed = std::random_device{}();
-    if (const char* s = std::getenv("BP_TEST_SEED")) seed = std::strtoull(s, nullptr, 10);
-    std::printf("[opencl test] BP_TEST_SEED=%llu\n", static_cast<unsigned long long>(seed));
-    return std::mt19937_64(seed);
-  }();
-  return r;
+  return bp_test::rng("opencl_plugin_test");
 }
 
 enum class Range { kAny, kPositive, kSmall };
@@ -445,59 +363,16 @@ inline bp_error* launch(int32_t dev, const char* op, int32_t dtype,
 
 // ---- Comparison ------------------------------------------------------------------------------
 
-// Relative tolerance ||out - ref|| / ||ref|| per dtype (results rounded once in the dtype).
-inline double tolerance(int32_t dt) {
-  switch (dt) {
-    case BP_DTYPE_F32:
-      return 1e-5;
-    case BP_DTYPE_F64:
-      return 1e-12;
-    case BP_DTYPE_F16:
-      return 2e-3;
-    case BP_DTYPE_BF16:
-      return 1.6e-2;
-    default:
-      return 0;
-  }
-}
-
-// Compares device output with the float64 reference: exactly for integer and bool dtypes,
-// by relative norm (and a looser per-element bound) for floating-point ones. NaN must match
-// NaN.
+// Compares device output with the float64 reference through the shared dtype-aware tolerance
+// (Note [Tolerance over the whole range] in backplane_test/compare.hpp): exactly for integer and
+// bool dtypes (and when tol_scale is 0), by relative norm with the subnormal floor for floating
+// ones. NaN must match NaN.
 inline void expect_close(const std::vector<double>& out, const std::vector<double>& ref, int32_t dt,
                          const std::string& what, double tol_scale = 1.0) {
-  ASSERT_EQ(out.size(), ref.size()) << what;
-  if (!is_float(dt)) {
-    size_t bad = 0;
-    for (size_t i = 0; i < out.size(); ++i) {
-      if (out[i] != ref[i] && bad++ < 5)
-        ADD_FAILURE() << what << ": element " << i << " is " << out[i] << ", expected " << ref[i];
-    }
-    EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << out.size() << " elements differ";
-    return;
-  }
-  double num = 0, den = 0, tol = tolerance(dt) * tol_scale;
-  size_t bad = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (std::isnan(ref[i]) || std::isnan(out[i])) {
-      if (std::isnan(ref[i]) != std::isnan(out[i]) && bad++ < 5)
-        ADD_FAILURE() << what << ": element " << i << " is " << out[i] << ", expected " << ref[i];
-      continue;
-    }
-    if (std::isinf(ref[i]) || std::isinf(out[i])) {
-      if (out[i] != ref[i] && bad++ < 5)
-        ADD_FAILURE() << what << ": element " << i << " is " << out[i] << ", expected " << ref[i];
-      continue;
-    }
-    double d = out[i] - ref[i];
-    num += d * d;
-    den += ref[i] * ref[i];
-    if (std::fabs(d) > 16 * tol * std::max(std::fabs(ref[i]), 1.0) && bad++ < 5)
-      ADD_FAILURE() << what << ": element " << i << " is " << out[i] << ", expected " << ref[i];
-  }
-  EXPECT_EQ(bad, 0u) << what;
-  double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  EXPECT_LE(rel, tol) << what << ": relative error " << rel;
+  bp_test::Tolerance tol;
+  if (tol_scale == 0) tol.rtol = 0;
+  tol.scale = tol_scale;
+  EXPECT_TRUE(bp_test::all_close(dt, out, ref, tol)) << what;
 }
 
 }  // namespace bpt

@@ -1,9 +1,17 @@
-// Umbrella header: everything a Backplane program uses.
+// Umbrella header: everything a Backplane program uses, every public header of
+// core/include/backplane (checked by the test docs.umbrella_header).
 #pragma once
 
 #include <backplane/device.hpp>
+#include <backplane/dist.hpp>
+#include <backplane/dist_store.hpp>
 #include <backplane/dtype.hpp>
 #include <backplane/errors.hpp>
+#include <backplane/export.hpp>
+#include <backplane/nn.hpp>
 #include <backplane/ops.hpp>
+#include <backplane/parallel.hpp>
 #include <backplane/runtime.hpp>
+#include <backplane/serialize.hpp>
 #include <backplane/tensor.hpp>
+#include <backplane/train.hpp>

@@ -24,11 +24,17 @@
 //   for in-memory parsing) and names the key.
 //
 // Note [Atomic save]
-//   save() writes to a temporary file beside the target (<path>.tmp.<pid>.<n>), flushes and
-//   fsyncs it, renames it over the target and fsyncs the folder. If anything fails on the way
-//   (a device read, a full disk, a write error) the temporary file is removed and the previous
-//   file at `path`, if any, is left as it was; the error is an IOError naming the path and the
-//   system's reason.
+//   save() writes to a temporary file beside the target, fsyncs it, renames it over the target
+//   and fsyncs the folder. If anything fails on the way (a device read, a full disk, a write
+//   error) the temporary file is removed and the previous file at `path`, if any, is left as it
+//   was; the error is an IOError naming the path and the system's reason.
+//   Nothing is left behind when the process dies mid-save (SIGKILL, a crash): where the file
+//   system supports O_TMPFILE (ext4, xfs, btrfs, tmpfs) the temporary has no name until it is
+//   complete (linkat names it "<path>.tmp.<host>.<pid>.<n>" just before the rename). Elsewhere
+//   it is created under that name, and every save first removes the temporaries of `path` that
+//   dead processes of the same host left (also the "<path>.tmp.<pid>.<n>" of older versions).
+//   A process in another PID namespace on the same host and folder can look dead: its save then
+//   fails with an IOError and its target stays intact.
 //
 // Thread-safety: the functions may run concurrently on different paths; saving a module while
 // another thread changes it (to(), load) is a race.

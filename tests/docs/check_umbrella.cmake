@@ -1,0 +1,15 @@
+# cmake -DHEADERS_DIR=<core/include/backplane> -P check_umbrella.cmake
+# Fails unless backplane.hpp includes every other public header of that folder.
+file(GLOB headers RELATIVE "${HEADERS_DIR}" "${HEADERS_DIR}/*.hpp")
+file(READ "${HEADERS_DIR}/backplane.hpp" umbrella)
+set(missing "")
+foreach(h IN LISTS headers)
+  if(NOT h STREQUAL "backplane.hpp" AND NOT umbrella MATCHES "#include <backplane/${h}>")
+    list(APPEND missing "${h}")
+  endif()
+endforeach()
+if(missing)
+  message(FATAL_ERROR "backplane.hpp does not include: ${missing}")
+endif()
+list(LENGTH headers n)
+message(STATUS "backplane.hpp includes all ${n} public headers but itself")
