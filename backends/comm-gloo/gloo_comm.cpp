@@ -265,8 +265,42 @@ std::string describe(const char* op, uint64_t count, int32_t dtype, const std::s
          (extra.empty() ? "" : " (" + extra + ")");
 }
 
-// The slot of point-to-point transfers; Gloo's collectives use prefixes 0x01-0x08.
+// The slots of point-to-point transfers and their headers; Gloo's collectives use prefixes
+// 0x01-0x08.
 const uint64_t kP2PSlot = gloo::Slot::build(0x7e, 0);
+const uint64_t kP2PHeaderSlot = gloo::Slot::build(0x7d, 0);
+
+// Note [Call guard]
+//   Gloo ends the process (gloo::EnforceNotMet thrown on its I/O thread, so std::terminate) when
+//   a peer sends more bytes than the receiving operation posted, which is exactly what ranks
+//   that called different collectives or sizes do. So before a collective's payload moves, the
+//   ranks all_gather a fixed-size CallHeader (kind, dtype, count, reduction or root) and compare
+//   them; a difference fails the operation with BP_ERROR_INVALID_ARGUMENT naming every rank's
+//   call, on every rank, and no payload byte is sent (core's own check then reports the cause as
+//   a MismatchError). Point to point: the sender sends its 24-byte header first, and the receiver
+//   posts the payload buffer only once the header matches its call. Cost: one all_gather of
+//   24 bytes per rank per collective, tens of microseconds on a local link.
+struct WireHeader {
+  int32_t kind, dtype;
+  uint64_t count;
+  int64_t extra;
+};
+static_assert(sizeof(WireHeader) == 24);
+
+WireHeader wire(const CallHeader& h) {
+  return WireHeader{h.kind, h.dtype, h.count, h.extra};
+}
+CallHeader unwire(const WireHeader& w) {
+  CallHeader h;
+  h.kind = w.kind;
+  h.dtype = w.dtype;
+  h.count = w.count;
+  h.extra = w.extra;
+  return h;
+}
+bool same(const WireHeader& a, const WireHeader& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.count == b.count && a.extra == b.extra;
+}
 
 // The address Gloo listens on (Note [Gloo interface] in README.md).
 gloo::transport::tcp::attr listen_attr(const bp_comm_config& cfg) {
@@ -336,6 +370,30 @@ Comm::Comm(const bp_comm_config& cfg, const bp_comm_host& host)
 Comm::~Comm() {
   collectives_.stop();
   p2p_waits_.stop();
+  std::vector<Receiver> rs;
+  {
+    std::lock_guard<std::mutex> l(receivers_mu_);
+    rs.swap(receivers_);
+  }
+  for (Receiver& r : rs) r.thread.join();
+}
+
+void Comm::start_receiver(std::function<void()> job) {
+  std::lock_guard<std::mutex> l(receivers_mu_);
+  // Join the receivers that have finished, so a long run keeps only the pending ones.
+  auto finished = [](Receiver& r) {
+    if (!r.done->load()) return false;
+    r.thread.join();
+    return true;
+  };
+  receivers_.erase(std::remove_if(receivers_.begin(), receivers_.end(), finished),
+                   receivers_.end());
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  receivers_.push_back(Receiver{std::thread([job = std::move(job), done] {
+                                  job();
+                                  done->store(true);
+                                }),
+                                done});
 }
 
 std::string Comm::where() const {
@@ -370,10 +428,43 @@ void Comm::record(Op& op, std::exception_ptr e) {
   op.finish(code, text, native);
 }
 
-std::shared_ptr<Op> Comm::run(std::string what, std::function<void()> body) {
+std::string CallHeader::str() const {
+  static const char* kinds[] = {
+      "?", "all_reduce", "broadcast", "all_gather", "reduce_scatter", "barrier", "send/recv"};
+  const char* k = kind >= 1 && kind <= 6 ? kinds[kind] : kinds[0];
+  if (kind == 5) return k;
+  std::string out = std::string(k) + " of " + std::to_string(count) + " " +
+                    (dtype >= 0 && dtype < BP_DTYPE_COUNT ? bp_dtype_name(dtype) : "?");
+  if (kind == 1 || kind == 4)
+    out += std::string(" (") +
+           (extra >= 0 && extra < 4 ? bp_reduce_op_name(static_cast<int32_t>(extra)) : "?") + ")";
+  if (kind == 2) out += " (root " + std::to_string(extra) + ")";
+  return out;
+}
+
+void Comm::guard(const CallHeader& call, const std::string& what) {
+  std::vector<WireHeader> all(static_cast<size_t>(size_));
+  all[static_cast<size_t>(rank_)] = wire(call);
+  gloo::AllgatherOptions o(context_);
+  o.setOutput<uint8_t>(reinterpret_cast<uint8_t*>(all.data()), all.size() * sizeof(WireHeader));
+  o.setTimeout(timeout_);
+  gloo::allgather(o);
+  bool differ = false;
+  for (const WireHeader& h : all) differ = differ || !same(h, all[0]);
+  if (!differ) return;
+  std::string calls;
+  for (int r = 0; r < size_; ++r)
+    calls += (r ? "; rank " : "rank ") + std::to_string(r) + " called " +
+             unwire(all[static_cast<size_t>(r)]).str();
+  fail(BP_ERROR_INVALID_ARGUMENT,
+       what + ": the ranks called different collectives (" + calls + "); nothing was sent");
+}
+
+std::shared_ptr<Op> Comm::run(std::string what, const CallHeader& call,
+                              std::function<void()> body) {
   auto op = std::make_shared<Op>();
   op->what = std::move(what);
-  collectives_.push([this, op, body = std::move(body)] {
+  collectives_.push([this, op, call, body = std::move(body)] {
     {
       std::lock_guard<std::mutex> l(failed_mu_);
       if (aborted_.load() || !failed_.empty()) {
@@ -385,6 +476,7 @@ std::shared_ptr<Op> Comm::run(std::string what, std::function<void()> body) {
       }
     }
     try {
+      guard(call, op->what);
       body();
       op->finish();
     } catch (...) {
@@ -399,30 +491,31 @@ std::shared_ptr<Op> Comm::all_reduce(const void* send, void* recv, uint64_t coun
   check_args(dtype, op, true, "all_reduce");
   Reduce fn = reduction(dtype, op);
   size_t es = bp_dtype_size(dtype);
-  return run(describe("all_reduce", count, dtype, bp_reduce_op_name(op)), [=, this] {
-    if (count == 0) return;
-    if (send != recv) std::memcpy(recv, send, count * es);
-    gloo::AllreduceOptions o(context_);
-    // Gloo counts elements of sizeof(T): describe them by their real size.
-    switch (es) {
-      case 1:
-        o.setOutput<uint8_t>(static_cast<uint8_t*>(recv), count);
-        break;
-      case 2:
-        o.setOutput<uint16_t>(static_cast<uint16_t*>(recv), count);
-        break;
-      case 4:
-        o.setOutput<uint32_t>(static_cast<uint32_t*>(recv), count);
-        break;
-      default:
-        o.setOutput<uint64_t>(static_cast<uint64_t*>(recv), count);
-        break;
-    }
-    o.setReduceFunction(fn);
-    o.setTimeout(timeout_);
-    gloo::allreduce(o);
-    if (op == BP_REDUCE_AVG) divide(recv, count, dtype, size_);
-  });
+  return run(describe("all_reduce", count, dtype, bp_reduce_op_name(op)),
+             CallHeader{1, dtype, count, op}, [=, this] {
+               if (count == 0) return;
+               if (send != recv) std::memcpy(recv, send, count * es);
+               gloo::AllreduceOptions o(context_);
+               // Gloo counts elements of sizeof(T): describe them by their real size.
+               switch (es) {
+                 case 1:
+                   o.setOutput<uint8_t>(static_cast<uint8_t*>(recv), count);
+                   break;
+                 case 2:
+                   o.setOutput<uint16_t>(static_cast<uint16_t*>(recv), count);
+                   break;
+                 case 4:
+                   o.setOutput<uint32_t>(static_cast<uint32_t*>(recv), count);
+                   break;
+                 default:
+                   o.setOutput<uint64_t>(static_cast<uint64_t*>(recv), count);
+                   break;
+               }
+               o.setReduceFunction(fn);
+               o.setTimeout(timeout_);
+               gloo::allreduce(o);
+               if (op == BP_REDUCE_AVG) divide(recv, count, dtype, size_);
+             });
 }
 
 std::shared_ptr<Op> Comm::broadcast(const void* send, void* recv, uint64_t count, int32_t dtype,
@@ -432,21 +525,22 @@ std::shared_ptr<Op> Comm::broadcast(const void* send, void* recv, uint64_t count
     fail(BP_ERROR_INVALID_ARGUMENT,
          "broadcast: root " + std::to_string(root) + " is not a rank of " + std::to_string(size_));
   size_t es = bp_dtype_size(dtype);
-  return run(describe("broadcast", count, dtype, "root " + std::to_string(root)), [=, this] {
-    if (count == 0) return;
-    if (rank_ == root && send && send != recv) std::memcpy(recv, send, count * es);
-    gloo::BroadcastOptions o(context_);
-    o.setOutput<uint8_t>(static_cast<uint8_t*>(recv), count * es);
-    o.setRoot(root);
-    o.setTimeout(timeout_);
-    gloo::broadcast(o);
-  });
+  return run(describe("broadcast", count, dtype, "root " + std::to_string(root)),
+             CallHeader{2, dtype, count, root}, [=, this] {
+               if (count == 0) return;
+               if (rank_ == root && send && send != recv) std::memcpy(recv, send, count * es);
+               gloo::BroadcastOptions o(context_);
+               o.setOutput<uint8_t>(static_cast<uint8_t*>(recv), count * es);
+               o.setRoot(root);
+               o.setTimeout(timeout_);
+               gloo::broadcast(o);
+             });
 }
 
 std::shared_ptr<Op> Comm::all_gather(const void* send, void* recv, uint64_t count, int32_t dtype) {
   check_args(dtype, 0, false, "all_gather");
   size_t bytes = count * bp_dtype_size(dtype);
-  return run(describe("all_gather", count, dtype), [=, this] {
+  return run(describe("all_gather", count, dtype), CallHeader{3, dtype, count, 0}, [=, this] {
     if (count == 0) return;
     char* mine = static_cast<char*>(recv) + static_cast<size_t>(rank_) * bytes;
     if (send != mine) std::memcpy(mine, send, bytes);
@@ -465,38 +559,39 @@ std::shared_ptr<Op> Comm::reduce_scatter(const void* send, void* recv, uint64_t 
   check_args(dtype, op, true, "reduce_scatter");
   Reduce fn = reduction(dtype, op);
   size_t es = bp_dtype_size(dtype);
-  return run(describe("reduce_scatter", count, dtype, bp_reduce_op_name(op)), [=, this] {
-    if (count == 0) return;
-    size_t total = count * static_cast<size_t>(size_);
-    std::vector<uint64_t> scratch((total * es + 7) / 8);
-    std::memcpy(scratch.data(), send, total * es);
-    gloo::AllreduceOptions o(context_);
-    switch (es) {
-      case 1:
-        o.setOutput<uint8_t>(reinterpret_cast<uint8_t*>(scratch.data()), total);
-        break;
-      case 2:
-        o.setOutput<uint16_t>(reinterpret_cast<uint16_t*>(scratch.data()), total);
-        break;
-      case 4:
-        o.setOutput<uint32_t>(reinterpret_cast<uint32_t*>(scratch.data()), total);
-        break;
-      default:
-        o.setOutput<uint64_t>(scratch.data(), total);
-        break;
-    }
-    o.setReduceFunction(fn);
-    o.setTimeout(timeout_);
-    gloo::allreduce(o);
-    const char* chunk =
-        reinterpret_cast<const char*>(scratch.data()) + static_cast<size_t>(rank_) * count * es;
-    std::memcpy(recv, chunk, count * es);
-    if (op == BP_REDUCE_AVG) divide(recv, count, dtype, size_);
-  });
+  return run(describe("reduce_scatter", count, dtype, bp_reduce_op_name(op)),
+             CallHeader{4, dtype, count, op}, [=, this] {
+               if (count == 0) return;
+               size_t total = count * static_cast<size_t>(size_);
+               std::vector<uint64_t> scratch((total * es + 7) / 8);
+               std::memcpy(scratch.data(), send, total * es);
+               gloo::AllreduceOptions o(context_);
+               switch (es) {
+                 case 1:
+                   o.setOutput<uint8_t>(reinterpret_cast<uint8_t*>(scratch.data()), total);
+                   break;
+                 case 2:
+                   o.setOutput<uint16_t>(reinterpret_cast<uint16_t*>(scratch.data()), total);
+                   break;
+                 case 4:
+                   o.setOutput<uint32_t>(reinterpret_cast<uint32_t*>(scratch.data()), total);
+                   break;
+                 default:
+                   o.setOutput<uint64_t>(scratch.data(), total);
+                   break;
+               }
+               o.setReduceFunction(fn);
+               o.setTimeout(timeout_);
+               gloo::allreduce(o);
+               const char* chunk = reinterpret_cast<const char*>(scratch.data()) +
+                                   static_cast<size_t>(rank_) * count * es;
+               std::memcpy(recv, chunk, count * es);
+               if (op == BP_REDUCE_AVG) divide(recv, count, dtype, size_);
+             });
 }
 
 std::shared_ptr<Op> Comm::barrier() {
-  return run("barrier", [this] {
+  return run("barrier", CallHeader{5, 0, 0, 0}, [this] {
     gloo::BarrierOptions o(context_);
     o.setTimeout(timeout_);
     gloo::barrier(o);
@@ -522,20 +617,40 @@ std::shared_ptr<Op> Comm::p2p(bool is_send, void* buf, uint64_t count, int32_t d
     return op;
   }
   size_t bytes = count * bp_dtype_size(dtype);
-  std::shared_ptr<gloo::transport::UnboundBuffer> ub;
+  // The header goes first; the receiver posts the payload once it matches (Note [Call guard]).
+  auto header = std::make_shared<WireHeader>(wire(CallHeader{6, dtype, count, 0}));
+  auto theirs = std::make_shared<WireHeader>();
+  std::shared_ptr<gloo::transport::UnboundBuffer> hb, ub;
   try {
-    ub = context_->createUnboundBuffer(buf, bytes);
-    if (is_send)
+    if (is_send) {
+      hb = context_->createUnboundBuffer(header.get(), sizeof(WireHeader));
+      hb->send(peer, kP2PHeaderSlot);
+      ub = context_->createUnboundBuffer(buf, bytes);
       ub->send(peer, kP2PSlot);
-    else
-      ub->recv(peer, kP2PSlot);
+    } else {
+      hb = context_->createUnboundBuffer(theirs.get(), sizeof(WireHeader));
+      hb->recv(peer, kP2PHeaderSlot);
+    }
   } catch (...) {
     record(*op, std::current_exception());
     return op;
   }
-  p2p_waits_.push([this, op, ub, is_send] {
+  // A send is posted whole at once, so its waits queue on one worker; a receive posts its
+  // payload only after the header, so each waits on a thread of its own (receives complete in
+  // whatever order their peers send, as with NCCL and MPI).
+  auto job = [this, op, hb, ub, header, theirs, is_send, buf, bytes, peer]() mutable {
     try {
-      bool ok = is_send ? ub->waitSend(timeout_) : ub->waitRecv(timeout_);
+      bool ok = is_send ? hb->waitSend(timeout_) : hb->waitRecv(timeout_);
+      if (ok && !is_send) {
+        if (!same(*header, *theirs))
+          fail(BP_ERROR_INVALID_ARGUMENT, "rank " + std::to_string(peer) + " sent " +
+                                              unwire(*theirs).str() + ", rank " +
+                                              std::to_string(rank_) + " posted a receive of " +
+                                              unwire(*header).str() + "; nothing was received");
+        ub = context_->createUnboundBuffer(buf, bytes);
+        ub->recv(peer, kP2PSlot);
+      }
+      if (ok) ok = is_send ? ub->waitSend(timeout_) : ub->waitRecv(timeout_);
       if (!ok) {
         op->finish(BP_COMM_ERROR_ABORTED, "gloo " + op->what + " on " + where() + " was aborted");
         return;
@@ -544,7 +659,11 @@ std::shared_ptr<Op> Comm::p2p(bool is_send, void* buf, uint64_t count, int32_t d
     } catch (...) {
       record(*op, std::current_exception());
     }
-  });
+  };
+  if (is_send)
+    p2p_waits_.push(std::move(job));
+  else
+    start_receiver(std::move(job));
   return op;
 }
 

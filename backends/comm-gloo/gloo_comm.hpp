@@ -28,6 +28,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace bp::gloo_comm {
 
@@ -69,6 +70,15 @@ class Worker {
   std::thread thread_;
 };
 
+// What a rank called, exchanged before the payload moves (Note [Call guard]).
+struct CallHeader {
+  int32_t kind = 0;  // 1 all_reduce, 2 broadcast, 3 all_gather, 4 reduce_scatter, 5 barrier, 6 p2p
+  int32_t dtype = 0;
+  uint64_t count = 0;
+  int64_t extra = 0;  // reduction or root
+  std::string str() const;
+};
+
 class Comm {
  public:
   Comm(const bp_comm_config& config, const bp_comm_host& host);  // throws sdk::Failure
@@ -90,8 +100,10 @@ class Comm {
   int size() const { return size_; }
 
  private:
-  // Queues `body` on the worker; exceptions become the op's error (Note [Gloo threads]).
-  std::shared_ptr<Op> run(std::string what, std::function<void()> body);
+  // Queues `body` on the worker after the call guard (Note [Call guard]); exceptions become the
+  // op's error (Note [Gloo threads]).
+  std::shared_ptr<Op> run(std::string what, const CallHeader& call, std::function<void()> body);
+  void guard(const CallHeader& call, const std::string& what);
   std::shared_ptr<Op> p2p(bool is_send, void* buf, uint64_t count, int32_t dtype, int32_t peer);
   void record(Op& op, std::exception_ptr e);
   std::string where() const;
@@ -104,6 +116,14 @@ class Comm {
   std::mutex failed_mu_;
   std::string failed_;  // the first failure: later operations fail at once with it
   Worker collectives_, p2p_waits_;
+  // Receives waiting for their header, then their payload (Note [Call guard]).
+  struct Receiver {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  void start_receiver(std::function<void()> job);
+  std::mutex receivers_mu_;
+  std::vector<Receiver> receivers_;
 };
 
 }  // namespace bp::gloo_comm
