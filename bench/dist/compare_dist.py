@@ -18,6 +18,8 @@ def results(path, kind):
         return out
     for line in open(path, errors="replace"):
         parts = line.split()
+        if len(parts) >= 3 and parts[0] == "[rank":  # bp-run's prefix "[rank R] "
+            parts = parts[2:]
         if len(parts) >= 2 and parts[0] == "RESULT" and parts[1] == kind:
             out.append(parts[2:])
     return out

@@ -56,8 +56,12 @@ run() {  # run NAME LIMIT_S CMD...
     "$rc" $((SECONDS - t0)) "$last")")
   return $rc
 }
+# torchrun N SCRIPT ARGS... as a command for run() (timeout runs programs, not shell functions).
 # PyTorch brings its own libraries: none of the bundle's (LD_LIBRARY_PATH) may shadow them.
-torchrun() { LD_LIBRARY_PATH= python3 -m torch.distributed.run --standalone --nproc_per_node="$1" "${@:2}"; }
+torchrun_cmd() {
+  echo env LD_LIBRARY_PATH= python3 -m torch.distributed.run --standalone \
+    --nproc_per_node="$1" "${@:2}"
+}
 
 run smi 60 "$build/tools/bp-smi"
 grep -A1 "comm-nccl" "$out/smi.txt" | head -n 2
@@ -67,10 +71,10 @@ run collectives 240 "$build/bin/bp-run" -n "$n" "$build/bin/bp_dist_rank" collec
   --device local
 run ddp 120 "$build/bin/bp-run" -n "$n" "$build/bin/bp_dist_rank" ddp
 run bp_collectives 200 "$build/bin/bp-run" -n "$n" "$build/bin/bp-bench-dist" collectives
-run torch_collectives 200 torchrun "$n" "$top/bench/dist/torch_dist.py" collectives
+run torch_collectives 200 $(torchrun_cmd "$n" "$top/bench/dist/torch_dist.py" collectives)
 for w in 1 "$n"; do
   run "bp_ddp$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" ddp
-  run "torch_ddp$w" 200 torchrun "$w" "$top/bench/dist/torch_dist.py" ddp
+  run "torch_ddp$w" 200 $(torchrun_cmd "$w" "$top/bench/dist/torch_dist.py" ddp)
   run "bp_curve$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" curve
 done
 python3 "$top/bench/dist/compare_dist.py" "$out" "$n" | tee "$out/table.txt"
