@@ -43,7 +43,8 @@ PluginReport load_library(const std::string& path, const bp_plugin_api** out_api
 // struct_size covers them. Reads nothing past api->struct_size, calls no slot; the strings it
 // reads must be NUL-terminated or NULL. Used by load_library and by the fuzz target
 // tests/fuzz/fuzz_plugin_table.cpp on tables in memory.
-std::string check_plugin_table(const bp_plugin_api* api, PluginReport& r);
+// Exported deliberately for that fuzz target (this header is not installed).
+BP_API std::string check_plugin_table(const bp_plugin_api* api, PluginReport& r);
 
 // The registry options of a configuration (BACKPLANE_PLUGIN_PATH first).
 RegistryOptions options_from(const Config& c);

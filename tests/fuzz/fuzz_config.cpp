@@ -1,12 +1,11 @@
 // libFuzzer target: the config file, read through exactly the code path of BACKPLANE_CONFIG
-// (bp::detail::load_config(): config_file_path() then the TOML reader). Each input becomes the
+// (bp::Config::load(): config_file_path() then the TOML reader). Each input becomes the
 // contents of an in-memory file (memfd) that BACKPLANE_CONFIG names. Any input must either give
 // a configuration or throw bp::IOError naming the file; no crash (AddressSanitizer), no other
 // exception. An accepted file's settings are the ones the grammar allows.
 #include <backplane/errors.hpp>
 #include <backplane/runtime.hpp>
 
-#include "config_internal.hpp"
 
 #include <sys/mman.h>
 #include <unistd.h>
@@ -48,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   bp::Config c;
   try {
-    c = bp::detail::load_config();
+    c = bp::Config::load();
   } catch (const bp::IOError& e) {
     check(std::string(e.what()).find(g_path) != std::string::npos);
     return 0;

@@ -30,13 +30,9 @@ step compare python3 bench/compare.py --bp "$build/bin/bp-bench" --device cuda:0
   --repeat "$repeat" --json "$out/compare-cuda0.json"
 
 # The MLP forward: bp-bench-mlp prints Backplane's and PyTorch's medians per device; repeat it
-# and take the median of the medians.
-mlp() {
-  for ((i = 1; i <= repeat; i++)); do
-    "$build/bin/bp-bench-mlp" --device cuda:0 || return 1
-  done
-}
-step mlp mlp
+# and take the median of the medians (a bash -c loop: timeout runs programs, not functions).
+step mlp bash -c 'for ((i = 1; i <= $0; i++)); do "$1" --device cuda:0 || exit 1; done' \
+  "$repeat" "$build/bin/bp-bench-mlp"
 python3 - "$out/mlp.log" "$repeat" <<'PY' | tee "$out/mlp-medians.txt"
 import re, statistics, sys
 # Rows of bp-bench-mlp's table: "cuda:0   |  59.7 us  61.0 us |  92.5 us  95.1 us | 0.65x 0.64x"

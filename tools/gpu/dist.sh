@@ -3,6 +3,7 @@
 # GPUs of one machine, N ranks (one process per GPU). For the 2 x H200 machine:
 #   bash tools/gpu/dist.sh BUILD_DIR            (N = 2)
 #   bash tools/gpu/dist.sh BUILD_DIR -n 4       (bigger machines)
+#   bash tools/gpu/dist.sh BUILD_DIR --batch 4096   (training batch per GPU; default 1024)
 # Logs under $OUT (else ./dist-out). Steps, each under a time limit:
 #   smi             bp-smi: comm-nccl loaded and available (NCCL from PyTorch's pip packages)
 #   conformance     bp-conformance --comm nccl --world-size N: every collective, dtype and
@@ -21,9 +22,11 @@ set -uo pipefail
 build=${1:?usage: bash tools/gpu/dist.sh BUILD_DIR [-n N]}
 shift
 n=2
+batch=1024  # per GPU in the training comparison
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) n=$2; shift 2 ;;
+    --batch) batch=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -73,8 +76,8 @@ run ddp 120 "$build/bin/bp-run" -n "$n" "$build/bin/bp_dist_rank" ddp
 run bp_collectives 200 "$build/bin/bp-run" -n "$n" "$build/bin/bp-bench-dist" collectives
 run torch_collectives 200 $(torchrun_cmd "$n" "$top/bench/dist/torch_dist.py" collectives)
 for w in 1 "$n"; do
-  run "bp_ddp$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" ddp
-  run "torch_ddp$w" 200 $(torchrun_cmd "$w" "$top/bench/dist/torch_dist.py" ddp)
+  run "bp_ddp$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" ddp --batch "$batch"
+  run "torch_ddp$w" 200 $(torchrun_cmd "$w" "$top/bench/dist/torch_dist.py" ddp --batch "$batch")
   run "bp_curve$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" curve
 done
 python3 "$top/bench/dist/compare_dist.py" "$out" "$n" | tee "$out/table.txt"

@@ -35,6 +35,12 @@ if [ "${1:-}" = build ]; then
   find "$tmp" -name '*.so' -print0 | xargs -0 ldd 2>/dev/null | awk '/=> \//{print $3}' |
     sort -u | grep -E '^/(usr/)?lib' | grep -Ev "$skip" | while read -r lib; do cp -L "$lib" "$out/lib/"; done
   rm -rf "$tmp"
+  # The CPU plugin's BLAS libraries (oneDNN, OpenBLAS: ~75 MiB) go xz-compressed, so the carried
+  # folder stays under the device tool's 64 MiB; the run below unpacks them.
+  packed=$(cd "$out/lib" && ls libdnnl.so* libopenblas.so* 2>/dev/null || true)
+  if [ -n "$packed" ]; then
+    (cd "$out/lib" && tar -cJf ../lib-packed.tar.xz $packed && rm -f $packed)
+  fi
   ls -la "$out" "$out/lib"
   echo "carry .device/python ($(du -sh "$out" | cut -f1)); run: bash tools/gpu/python.sh"
   exit 0
@@ -55,12 +61,20 @@ else
   [ -d "$site/../lib" ] && export LD_LIBRARY_PATH="$site/../lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+if [ -f .device/python/lib-packed.tar.xz ]; then
+  unpacked=$(mktemp -d)
+  tar -xJf .device/python/lib-packed.tar.xz -C "$unpacked"
+  export LD_LIBRARY_PATH="$unpacked${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
 for d in .device/python/lib .device/lib; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="$top/$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
-# NVIDIA's OpenCL driver is not registered with the ICD loader there (tools/device-check.sh).
-if [ -e /usr/local/nvidia/lib64/libnvidia-opencl.so.1 ] && [ -z "${OCL_ICD_FILENAMES:-}" ]; then
-  export OCL_ICD_FILENAMES=/usr/local/nvidia/lib64/libnvidia-opencl.so.1
+# NVIDIA's OpenCL driver is not registered with the ICD loader there: a vendors folder holding
+# an nvidia.icd that names it selects it (README.md, "OpenCL on NVIDIA").
+if [ -e /usr/local/nvidia/lib64/libnvidia-opencl.so.1 ] && [ -z "${OCL_ICD_VENDORS:-}" ]; then
+  mkdir -p "$out/opencl-vendors"
+  echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > "$out/opencl-vendors/nvidia.icd"
+  export OCL_ICD_VENDORS=$(cd "$out/opencl-vendors" && pwd)
 fi
 
 summary=()
@@ -77,6 +91,7 @@ step() {  # step NAME CMD...
 step report python3 -m backplane
 step versions python3 -c "import backplane, numpy, torch; print(backplane.__file__, numpy.__version__, torch.__version__, torch.cuda.get_device_name(0)); import cupy; print('cupy', cupy.__version__)"
 step pytest python3 -m pytest -q -rs -p no:cacheprovider python/tests --junitxml="$out/pytest.xml"
+grep -E "^(FAILED|ERROR) " "$out/pytest.log" | head -n 20
 step example python3 examples/python/gpu_computing.py
 step bench_op python3 bench/python/op_overhead.py --device cuda:0 --json "$out/op_overhead.json"
 step bench_dlpack python3 bench/python/dlpack_roundtrip.py --device cuda:0 --json "$out/dlpack_cuda.json"
