@@ -151,7 +151,8 @@ def test_export_orders_the_consumers_stream_after_ours():
 @needs_torch_cuda
 def test_stream_argument_values():
     t = bp.ones(4, device=GPU_DEVICES[0])
-    for s in (None, 1, 2, -1, torch.cuda.current_stream().cuda_stream,
+    # torch's default stream has the handle 0, which DLPack spells 1 (0 is ambiguous).
+    for s in (None, 1, 2, -1, torch.cuda.current_stream().cuda_stream or 1,
               torch.cuda.Stream().cuda_stream):
         cap = t.__dlpack__(stream=s, max_version=(1, 1))
         assert bp.from_dlpack(cap).data_ptr() == t.data_ptr()
