@@ -57,25 +57,12 @@ dist::CommPluginReport CommRegistry::load_candidate(const std::string& path,
   r.path = path;
   r.status = PluginReport::Status::failed;
   r.decision = "failed";
-  std::string why;
-  if (!is_elf_file(path, why)) {
-    r.reason = why;
-    return r;
-  }
-  dlerror();
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    const char* e = dlerror();
-    r.reason = explain_dlerror(path, e ? e : "unknown error");
-    return r;
-  }
-  auto get = reinterpret_cast<bp_comm_get_api_fn>(dlsym(h, BP_COMM_ENTRY_SYMBOL));
-  if (!get) {
-    r.reason = "missing entry symbol " + std::string(BP_COMM_ENTRY_SYMBOL) +
-               " (is it a communicator plugin built against backplane/comm_abi.h?)";
-    dlclose(h);
-    return r;
-  }
+  void* entry = nullptr;
+  void* h = open_library(path, BP_COMM_ENTRY_SYMBOL,
+                         "is it a communicator plugin built against backplane/comm_abi.h?", &entry,
+                         r.reason);
+  if (!h) return r;
+  auto get = reinterpret_cast<bp_comm_get_api_fn>(entry);
   const bp_comm_api* api = get(BP_COMM_ABI_MAJOR, BP_COMM_ABI_MINOR);
   if (!api) {
     r.reason = std::string(BP_COMM_ENTRY_SYMBOL) + " returned no table for host comm ABI " +

@@ -85,6 +85,26 @@ std::string explain_dlerror(const std::string& path, const std::string& err) {
   return "dlopen failed: " + err;
 }
 
+void* open_library(const std::string& path, const char* entry_symbol, const char* hint,
+                   void** out_entry, std::string& reason) {
+  *out_entry = nullptr;
+  if (!is_elf_file(path, reason)) return nullptr;
+  dlerror();
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    reason = explain_dlerror(path, e ? e : "unknown error");
+    return nullptr;
+  }
+  *out_entry = dlsym(h, entry_symbol);
+  if (!*out_entry) {
+    reason = "missing entry symbol " + std::string(entry_symbol) + " (" + hint + ")";
+    dlclose(h);
+    return nullptr;
+  }
+  return h;
+}
+
 bool is_comm_plugin_name(const std::string& name) {
   return name.rfind("comm-", 0) == 0;
 }
@@ -180,25 +200,13 @@ PluginReport load_library(const std::string& path, const bp_plugin_api** out_api
   r.path = path;
   r.status = PluginReport::Status::failed;
   r.decision = "failed";
-  std::string why;
-  if (!is_elf_file(path, why)) {
-    r.reason = why;
-    return r;
-  }
-  dlerror();
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!h) {
-    const char* e = dlerror();
-    r.reason = explain_dlerror(path, e ? e : "unknown error");
-    return r;
-  }
-  auto get = reinterpret_cast<bp_plugin_get_api_fn>(dlsym(h, BP_PLUGIN_ENTRY_SYMBOL));
-  if (!get) {
-    r.reason = "missing entry symbol " + std::string(BP_PLUGIN_ENTRY_SYMBOL) +
-               " (is it a Backplane plugin built with BP_SDK_DEFINE_PLUGIN or exporting it?)";
-    dlclose(h);
-    return r;
-  }
+  void* entry = nullptr;
+  void* h =
+      open_library(path, BP_PLUGIN_ENTRY_SYMBOL,
+                   "is it a Backplane plugin built with BP_SDK_DEFINE_PLUGIN or exporting it?",
+                   &entry, r.reason);
+  if (!h) return r;
+  auto get = reinterpret_cast<bp_plugin_get_api_fn>(entry);
   std::lock_guard<std::mutex> lock(g_libraries_mutex);
   for (const OpenedLibrary& lib : opened_libraries()) {
     if (lib.handle != h) continue;

@@ -55,6 +55,11 @@ std::string library_dir();  // directory of libbackplane.so, "" when unknown
 std::string plugin_name_from_file(const std::string& path);
 bool is_comm_plugin_name(const std::string& name);  // "comm-*"
 bool is_elf_file(const std::string& path, std::string& why);
+// Checks that `path` is an ELF file, dlopens it (RTLD_NOW | RTLD_LOCAL) and finds
+// `entry_symbol`: the handle, or nullptr with `reason` set (`hint` says what the file should
+// have been when the symbol is missing).
+void* open_library(const std::string& path, const char* entry_symbol, const char* hint,
+                   void** out_entry, std::string& reason);
 // dlerror() text -> "dependency libfoo.so.1 not found (...)" or "dlopen failed: ...".
 std::string explain_dlerror(const std::string& path, const std::string& err);
 // The entries of the search order (Note [Plugin search order]): BACKPLANE_PLUGIN_PATH, the
