@@ -3,7 +3,7 @@
 # GPUs of one machine, N ranks (one process per GPU). For the 2 x H200 machine:
 #   bash tools/gpu/dist.sh BUILD_DIR            (N = 2)
 #   bash tools/gpu/dist.sh BUILD_DIR -n 4       (bigger machines)
-#   bash tools/gpu/dist.sh BUILD_DIR --batch 4096   (training batch per GPU; default 1024)
+#   bash tools/gpu/dist.sh BUILD_DIR --batch 1024   (training batch per GPU; default 4096)
 # Logs under $OUT (else ./dist-out). Steps, each under a time limit:
 #   smi             bp-smi: comm-nccl loaded and available (NCCL from PyTorch's pip packages)
 #   conformance     bp-conformance --comm nccl --world-size N: every collective, dtype and
@@ -13,7 +13,7 @@
 #   ddp             bp_dist_rank ddp on the GPUs: DDP = one process on the combined batch
 #   bandwidth       bp-bench-dist and PyTorch + NCCL (torch_dist.py): all_reduce, all_gather,
 #                   reduce_scatter at 64 and 256 MiB, bus bandwidth
-#   training        MLP 4096-4096-4096-10, batch 1024 per GPU, SGD: 1 GPU and N GPUs (DDP),
+#   training        MLP 4096-4096-4096-10, batch 4096 per GPU, SGD: 1 GPU and N GPUs (DDP),
 #                   both libraries; and the loss curve of N GPUs vs 1 GPU on the combined batch
 # Pass: every row of the summary says PASS, and the table ends with ALL GOALS MET (bandwidth
 # >= 0.95x PyTorch + NCCL at 64/256 MiB, N-GPU training >= 0.95*N x the samples/s of 1 GPU, the
@@ -22,7 +22,7 @@ set -uo pipefail
 build=${1:?usage: bash tools/gpu/dist.sh BUILD_DIR [-n N]}
 shift
 n=2
-batch=1024  # per GPU in the training comparison
+batch=4096  # per GPU in the training comparison (compute-bound: see README)
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) n=$2; shift 2 ;;
