@@ -107,13 +107,12 @@ def test_torch_lifetimes_producer_deleted_first(where):
     assert live() == before
 
 
-def long_torch_work(stream, x, rounds=300):
-    """Queues ~1 s of matmuls on `stream`, then writes 1 into x (on that stream)."""
+def long_torch_work(stream, x, cycles=2_000_000_000):
+    """Queues ~1 s of GPU spinning on `stream` (torch.cuda._sleep never blocks the host, unlike
+    a loop of matmuls whose set-up may), then writes 1 into x (on that stream)."""
     with torch.cuda.stream(stream):
-        a = torch.rand(4096, 4096, device="cuda:0")
-        for _ in range(rounds):
-            a = (a @ a) / 4096
-        x.copy_(torch.ones_like(x) + a[0, :1] * 0)
+        torch.cuda._sleep(cycles)
+        x.fill_(1)
 
 
 @needs_torch_cuda
@@ -122,10 +121,11 @@ def test_import_orders_after_the_producers_stream():
     x = torch.zeros(1 << 20, device="cuda:0")
     torch.cuda.synchronize()
     long_torch_work(side, x)
+    assert not side.query()  # the premise: the producer's work is still running
     with torch.cuda.stream(side):
         t = bp.from_dlpack(x)  # torch makes our stream wait for `side` (an event)
-    # ~1 s of work was queued microseconds ago: had the producer synchronised the device
-    # instead of handing us an event, `side` would be idle here.
+    # Had the producer or we synchronised the device instead of ordering streams with an
+    # event, `side` would be idle here.
     assert not side.query()
     assert t.sum().item() == 1 << 20  # ran after the long work on our stream
 
@@ -145,6 +145,7 @@ def test_export_orders_the_consumers_stream_after_ours():
     done = torch.cuda.Event()
     done.record(side)
     assert not done.query()  # side is still waiting: we did not synchronise the device
+    side.synchronize()  # torch's item() would read on another stream than side's
     assert total.item() == 1 << 20
 
 
@@ -161,8 +162,8 @@ def test_stream_argument_values():
     with pytest.raises(TypeError, match="stream must be None or an integer"):
         t.__dlpack__(stream="s")
     assert t.__dlpack_device__() == (2, torch.cuda.current_device())
-    host = np.from_dlpack(t.__dlpack__(dl_device=(1, 0), max_version=(1, 1)))
-    assert host.tolist() == [1, 1, 1, 1]  # copied to the host on request
+    host = bp.from_dlpack(t.__dlpack__(dl_device=(1, 0), max_version=(1, 1)))
+    assert host.device.type == "cpu" and host.tolist() == [1, 1, 1, 1]  # copied on request
 
 
 @needs_cupy
@@ -187,13 +188,23 @@ def test_cupy_round_trip_shares_memory():
 
 @needs_cupy
 def test_cupy_stream_ordering():
+    # ~1 s of GPU spinning that never blocks the host (a matmul loop's set-up may).
+    spin = cupy.RawKernel(r"""
+    extern "C" __global__ void spin(long long cycles) {
+        long long start = clock64();
+        while (clock64() - start < cycles) {}
+    }""", "spin")
     s = cupy.cuda.Stream(non_blocking=True)
     with s:
         x = cupy.zeros(1 << 20, dtype=cupy.float32)
-        a = cupy.random.rand(4096, 4096, dtype=cupy.float32)
-        for _ in range(300):
-            a = (a @ a) / 4096
-        x += a[0, :1] * 0 + 1
+        x += 0  # CuPy compiles its kernels on first use, blocking the host: do it beforehand
+        spin((1,), (1,), (cupy.int64(0),))
+        s.synchronize()
+        spin((1,), (1,), (cupy.int64(2_000_000_000),))
+        x += 1
+        assert not s.done, "the premise: the producer's work is still running"
         t = bp.from_dlpack(x)  # cupy's __dlpack__(stream=ours) orders our stream after s
-    assert not s.done
+        busy_after = not s.done
+    # CuPy orders our stream after s with an event, so neither side waited on the host.
+    assert busy_after
     assert t.sum().item() == 1 << 20
