@@ -66,10 +66,10 @@ typedef struct {
   const char* netName;
 } bp_nccl_config;
 
-#define BP_NCCL_CONFIG_INITIALIZER                                                          \
-  {                                                                                         \
-    sizeof(bp_nccl_config), 0xcafebeef, BP_NCCL_VERSION(2, 14, 0), NCCL_CONFIG_UNDEF_INT,    \
-        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NULL            \
+#define BP_NCCL_CONFIG_INITIALIZER                                                        \
+  {                                                                                       \
+    sizeof(bp_nccl_config), 0xcafebeef, BP_NCCL_VERSION(2, 14, 0), NCCL_CONFIG_UNDEF_INT, \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NULL         \
   }
 
 #ifdef __cplusplus

@@ -172,8 +172,12 @@ class CpuBackend final : public bp::sdk::Backend {
     }
     allocator_.deallocate(buf, size);
   }
-  bool has_host_pointer() const override { return true; }
-  void* mem_host_pointer(bp_buffer* buf) override { return bp::sdk::buffer_address(buf); }
+  bool has_host_pointer() const override {
+    return true;
+  }
+  void* mem_host_pointer(bp_buffer* buf) override {
+    return bp::sdk::buffer_address(buf);
+  }
   void memory_stats(int32_t device, bp_memory_stats& stats) override {
     check_device(device, "memory_stats");
     stats = allocator_.stats();
@@ -231,7 +235,9 @@ class CpuBackend final : public bp::sdk::Backend {
   }
 
   // ---- Native handles (Note [CPU native handles]) ----
-  bool has_buffer_native() const override { return true; }
+  bool has_buffer_native() const override {
+    return true;
+  }
   void buffer_native(bp_buffer* buf, uint64_t offset, bp_native_buffer& out) override {
     if (bp::sdk::is_imported(buf)) {
       const bp::sdk::ImportedBuffer& r = *bp::sdk::imported_record(buf);
@@ -246,16 +252,24 @@ class CpuBackend final : public bp::sdk::Backend {
     out.device_ordinal = 0;
     out.dlpack_device_type = BP_DLPACK_CPU;
   }
-  bool has_stream_native() const override { return true; }
-  void* stream_native(bp_stream*) override { return nullptr; }
-  bool has_buffer_import() const override { return true; }
+  bool has_stream_native() const override {
+    return true;
+  }
+  void* stream_native(bp_stream*) override {
+    return nullptr;
+  }
+  bool has_buffer_import() const override {
+    return true;
+  }
   bp_buffer* buffer_import(int32_t device, void* address, uint64_t size, bp_release_fn release,
                            void* release_ctx) override {
     check_device(device, "buffer_import");
     auto* r = new bp::sdk::ImportedBuffer{address, size, release, release_ctx, 0, BP_DLPACK_CPU};
     return bp::sdk::imported_handle(r);
   }
-  bool has_stream_import() const override { return true; }
+  bool has_stream_import() const override {
+    return true;
+  }
   bp_stream* stream_import(int32_t device, void* native_stream) override {
     check_device(device, "stream_import");
     if (native_stream)

@@ -72,7 +72,9 @@ struct AlphaOpF {
   using In2 = None;
   Fn fn;
   compute_of_t<S> alpha;
-  __device__ O operator()(S a, S b) const { return store<O>(fn(load(a), wrap_mul(alpha, load(b)))); }
+  __device__ O operator()(S a, S b) const {
+    return store<O>(fn(load(a), wrap_mul(alpha, load(b))));
+  }
 };
 
 // Whether a binary functor reads attr ALPHA (specialised to true by add and sub).

@@ -92,12 +92,12 @@ std::shared_ptr<bp::nn::Sequential> mlp(bp::Device& dev) {
 }
 
 // The rows [first, first + rows) of the combined batch of `step` (the same on every rank).
-bp::Batch batch_rows(bp::Device& dev, int64_t step, int64_t combined, int64_t first,
-                     int64_t rows) {
+bp::Batch batch_rows(bp::Device& dev, int64_t step, int64_t combined, int64_t first, int64_t rows) {
   bp::Generator gx(1000 + static_cast<uint64_t>(step)), gy(5000 + static_cast<uint64_t>(step));
   bp::Tensor X = bp::randn({combined, 4096}, dev, bp::DType::f32, &gx);
   bp::Tensor Y = (bp::uniform({combined}, 0.0, 10.0, dev, bp::DType::f32, &gy)).to(bp::DType::i64);
-  return {X.slice(0, first, first + rows).contiguous(), Y.slice(0, first, first + rows).contiguous()};
+  return {X.slice(0, first, first + rows).contiguous(),
+          Y.slice(0, first, first + rows).contiguous()};
 }
 
 int ddp(const std::vector<std::string>& a, bp::Device& dev, bool curve) {

@@ -216,7 +216,8 @@ class AccumulateGrad final : public Node {
     if (m.grad.defined())
       m.grad = m.grad + gg;
     else
-      m.grad = gg.is_contiguous() && !gg.shares_storage(detail::make_tensor(leaf_)) ? gg : gg.clone();
+      m.grad =
+          gg.is_contiguous() && !gg.shares_storage(detail::make_tensor(leaf_)) ? gg : gg.clone();
     if (!m.post_accumulate_hooks.empty()) {
       Tensor leaf = detail::make_tensor(leaf_);
       auto hooks = m.post_accumulate_hooks;  // a hook may remove itself

@@ -48,8 +48,7 @@ std::shared_ptr<bp::nn::Sequential> make_model(bp::Device& dev, const bp::Tensor
 
 // One training run; `model` is the network or its DistributedDataParallel wrapper. Returns the
 // epoch losses averaged over `world` ranks (one host read per epoch).
-std::vector<double> train(bp::nn::Module& model, bp::DataLoader& data, bp::Device& dev,
-                          int world) {
+std::vector<double> train(bp::nn::Module& model, bp::DataLoader& data, bp::Device& dev, int world) {
   bp::optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9});
   std::vector<double> losses;
   for (int epoch = 0; epoch < kEpochs; ++epoch) {
@@ -86,20 +85,21 @@ int main() try {
 
   auto net = make_model(dev, X);
   bp::nn::DistributedDataParallel ddp(net);  // every rank starts from rank 0's weights
-  bp::DataLoader shard(
-      X, Y,
-      {.batch_size = kPerRankBatch,
-       .sampler = std::make_shared<bp::DistributedSampler>(bp::DistributedSamplerOptions{.seed = 1})});
+  bp::DataLoader shard(X, Y,
+                       {.batch_size = kPerRankBatch,
+                        .sampler = std::make_shared<bp::DistributedSampler>(
+                            bp::DistributedSamplerOptions{.seed = 1})});
   std::vector<double> parallel = train(ddp, shard, dev, world);
 
   int status = 0;
   if (rank == 0) {
     // The same training in one process on the combined batch.
     auto single_net = make_model(dev, X);
-    bp::DataLoader whole(X, Y,
-                         {.batch_size = kPerRankBatch * world,
-                          .sampler = std::make_shared<bp::DistributedSampler>(
-                              bp::DistributedSamplerOptions{.num_replicas = 1, .rank = 0, .seed = 1})});
+    bp::DataLoader whole(
+        X, Y,
+        {.batch_size = kPerRankBatch * world,
+         .sampler = std::make_shared<bp::DistributedSampler>(
+             bp::DistributedSamplerOptions{.num_replicas = 1, .rank = 0, .seed = 1})});
     std::vector<double> single = train(*single_net, whole, dev, 1);
     double worst = 0;
     std::printf("epoch  data-parallel (%d ranks)  one process, combined batch\n", world);

@@ -6,7 +6,6 @@
 #include <backplane/errors.hpp>
 #include <backplane/runtime.hpp>
 
-
 #include <sys/mman.h>
 #include <unistd.h>
 

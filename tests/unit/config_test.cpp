@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
 
-
 #include <sys/stat.h>
 
 #include <cstdlib>

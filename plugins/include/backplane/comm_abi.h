@@ -119,8 +119,8 @@ typedef struct bp_comm_host {
 /* Which rank this is and where its memory lives. Filled by the host. */
 typedef struct bp_comm_config {
   size_t struct_size;
-  int32_t rank;       /* 0 .. world_size-1 */
-  int32_t world_size; /* >= 1 */
+  int32_t rank;               /* 0 .. world_size-1 */
+  int32_t world_size;         /* >= 1 */
   const char* device_type;    /* the Backplane device type of the buffers: "cuda", "cpu" */
   int32_t device_ordinal;     /* vendor ordinal of the device (the CUDA device id); 0 on cpu */
   int32_t dlpack_device_type; /* DLPack DLDeviceType of the buffers: 1 kDLCPU, 2 kDLCUDA */
@@ -184,8 +184,8 @@ typedef struct bp_comm_api {
   bp_error* (*all_reduce)(bp_comm* comm, const void* send, void* recv, uint64_t count,
                           int32_t dtype, int32_t op, void* stream, bp_comm_work** out_work);
   /* recv[i] = root's send[i]. `send` is read on the root only (non-roots may pass NULL). */
-  bp_error* (*broadcast)(bp_comm* comm, const void* send, void* recv, uint64_t count,
-                         int32_t dtype, int32_t root, void* stream, bp_comm_work** out_work);
+  bp_error* (*broadcast)(bp_comm* comm, const void* send, void* recv, uint64_t count, int32_t dtype,
+                         int32_t root, void* stream, bp_comm_work** out_work);
   /* recv[r * send_count + i] = rank r's send[i]: recv holds world_size * send_count. */
   bp_error* (*all_gather)(bp_comm* comm, const void* send, void* recv, uint64_t send_count,
                           int32_t dtype, void* stream, bp_comm_work** out_work);
