@@ -373,7 +373,7 @@ TEST_P(MathTest, SubnormalResults) {
   struct Range {
     bp::DType dt;
     int q_exp;     // inputs of mean are k * 2^q_exp with |k| <= 128
-    int prod_exp;  // factors of mul have |x| in [2^(prod_exp-2), 2^prod_exp]
+    int prod_exp;  // factors of mul have |x| in [2^(prod_exp-2), 3 * 2^(prod_exp-2)]
   };
   std::vector<Range> ranges = {
       {bp::DType::f16, -20, -7}, {bp::DType::bf16, -131, -63}, {bp::DType::f32, -131, -64}};
@@ -392,8 +392,10 @@ TEST_P(MathTest, SubnormalResults) {
     const double mean = sum / static_cast<double>(v.size());
     EXPECT_LT(std::fabs(mean), fmt.min_normal) << "the case must produce a subnormal";
     expect_close(make(v, {1001}, r.dt).mean(), {mean}, r.dt, "mean into subnormals");
-    // Products of small normals: every element a subnormal.
-    auto va = bptest::random_values(513, 1, 4), vb = bptest::random_values(513, 1, 4);
+    // Products of small normals: every element a subnormal. The factors are drawn below 3, not
+    // 4: a value just under 4 rounds up to 4 in bf16, and 4 * 4 * 2^(2 * prod_exp - 4) is the
+    // smallest normal itself (seed 5108928374809496695 of tools/stress-seeds.sh did that).
+    auto va = bptest::random_values(513, 1, 3), vb = bptest::random_values(513, 1, 3);
     for (size_t i = 0; i < va.size(); ++i) {
       va[i] = std::ldexp(va[i] * (i % 2 ? -1 : 1), r.prod_exp - 2);
       vb[i] = std::ldexp(vb[i], r.prod_exp - 2);
