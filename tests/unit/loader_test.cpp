@@ -10,8 +10,8 @@
 // any variable.
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
-#include <plugin_host.hpp>
 #include <backplane_test/plugin_test.hpp>
+#include <plugin_host.hpp>
 
 #include <nlohmann/json.hpp>
 
