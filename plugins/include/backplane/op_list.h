@@ -47,7 +47,10 @@
   X(max, Max, MAX, SIGNED)                                                                   \
   X(matmul, Matmul, MATMUL, FLOAT)                                                           \
   X(uniform, Uniform, UNIFORM, FLOAT)                                                        \
-  X(normal, Normal, NORMAL, FLOAT)
+  X(normal, Normal, NORMAL, FLOAT)                                                           \
+  X(sumsq, Sumsq, SUMSQ, FLOAT)                                                              \
+  X(norm, Norm, NORM, FLOAT)                                                                 \
+  X(linear, Linear, LINEAR, FLOAT)
 /* clang-format on */
 
 #endif /* BACKPLANE_OP_LIST_H_ */

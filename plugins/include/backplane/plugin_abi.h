@@ -176,8 +176,12 @@ typedef enum bp_attr_id {
   BP_ATTR_ID_MEAN = 10,
   BP_ATTR_ID_STD = 11,
   BP_ATTR_ID_ALPHA = 12,
-  BP_ATTR_ID_COUNT = 13
+  BP_ATTR_ID_ACTIVATION = 13,
+  BP_ATTR_ID_COUNT = 14
 } bp_attr_id;
+
+/* Values of attribute ACTIVATION (op linear). */
+typedef enum bp_activation { BP_ACTIVATION_NONE = 0, BP_ACTIVATION_RELU = 1 } bp_activation;
 
 /* A scalar attribute of a launch, named twice: by `name` (a static string owned by the host)
  * and, from minor 2, by `id`. */
@@ -218,7 +222,7 @@ typedef struct bp_attr_minor1 {
 static inline const char* bp_attr_name(int32_t id) {
   static const char* const names[BP_ATTR_ID_COUNT] = {
       "?",      "value", "scalar", "reverse", "inplace", "allow_tf32", "seed",
-      "offset", "low",   "high",   "mean",    "std",     "alpha"};
+      "offset", "low",   "high",   "mean",    "std",     "alpha",      "activation"};
   return (id > 0 && id < BP_ATTR_ID_COUNT) ? names[id] : "?";
 }
 
@@ -354,6 +358,15 @@ typedef void (*bp_release_fn)(void* release_ctx);
  *   matmul      a[B,M,K], b[B,K,N] -> out[B,M,N], rank 3. Each of a and b has unit stride in
  *               its last or its second-to-last dimension (row- or column-major matrices);
  *               batch strides may be 0. ALLOW_TF32 (INT 0/1, default 0).
+ *   sumsq norm  a -> out        reduced like sum: the sum of squares and its square root (the
+ *                               2-norm), reading a once; the squares accumulate as sum's do.
+ *                               Zero elements give 0.
+ *   linear      x[M,K], w[N,K] (, bias[N]) -> out[M,N], rank 2: out = x w^T (+ bias), then
+ *               ACTIVATION (INT, default 0): 0 none, 1 relu (BP_ACTIVATION_*). x and w each
+ *               have unit stride in one of their two dimensions, as for matmul; bias has rank 1
+ *               and any stride (it is not broadcast by the host). ALLOW_TF32 as for matmul.
+ *               The bias and the activation apply to the product rounded once to the dtype's
+ *               compute type (f32 for f16/bf16), and the result is rounded once on store.
  *   uniform     -> out           SEED, OFFSET (INT, default 0), LOW, HIGH (FLOAT, default 0, 1)
  *   normal      -> out           SEED, OFFSET (INT, default 0), MEAN, STD (FLOAT, default 0, 1)
  *               Random numbers follow Note [Philox stream] in backplane/philox.h exactly, so
@@ -370,6 +383,7 @@ typedef void (*bp_release_fn)(void* release_ctx);
  *     f32 f64 f16 bf16 i32 i64 u8 (ARITH, no bool)   add sub mul maximum minimum
  *     f32 f64 f16 bf16 i32 i64 (SIGNED)              neg relu abs sum max
  *     f32 f64 f16 bf16 (FLOAT)    div pow exp log sqrt sigmoid tanh mean matmul uniform normal
+ *                                 sumsq norm linear
  *   A host never asks for a pair outside the domain (libbackplane raises DTypeError naming the
  *   op, the dtype and the domain); a plugin declares those pairs BP_SUPPORT_NO with
  *   bp_op_domain_reason. Inside the domain a plugin may still lack a pair (UNSUPPORTED, with
