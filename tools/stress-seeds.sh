@@ -9,7 +9,7 @@
 #   cpu-par    cpu_plugin_test with BACKPLANE_CPU_SERIAL_THRESHOLD=64 (oneTBB paths)
 #   opencl     opencl_plugin_test on every OpenCL device
 #   cuda       cuda_plugin_test (skips itself without a GPU)
-#   device     bp_device_tests' MathTest on every device
+#   device     bp_device_tests' MathTest and FusedTest on every device
 #   conf-cpu   bp-conformance --device cpu:0 --filter 'kernels.*'
 #   conf-opencl  the same on opencl:0
 # Every run gets a new 64-bit seed (BP_TEST_SEED for the gtest programs, --seed for
@@ -46,7 +46,7 @@ command_of() {
     cpu-par) echo "env BP_TEST_SEED=$seed BACKPLANE_CPU_SERIAL_THRESHOLD=64 $build/bin/cpu_plugin_test" ;;
     opencl) echo "env BP_TEST_SEED=$seed $build/bin/opencl_plugin_test" ;;
     cuda) echo "env BP_TEST_SEED=$seed $build/bin/cuda_plugin_test" ;;
-    device) echo "env BP_TEST_SEED=$seed $build/bin/bp_device_tests --gtest_filter=*MathTest*" ;;
+    device) echo "env BP_TEST_SEED=$seed $build/bin/bp_device_tests --gtest_filter=*MathTest*:*FusedTest*" ;;
     conf-cpu) echo "$build/bin/bp-conformance --device cpu:0 --filter kernels.* --seed $seed" ;;
     conf-opencl) echo "$build/bin/bp-conformance --device opencl:0 --filter kernels.* --seed $seed" ;;
     *) echo "unknown suite '$suite'" >&2; return 1 ;;

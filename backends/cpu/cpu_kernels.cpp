@@ -20,8 +20,11 @@ KernelFn family_kernel(Op op, bp_dtype dtype) {
     case Op::kSum:
     case Op::kMean:
     case Op::kMax:
+    case Op::kSumsq:
+    case Op::kNorm:
       return reduction_family(op, dtype);
     case Op::kMatmul:
+    case Op::kLinear:
       return matmul_family(op, dtype);
     case Op::kUniform:
     case Op::kNormal:

@@ -67,8 +67,8 @@ void run_kernel(const CpuKernel& kernel, const bp_tensor_desc* inputs, int32_t n
 // support matrix excludes the pair. ----------------------------------------------------------
 KernelFn copy_family(Op op, bp_dtype dtype);         // fill copy cast (cpu_copy.cpp)
 KernelFn elementwise_family(Op op, bp_dtype dtype);  // binary, compare, where, unary
-KernelFn reduction_family(Op op, bp_dtype dtype);    // sum mean max
-KernelFn matmul_family(Op op, bp_dtype dtype);       // matmul
+KernelFn reduction_family(Op op, bp_dtype dtype);    // sum mean max sumsq norm
+KernelFn matmul_family(Op op, bp_dtype dtype);       // matmul linear
 // Makes OpenBLAS single-threaded and reads BACKPLANE_CPU_MATMUL_THREADS (Note [One thread pool]
 // in cpu_matmul.cpp); throws BP_ERROR_INVALID_ARGUMENT naming the variable for a bad value.
 void configure_matmul();

@@ -136,10 +136,37 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
               static_cast<int>(ldc));
 }
 
-// Computes out = a * b for one batch element. C is the BLAS type (float or double); T the
-// storage type. When T != C the operands are converted into scratch and the result back.
+// The epilogue of a product: nothing for matmul; bias and activation for linear (Note [CPU
+// linear]). apply(j, v) gets output column j (of the whole product) and the value in C.
+struct NoEpilogue {
+  static constexpr bool kActive = false;
+  template <class C>
+  C apply(int64_t, C v) const {
+    return v;
+  }
+};
+
 template <class T>
-void matmul_one(const Mat<T>& a, const Mat<T>& b, T* out, int64_t ors, int64_t ocs) {
+struct LinearEpilogue {
+  static constexpr bool kActive = true;
+  const T* bias;  // nullptr: none
+  int64_t bias_stride;
+  bool relu;
+  template <class C>
+  C apply(int64_t j, C v) const {
+    if (bias) v += static_cast<C>(DType<T>::load(bias[j * bias_stride]));
+    if (relu) v = v > C(0) ? v : (v != v ? v : C(0));  // relu keeps NaN (Note [Conversions])
+    return v;
+  }
+};
+
+// Computes out = ep(a * b) for one batch element (a tile of it: output columns start at j0 of
+// the whole product). C is the BLAS type (float or double); T the storage type. When T != C
+// the operands are converted into scratch and the result back, the epilogue applied in C
+// before the one rounding.
+template <class T, class Ep = NoEpilogue>
+void matmul_one(const Mat<T>& a, const Mat<T>& b, T* out, int64_t ors, int64_t ocs,
+                const Ep& ep = {}, int64_t j0 = 0) {
   using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const int64_t M = a.rows, K = a.cols, N = b.cols;
   Scratch<C> sa, sb, sc;
@@ -166,9 +193,19 @@ void matmul_one(const Mat<T>& a, const Mat<T>& b, T* out, int64_t ors, int64_t o
   // The output: row-major (ocs == 1), column-major (ors == 1, computed transposed), or dense
   // scratch copied out afterwards.
   const bool direct = std::is_same_v<T, C>;
+  // The epilogue on a tile the gemm just wrote in place (still in cache).
+  auto finish_in_place = [&] {
+    if constexpr (Ep::kActive && std::is_same_v<T, C>) {
+      for (int64_t i = 0; i < M; ++i) {
+        T* row = out + i * ors;
+        for (int64_t j = 0; j < N; ++j) row[j * ocs] = ep.apply(j0 + j, row[j * ocs]);
+      }
+    }
+  };
   if (direct && (ocs == 1 || N == 1) && (M == 1 || ors >= std::max<int64_t>(N, 1))) {
     gemm(va.trans, vb.trans, M, N, K, pa, va.ld, pb, vb.ld, reinterpret_cast<C*>(out),
          M == 1 ? std::max<int64_t>(N, 1) : ors);
+    finish_in_place();
     return;
   }
   if (direct && (ors == 1 || M == 1) && (N == 1 || ocs >= std::max<int64_t>(M, 1))) {
@@ -177,58 +214,55 @@ void matmul_one(const Mat<T>& a, const Mat<T>& b, T* out, int64_t ors, int64_t o
     const CBLAS_TRANSPOSE ta = va.trans == CblasNoTrans ? CblasTrans : CblasNoTrans;
     gemm(tb, ta, N, M, K, pb, vb.ld, pa, va.ld, reinterpret_cast<C*>(out),
          N == 1 ? std::max<int64_t>(M, 1) : ocs);
+    finish_in_place();
     return;
   }
   C* c = sc.get(M * N);
   gemm(va.trans, vb.trans, M, N, K, pa, va.ld, pb, vb.ld, c, std::max<int64_t>(N, 1));
   for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) out[i * ors + j * ocs] = DType<T>::store(c[i * N + j]);
+    for (int64_t j = 0; j < N; ++j)
+      out[i * ors + j * ocs] = DType<T>::store(ep.apply(j0 + j, c[i * N + j]));
 }
 
+// A batch of operands as products() reads them: element (batch, i, j) at
+// p[batch * s[0] + i * s[1] + j * s[2]].
 template <class T>
-void matmul_kernel(const Launch& l) {
-  check_arity(l, 2, 1);
-  const bp_tensor_desc &a = l.inputs[0], &b = l.inputs[1], &out = l.outputs[0];
-  check_dtype(l, a, DType<T>::id, "input 0");
-  check_dtype(l, b, DType<T>::id, "input 1");
-  check_dtype(l, out, DType<T>::id, "output");
-  if (a.rank != 3 || b.rank != 3 || out.rank != 3)
-    launch_error(l,
-                 bp::sdk::format("expects rank-3 operands a[B,M,K] b[B,K,N] out[B,M,N]; got "
-                                 "a %s, b %s, out %s",
-                                 describe(a).c_str(), describe(b).c_str(), describe(out).c_str()));
-  const int64_t B = out.shape[0], M = out.shape[1], N = out.shape[2], K = a.shape[2];
-  if (a.shape[0] != B || b.shape[0] != B || a.shape[1] != M || b.shape[1] != K || b.shape[2] != N)
-    launch_error(l,
-                 bp::sdk::format("shapes do not multiply: a %s, b %s, out %s", describe(a).c_str(),
-                                 describe(b).c_str(), describe(out).c_str()));
+struct Operand {
+  T* p;
+  int64_t s[3];
+};
+
+// out[bi] = ep(a[bi] b[bi]) for bi < B, with a [B,M,K], b [B,K,N], out [B,M,N]: the tiling and
+// threading of Note [One thread pool], shared by matmul and linear.
+template <class T, class Ep>
+void products(const Launch& l, Operand<const T> a, Operand<const T> b, Operand<T> out, int64_t B,
+              int64_t M, int64_t N, int64_t K, const Ep& ep) {
   if (B == 0 || M == 0 || N == 0) return;
-  T* po = data<T>(out);
-  if (K == 0) {  // an empty sum: zeros
+  T* po = out.p;
+  if (K == 0) {  // an empty sum: zeros (then the epilogue)
+    using C = compute_t<T>;
     for (int64_t bi = 0; bi < B; ++bi)
       for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < N; ++j)
-          po[bi * out.strides[0] + i * out.strides[1] + j * out.strides[2]] = DType<T>::store(0);
+          po[bi * out.s[0] + i * out.s[1] + j * out.s[2]] = DType<T>::store(ep.apply(j, C(0)));
     return;
   }
   const int64_t limit = INT_MAX;
-  const int64_t biggest = std::max({M, N, K, a.strides[1], a.strides[2], b.strides[1], b.strides[2],
-                                    out.strides[1], out.strides[2]});
+  const int64_t biggest = std::max({M, N, K, a.s[1], a.s[2], b.s[1], b.s[2], out.s[1], out.s[2]});
   if (biggest > limit)
-    bp::sdk::fail(
-        BP_ERROR_UNSUPPORTED,
-        bp::sdk::format("cpu:0: matmul(%s): a dimension or stride exceeds the 32-bit "
-                        "BLAS interface: a %s, b %s",
-                        bp_dtype_name(l.kernel.dtype), describe(a).c_str(), describe(b).c_str()));
-  const T* pa = data<const T>(a);
-  const T* pb = data<const T>(b);
-  const int64_t ors = out.strides[1], ocs = out.strides[2];
+    bp::sdk::fail(BP_ERROR_UNSUPPORTED,
+                  bp::sdk::format("cpu:0: %s(%s): a dimension or stride exceeds the 32-bit "
+                                  "BLAS interface (M %lld, N %lld, K %lld)",
+                                  op_name(l.kernel.op), bp_dtype_name(l.kernel.dtype),
+                                  static_cast<long long>(M), static_cast<long long>(N),
+                                  static_cast<long long>(K)));
+  const T* pa = a.p;
+  const T* pb = b.p;
+  const int64_t ors = out.s[1], ocs = out.s[2];
   auto product = [&](int64_t bi, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-    const Mat<T> ma{pa + bi * a.strides[0] + i0 * a.strides[1], i1 - i0, K, a.strides[1],
-                    a.strides[2]};
-    const Mat<T> mb{pb + bi * b.strides[0] + j0 * b.strides[2], K, j1 - j0, b.strides[1],
-                    b.strides[2]};
-    matmul_one(ma, mb, po + bi * out.strides[0] + i0 * ors + j0 * ocs, ors, ocs);
+    const Mat<T> ma{pa + bi * a.s[0] + i0 * a.s[1], i1 - i0, K, a.s[1], a.s[2]};
+    const Mat<T> mb{pb + bi * b.s[0] + j0 * b.s[2], K, j1 - j0, b.s[1], b.s[2]};
+    matmul_one(ma, mb, po + bi * out.s[0] + i0 * ors + j0 * ocs, ors, ocs, ep, j0);
   };
   // Note [One thread pool].
   constexpr int64_t kSerialFlops = 64 * 64 * 64, kMinTile = 128;
@@ -276,6 +310,68 @@ void matmul_kernel(const Launch& l) {
                     });
 }
 
+template <class T>
+void matmul_kernel(const Launch& l) {
+  check_arity(l, 2, 1);
+  const bp_tensor_desc &a = l.inputs[0], &b = l.inputs[1], &out = l.outputs[0];
+  check_dtype(l, a, DType<T>::id, "input 0");
+  check_dtype(l, b, DType<T>::id, "input 1");
+  check_dtype(l, out, DType<T>::id, "output");
+  if (a.rank != 3 || b.rank != 3 || out.rank != 3)
+    launch_error(l,
+                 bp::sdk::format("expects rank-3 operands a[B,M,K] b[B,K,N] out[B,M,N]; got "
+                                 "a %s, b %s, out %s",
+                                 describe(a).c_str(), describe(b).c_str(), describe(out).c_str()));
+  const int64_t B = out.shape[0], M = out.shape[1], N = out.shape[2], K = a.shape[2];
+  if (a.shape[0] != B || b.shape[0] != B || a.shape[1] != M || b.shape[1] != K || b.shape[2] != N)
+    launch_error(l,
+                 bp::sdk::format("shapes do not multiply: a %s, b %s, out %s", describe(a).c_str(),
+                                 describe(b).c_str(), describe(out).c_str()));
+  products<T>(l, {data<const T>(a), {a.strides[0], a.strides[1], a.strides[2]}},
+              {data<const T>(b), {b.strides[0], b.strides[1], b.strides[2]}},
+              {data<T>(out), {out.strides[0], out.strides[1], out.strides[2]}}, B, M, N, K,
+              NoEpilogue{});
+}
+
+// Note [CPU linear]
+//   linear is the product x w^T read where the operands lie (w [N,K] is passed to the gemm
+//   transposed, Note [CPU matmul layouts]) with the bias and ReLU applied to each output tile
+//   right after its gemm, while the tile is still in cache: one pass over the output instead
+//   of the three of matmul, add and relu. f16/bf16 apply them in f32 before the one rounding.
+template <class T>
+void linear_kernel(const Launch& l) {
+  if (l.num_inputs != 2 && l.num_inputs != 3)
+    launch_error(l, bp::sdk::format("expects inputs x, w and an optional bias; got %d inputs",
+                                    static_cast<int>(l.num_inputs)));
+  check_arity(l, l.num_inputs, 1);
+  const bp_tensor_desc &x = l.inputs[0], &w = l.inputs[1], &out = l.outputs[0];
+  const bp_tensor_desc* bias = l.num_inputs == 3 ? &l.inputs[2] : nullptr;
+  check_dtype(l, x, DType<T>::id, "input 0");
+  check_dtype(l, w, DType<T>::id, "input 1");
+  if (bias) check_dtype(l, *bias, DType<T>::id, "input 2 (bias)");
+  check_dtype(l, out, DType<T>::id, "output");
+  if (x.rank != 2 || w.rank != 2 || out.rank != 2 || (bias && bias->rank != 1))
+    launch_error(l, bp::sdk::format("expects x[M,K], w[N,K], bias[N], out[M,N]; got x %s, w %s, "
+                                    "out %s%s%s",
+                                    describe(x).c_str(), describe(w).c_str(), describe(out).c_str(),
+                                    bias ? ", bias " : "", bias ? describe(*bias).c_str() : ""));
+  const int64_t M = out.shape[0], N = out.shape[1], K = x.shape[1];
+  if (x.shape[0] != M || w.shape[0] != N || w.shape[1] != K || (bias && bias->shape[0] != N))
+    launch_error(l, bp::sdk::format("shapes do not match: x %s, w %s, out %s%s%s",
+                                    describe(x).c_str(), describe(w).c_str(), describe(out).c_str(),
+                                    bias ? ", bias " : "", bias ? describe(*bias).c_str() : ""));
+  const int64_t act = l.attrs.i(BP_ATTR_ID_ACTIVATION, BP_ACTIVATION_NONE);
+  if (act != BP_ACTIVATION_NONE && act != BP_ACTIVATION_RELU)
+    launch_error(l, bp::sdk::format("activation %lld is not 0 (none) or 1 (relu)",
+                                    static_cast<long long>(act)));
+  const LinearEpilogue<T> ep{bias ? data<const T>(*bias) : nullptr, bias ? bias->strides[0] : 0,
+                             act == BP_ACTIVATION_RELU};
+  // b[k, n] = w[n, k]
+  products<T>(l, {data<const T>(x), {0, x.strides[0], x.strides[1]}},
+              {data<const T>(w), {0, w.strides[1], w.strides[0]}},
+              {data<T>(out), {0, out.strides[0], out.strides[1]}}, 1, M, N, K, ep);
+}
+
 }  // namespace
 
 void configure_matmul() {
@@ -291,10 +387,10 @@ void configure_matmul() {
 }
 
 KernelFn matmul_family(Op op, bp_dtype dtype) {
-  if (op != Op::kMatmul) return nullptr;
+  if (op != Op::kMatmul && op != Op::kLinear) return nullptr;
   return visit_dtype(dtype, [&]<class T>() -> KernelFn {
     if constexpr (is_floating_v<T>) {
-      return &matmul_kernel<T>;
+      return op == Op::kLinear ? &linear_kernel<T> : &matmul_kernel<T>;
     } else {
       return nullptr;
     }

@@ -1,4 +1,4 @@
-// Reductions: sum, mean, max over any set of dimensions.
+// Reductions: sum, mean, max, sumsq, norm over any set of dimensions.
 //
 // Note [CPU reduction plan]
 //   The input's dimensions split into kept ones (out.shape[d] == in.shape[d]) and reduced ones
@@ -68,6 +68,26 @@ struct MeanR : SumR<T> {
   }
 };
 
+// Note [One-pass norms]: sumsq squares each element as it is loaded into the accumulator
+// (double for f32/f64, float for f16/bf16) and norm takes the square root of that sum when the
+// output is stored, so both read the input once.
+template <class T>
+struct SumSqR : SumR<T> {
+  using Acc = sum_acc_t<T>;
+  static Acc load(T x) {
+    const Acc v = static_cast<Acc>(DType<T>::load(x));
+    return v * v;
+  }
+};
+
+template <class T>
+struct NormR : SumSqR<T> {
+  using Acc = sum_acc_t<T>;
+  static T finish(Acc a, int64_t) {
+    return DType<T>::store(static_cast<compute_t<T>>(std::sqrt(a)));
+  }
+};
+
 template <class T>
 struct MaxR {
   using Acc = compute_t<T>;
@@ -91,8 +111,11 @@ constexpr int64_t kTile = 512;
 template <class R, class T>
 typename R::Acc reduce_contig(const T* p, int64_t n) {
   using Acc = typename R::Acc;
-  if constexpr (std::is_same_v<T, float> && std::is_base_of_v<SumR<float>, R>)
-    return vmath::sum(p, n);  // vectorised past the baseline ISA (Note [CPU vector math])
+  if constexpr (std::is_same_v<T, float> && std::is_base_of_v<SumSqR<float>, R>) {
+    return vmath::sum_of_squares(p, n);  // vectorised past the baseline ISA
+  } else if constexpr (std::is_same_v<T, float> && std::is_base_of_v<SumR<float>, R>) {
+    return vmath::sum(p, n);  // (Note [CPU vector math])
+  }
   if (n > kPairwiseBlock) {
     const int64_t half = (n / 2 + kLanes - 1) / kLanes * kLanes;
     return R::combine(reduce_contig<R>(p, half), reduce_contig<R>(p + half, n - half));
@@ -317,6 +340,10 @@ KernelFn reduction_family(Op op, bp_dtype dtype) {
       if (op == Op::kMax) return &reduction_kernel<T, MaxR>;
       if constexpr (is_floating_v<T>)
         if (op == Op::kMean) return &reduction_kernel<T, MeanR>;
+      if constexpr (is_floating_v<T>) {
+        if (op == Op::kSumsq) return &reduction_kernel<T, SumSqR>;
+        if (op == Op::kNorm) return &reduction_kernel<T, NormR>;
+      }
     }
     return nullptr;
   });

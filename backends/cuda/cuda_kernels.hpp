@@ -63,13 +63,18 @@ LaunchFn binary_fn(Op op, int32_t dtype);     // add sub mul div pow maximum min
 LaunchFn compare_fn(Op op, int32_t dtype);    // eq ne lt le gt ge where
 LaunchFn unary_fn(Op op, int32_t dtype);      // neg exp log sqrt relu sigmoid tanh abs
 LaunchFn layout_fn(Op op, int32_t dtype);     // fill copy cast
-LaunchFn reduction_fn(Op op, int32_t dtype);  // sum mean max
-LaunchFn matmul_fn(Op op, int32_t dtype);     // matmul
+LaunchFn reduction_fn(Op op, int32_t dtype);  // sum mean max sumsq norm
+LaunchFn matmul_fn(Op op, int32_t dtype);     // matmul linear
 LaunchFn random_fn(Op op, int32_t dtype);     // uniform normal
 
 // Fills every element of `out` (any strides) with `value` converted to out.dtype per the
 // cast rules; used by reductions of empty ranges (mean -> NaN).
 void fill_tensor(const LaunchArgs& a, const bp_tensor_desc& out, double value);
+
+// linear's bias and ReLU on a finished product, in place: out[i, j] = act(out[i, j] + bias[j])
+// (out [M,N] any strides; bias [N] or nullptr). cuda_linear.cu.
+void linear_epilogue(const LaunchArgs& a, const bp_tensor_desc& out, const bp_tensor_desc* bias,
+                     bool relu);
 
 // ---- Validation helpers shared by the families (cuda_ops.cpp) ----
 

@@ -50,9 +50,12 @@ LaunchFn resolve(Op op, int32_t dtype) {
     case Op::kSum:
     case Op::kMean:
     case Op::kMax:
+    case Op::kSumsq:
+    case Op::kNorm:
       fn = reduction_fn(op, dtype);
       break;
     case Op::kMatmul:
+    case Op::kLinear:
       fn = matmul_fn(op, dtype);
       break;
     case Op::kUniform:

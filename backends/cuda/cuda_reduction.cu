@@ -1,4 +1,4 @@
-// Reductions sum, mean, max over any set of dimensions (plugin_abi.h: every dim where
+// Reductions sum, mean, max, sumsq, norm over any set of dimensions (plugin_abi.h: every dim where
 // out.shape[d] == 1 != in.shape[d] is reduced).
 //
 // Note [CUDA reduction plan]
@@ -20,6 +20,9 @@
 //   inside 1e-5 relative), f16/bf16 in float, f64 in double, integers in int64 (wrapping to the
 //   output width). max compares in the compute type and propagates NaN. Empty reduced ranges:
 //   sum 0, mean NaN, max is an error.
+//   sumsq and norm (Note [One-pass norms] in the CPU backend) are sums whose first pass squares
+//   each element as it becomes an accumulator (kSq loads; pass 2 combines partials as they
+//   are); norm takes the square root when the output is stored. One read of the input.
 #include "cuda_common.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
@@ -38,7 +41,19 @@ namespace {
 constexpr int kRedThreads = 256;
 constexpr int kRedWarps = kRedThreads / 32;
 
-enum class Kind { kSum, kMean, kMax };
+enum class Kind { kSum, kMean, kMax, kSumsq, kNorm };
+
+// What finalize does to a finished accumulator.
+enum Post : int { kPostNone = 0, kPostMean = 1, kPostSqrt = 2 };
+
+template <Kind K>
+constexpr int post_of() {
+  return K == Kind::kMean ? kPostMean : K == Kind::kNorm ? kPostSqrt : kPostNone;
+}
+template <Kind K>
+constexpr bool squares() {
+  return K == Kind::kSumsq || K == Kind::kNorm;
+}
 
 // Accumulator of the generic kernels.
 template <int D, Kind K>
@@ -78,26 +93,31 @@ struct MaxR {
 template <class A, Kind K>
 using ReducerOf = std::conditional_t<K == Kind::kMax, MaxR<A>, SumR<A>>;
 
-// Storage (or an accumulator, in pass 2) -> accumulator.
-template <class A, class X>
+// Storage (or an accumulator, in pass 2) -> accumulator; kSq squares it (first pass of sumsq
+// and norm only).
+template <class A, bool kSq = false, class X>
 __device__ __forceinline__ A to_acc(X x) {
+  A v;
   if constexpr (std::is_same_v<X, A>) {
-    return x;
+    v = x;
   } else {
-    return static_cast<A>(load(x));
+    v = static_cast<A>(load(x));
   }
+  if constexpr (kSq) v = v * v;
+  return v;
 }
 
-template <class A, class S>
+template <class A, class S, bool kSq>
 struct ToAcc {
-  __device__ A operator()(S x) const { return to_acc<A>(x); }
+  __device__ A operator()(S x) const { return to_acc<A, kSq>(x); }
 };
 
-// Accumulator -> output storage, dividing by `count` for mean.
+// Accumulator -> output storage: divided by `count` for mean, its square root for norm.
 template <class S, class A>
-__device__ __forceinline__ S finalize(A acc, double count, int mean) {
+__device__ __forceinline__ S finalize(A acc, double count, int post) {
   if constexpr (std::is_floating_point_v<A>) {
-    if (mean) acc = acc / static_cast<A>(count);
+    if (post == kPostMean) acc = acc / static_cast<A>(count);
+    if (post == kPostSqrt) acc = sqrt(acc);
   }
   return store<S>(static_cast<compute_of_t<S>>(acc));
 }
@@ -145,7 +165,7 @@ __device__ __forceinline__ A warp_reduce(A v, const R& op) {
 
 // Lane `lane`'s share of row[r0, r1) (unit stride): scalars up to the first 16-byte boundary,
 // then 16-byte vectors, two in flight per lane, then the scalar tail.
-template <class A, class X, class R>
+template <class A, bool kSq, class X, class R>
 __device__ __forceinline__ A reduce_unit_row(const X* row, int64_t r0, int64_t r1, int lane,
                                              const R& op) {
   constexpr int V = 16 / sizeof(X);
@@ -155,7 +175,7 @@ __device__ __forceinline__ A reduce_unit_row(const X* row, int64_t r0, int64_t r
   const int64_t head =
       addr % sizeof(X) != 0 ? r1 - r0 : static_cast<int64_t>((16 - addr % 16) % 16 / sizeof(X));
   const int64_t ra = min(r0 + head, r1);
-  for (int64_t r = r0 + lane; r < ra; r += 32) acc = op(acc, to_acc<A>(row[r]));
+  for (int64_t r = r0 + lane; r < ra; r += 32) acc = op(acc, to_acc<A, kSq>(row[r]));
   const int64_t nv = (r1 - ra) / V;
   const XV* vrow = reinterpret_cast<const XV*>(row + ra);
   int64_t v = lane;
@@ -163,23 +183,23 @@ __device__ __forceinline__ A reduce_unit_row(const X* row, int64_t r0, int64_t r
     const XV x0 = vrow[v], x1 = vrow[v + 32];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      acc = op(acc, to_acc<A>(x0.v[k]));
-      acc1 = op(acc1, to_acc<A>(x1.v[k]));
+      acc = op(acc, to_acc<A, kSq>(x0.v[k]));
+      acc1 = op(acc1, to_acc<A, kSq>(x1.v[k]));
     }
   }
   if (v < nv) {
     const XV x0 = vrow[v];
 #pragma unroll
-    for (int k = 0; k < V; ++k) acc = op(acc, to_acc<A>(x0.v[k]));
+    for (int k = 0; k < V; ++k) acc = op(acc, to_acc<A, kSq>(x0.v[k]));
   }
-  for (int64_t r = ra + nv * V + lane; r < r1; r += 32) acc = op(acc, to_acc<A>(row[r]));
+  for (int64_t r = ra + nv * V + lane; r < r1; r += 32) acc = op(acc, to_acc<A, kSq>(row[r]));
   return op(acc, acc1);
 }
 
 // One warp per (output, chunk); see Note [CUDA reduction plan].
-template <class X, class A, class R, class O, bool kFinal>
+template <class X, class A, class R, class O, bool kFinal, bool kSq>
 __global__ void __launch_bounds__(kRedThreads)
-    reduce_rows(const X* in, O* out, RedPlan p, int64_t G, int64_t chunk, double count, int mean) {
+    reduce_rows(const X* in, O* out, RedPlan p, int64_t G, int64_t chunk, double count, int post) {
   const R op;
   const int lane = threadIdx.x & 31;
   const int64_t nwarps = static_cast<int64_t>(gridDim.x) * kRedWarps;
@@ -192,7 +212,7 @@ __global__ void __launch_bounds__(kRedThreads)
     const int64_t r0 = g * chunk, r1 = min(r0 + chunk, p.n_red);
     A acc = R::identity();
     if (p.rrank == 1 && p.rin[0] == 1) {
-      acc = reduce_unit_row<A>(in + in_base, r0, r1, lane, op);
+      acc = reduce_unit_row<A, kSq>(in + in_base, r0, r1, lane, op);
     } else if (p.rrank == 1) {
       const int64_t s = p.rin[0];
       const X* base = in + in_base;
@@ -201,21 +221,21 @@ __global__ void __launch_bounds__(kRedThreads)
       for (; r + 96 < r1; r += 128) {
         const X x0 = base[r * s], x1 = base[(r + 32) * s], x2 = base[(r + 64) * s],
                 x3 = base[(r + 96) * s];
-        acc = op(acc, to_acc<A>(x0));
-        acc1 = op(acc1, to_acc<A>(x1));
-        acc2 = op(acc2, to_acc<A>(x2));
-        acc3 = op(acc3, to_acc<A>(x3));
+        acc = op(acc, to_acc<A, kSq>(x0));
+        acc1 = op(acc1, to_acc<A, kSq>(x1));
+        acc2 = op(acc2, to_acc<A, kSq>(x2));
+        acc3 = op(acc3, to_acc<A, kSq>(x3));
       }
-      for (; r < r1; r += 32) acc = op(acc, to_acc<A>(base[r * s]));
+      for (; r < r1; r += 32) acc = op(acc, to_acc<A, kSq>(base[r * s]));
       acc = op(op(acc, acc1), op(acc2, acc3));
     } else {
       for (int64_t r = r0 + lane; r < r1; r += 32)
-        acc = op(acc, to_acc<A>(in[in_base + p.reduced(r)]));
+        acc = op(acc, to_acc<A, kSq>(in[in_base + p.reduced(r)]));
     }
     acc = warp_reduce(acc, op);
     if (lane == 0) {
       if constexpr (kFinal) {
-        out[out_off] = finalize<O>(acc, count, mean);
+        out[out_off] = finalize<O>(acc, count, post);
       } else {
         out[w] = acc;
       }
@@ -224,9 +244,9 @@ __global__ void __launch_bounds__(kRedThreads)
 }
 
 // 32 outputs x 8 reduced rows per block; blockIdx.y is the chunk.
-template <class X, class A, class R, class O, bool kFinal>
+template <class X, class A, class R, class O, bool kFinal, bool kSq>
 __global__ void __launch_bounds__(kRedThreads)
-    reduce_cols(const X* in, O* out, RedPlan p, int64_t chunk, double count, int mean) {
+    reduce_cols(const X* in, O* out, RedPlan p, int64_t chunk, double count, int post) {
   __shared__ A partial[kRedWarps][33];
   const R op;
   const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
@@ -240,10 +260,10 @@ __global__ void __launch_bounds__(kRedThreads)
     if (p.rrank == 1) {
       const int64_t s = p.rin[0];
       for (int64_t r = r0 + ty; r < r1; r += kRedWarps)
-        acc = op(acc, to_acc<A>(in[in_base + r * s]));
+        acc = op(acc, to_acc<A, kSq>(in[in_base + r * s]));
     } else {
       for (int64_t r = r0 + ty; r < r1; r += kRedWarps)
-        acc = op(acc, to_acc<A>(in[in_base + p.reduced(r)]));
+        acc = op(acc, to_acc<A, kSq>(in[in_base + p.reduced(r)]));
     }
   }
   partial[ty][tx] = acc;
@@ -252,7 +272,7 @@ __global__ void __launch_bounds__(kRedThreads)
 #pragma unroll
     for (int k = 1; k < kRedWarps; ++k) acc = op(acc, partial[k][tx]);
     if constexpr (kFinal) {
-      out[out_off] = finalize<O>(acc, count, mean);
+      out[out_off] = finalize<O>(acc, count, post);
     } else {
       out[g * p.n_out + o] = acc;
     }
@@ -260,8 +280,8 @@ __global__ void __launch_bounds__(kRedThreads)
 }
 
 template <class A, class S>
-__global__ void finalize_one(const A* acc, S* out, double count, int mean) {
-  *out = finalize<S>(*acc, count, mean);
+__global__ void finalize_one(const A* acc, S* out, double count, int post) {
+  *out = finalize<S>(*acc, count, post);
 }
 
 // Builds the plan; throws when out is not a reduction of in.
@@ -322,14 +342,15 @@ void cub_reduce(const LaunchArgs& a, const storage_t<D>* in, storage_t<D>* out, 
   using A =
       std::conditional_t<D == BP_DTYPE_F32 && K != Kind::kMax, float, typename AccOf<D, K>::type>;
   using R = ReducerOf<A, K>;
-  constexpr bool kDirect = std::is_same_v<A, S> && K != Kind::kMean;
-  const int mean = K == Kind::kMean ? 1 : 0;
+  constexpr int kPost = post_of<K>();
+  constexpr bool kSq = squares<K>();
+  constexpr bool kDirect = std::is_same_v<A, S> && kPost == kPostNone && !kSq;
 
   auto run = [&](void* temp, size_t& bytes, A* dst) {
-    if constexpr (std::is_same_v<A, S>) {
+    if constexpr (std::is_same_v<A, S> && !kSq) {
       return cub::DeviceReduce::Reduce(temp, bytes, in, dst, n, R{}, R::identity(), a.stream);
     } else {
-      return cub::DeviceReduce::TransformReduce(temp, bytes, in, dst, n, R{}, ToAcc<A, S>{},
+      return cub::DeviceReduce::TransformReduce(temp, bytes, in, dst, n, R{}, ToAcc<A, S, kSq>{},
                                                 R::identity(), a.stream);
     }
   };
@@ -342,7 +363,7 @@ void cub_reduce(const LaunchArgs& a, const storage_t<D>* in, storage_t<D>* out, 
     A* dst = kDirect ? reinterpret_cast<A*>(out) : reinterpret_cast<A*>(scratch + acc_off);
     BP_CUDA_CHECK(run(scratch, bytes, dst));
     if constexpr (!kDirect) {
-      finalize_one<A, S><<<1, 1, 0, a.stream>>>(dst, out, static_cast<double>(n), mean);
+      finalize_one<A, S><<<1, 1, 0, a.stream>>>(dst, out, static_cast<double>(n), kPost);
       BP_CUDA_CHECK(cudaGetLastError());
     }
   } catch (...) {
@@ -378,7 +399,8 @@ void launch_reduce(const LaunchArgs& a) {
   const S* pin = data_ptr<const S>(in);
   S* pout = data_ptr<S>(out);
   const double count = static_cast<double>(p.n_red);
-  const int mean = K == Kind::kMean ? 1 : 0;
+  const int post = post_of<K>();
+  constexpr bool kSq = squares<K>();
 
   if (p.krank == 0 && p.rrank == 1 && p.rin[0] == 1) {
     cub_reduce<D, K>(a, pin, pout, p.n_red);
@@ -398,18 +420,18 @@ void launch_reduce(const LaunchArgs& a) {
       return static_cast<unsigned>(std::min(ceil_div(warps, kRedWarps), sms * 8));
     };
     if (G == 1) {
-      reduce_rows<S, A, R, S, true>
-          <<<grid(p.n_out), kRedThreads, 0, a.stream>>>(pin, pout, p, 1, chunk, count, mean);
+      reduce_rows<S, A, R, S, true, kSq>
+          <<<grid(p.n_out), kRedThreads, 0, a.stream>>>(pin, pout, p, 1, chunk, count, post);
       BP_CUDA_CHECK(cudaGetLastError());
       return;
     }
     const uint64_t bytes = static_cast<uint64_t>(p.n_out * G) * sizeof(A);
     A* part = static_cast<A*>(a.device->allocate_scratch(*a.s, bytes));
-    reduce_rows<S, A, R, A, false>
-        <<<grid(p.n_out * G), kRedThreads, 0, a.stream>>>(pin, part, p, G, chunk, count, mean);
+    reduce_rows<S, A, R, A, false, kSq>
+        <<<grid(p.n_out * G), kRedThreads, 0, a.stream>>>(pin, part, p, G, chunk, count, post);
     const RedPlan q = partial_plan(p, G, true);
-    reduce_rows<A, A, R, S, true>
-        <<<grid(p.n_out), kRedThreads, 0, a.stream>>>(part, pout, q, 1, G, count, mean);
+    reduce_rows<A, A, R, S, true, false>
+        <<<grid(p.n_out), kRedThreads, 0, a.stream>>>(part, pout, q, 1, G, count, post);
     const cudaError_t err = cudaGetLastError();
     a.device->free_scratch(*a.s, part, bytes);
     BP_CUDA_CHECK(err);
@@ -427,20 +449,21 @@ void launch_reduce(const LaunchArgs& a) {
   if (blocks_x > std::numeric_limits<int32_t>::max())
     invalid("reduction output too large for one launch");
   if (G == 1) {
-    reduce_cols<S, A, R, S, true>
+    reduce_cols<S, A, R, S, true, kSq>
         <<<dim3(static_cast<unsigned>(blocks_x), 1), kRedThreads, 0, a.stream>>>(
-            pin, pout, p, chunk, count, mean);
+            pin, pout, p, chunk, count, post);
     BP_CUDA_CHECK(cudaGetLastError());
     return;
   }
   const uint64_t bytes = static_cast<uint64_t>(p.n_out * G) * sizeof(A);
   A* part = static_cast<A*>(a.device->allocate_scratch(*a.s, bytes));
-  reduce_cols<S, A, R, A, false><<<dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(G)),
-                                   kRedThreads, 0, a.stream>>>(pin, part, p, chunk, count, mean);
+  reduce_cols<S, A, R, A, false, kSq>
+      <<<dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(G)), kRedThreads, 0,
+         a.stream>>>(pin, part, p, chunk, count, post);
   const RedPlan q = partial_plan(p, G, false);
-  reduce_cols<A, A, R, S, true>
+  reduce_cols<A, A, R, S, true, false>
       <<<dim3(static_cast<unsigned>(blocks_x), 1), kRedThreads, 0, a.stream>>>(part, pout, q, G,
-                                                                               count, mean);
+                                                                               count, post);
   const cudaError_t err = cudaGetLastError();
   a.device->free_scratch(*a.s, part, bytes);
   BP_CUDA_CHECK(err);
@@ -460,7 +483,7 @@ LaunchFn reduce_for(int32_t dtype) {
     default:
       break;
   }
-  if constexpr (K != Kind::kMean) {
+  if constexpr (K == Kind::kSum || K == Kind::kMax) {
     switch (dtype) {
       case BP_DTYPE_I32:
         return &launch_reduce<BP_DTYPE_I32, K>;
@@ -483,6 +506,10 @@ LaunchFn reduction_fn(Op op, int32_t dtype) {
       return reduce_for<Kind::kMean>(dtype);
     case Op::kMax:
       return reduce_for<Kind::kMax>(dtype);
+    case Op::kSumsq:
+      return reduce_for<Kind::kSumsq>(dtype);
+    case Op::kNorm:
+      return reduce_for<Kind::kNorm>(dtype);
     default:
       return nullptr;
   }

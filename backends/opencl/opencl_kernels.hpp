@@ -115,7 +115,7 @@ void launch_elementwise(bp_kernel& k, const LaunchContext& lc, const bp_tensor_d
 void launch_reduction(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in,
                       int32_t num_in, const bp_tensor_desc* out, int32_t num_out);
 void launch_matmul(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
-                   const bp_tensor_desc* out, int32_t num_out);
+                   const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs);
 void launch_random(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* out,
                    int32_t num_out, const sdk::Attrs& attrs);
 

@@ -16,8 +16,11 @@ Family family_of(int32_t op) {
     case BP_OP_SUM:
     case BP_OP_MEAN:
     case BP_OP_MAX:
+    case BP_OP_SUMSQ:
+    case BP_OP_NORM:
       return Family::kReduction;
     case BP_OP_MATMUL:
+    case BP_OP_LINEAR:
       return Family::kMatmul;
     case BP_OP_UNIFORM:
     case BP_OP_NORMAL:

@@ -1,4 +1,6 @@
-// Batched matmul: out[B,M,N] = a[B,M,K] @ b[B,K,N].
+// Batched matmul: out[B,M,N] = a[B,M,K] @ b[B,K,N]; linear: out[M,N] = x[M,K] @ w[N,K]^T (+ bias)
+// (then ReLU), the same kernel with w read transposed and the bias and ReLU applied to each
+// accumulator before its one store (no extra pass over the output).
 //
 // Note [Matmul tiling]
 //   One work-group computes a TS x TS tile of the output with (TS/WPT)^2 work-items, each
@@ -29,10 +31,12 @@ typedef struct {
   long b_off, b_b, b_k, b_n;
   long o_off, o_b, o_m, o_n;
   long batch0, mtile0;
+  long bias_off, bias_s, has_bias, relu;
 } bp_mm;
 
 __kernel __attribute__((reqd_work_group_size(RTS, RTS, 1)))
-void bp_matmul(__global T* out, __global const T* a, __global const T* b, bp_mm p) {
+void bp_matmul(__global T* out, __global const T* a, __global const T* b,
+               __global const T* bias, bp_mm p) {
   __local ACC As[TK][TS];
   __local ACC Bs[TK][TS];
   const int tx = (int)get_local_id(0), ty = (int)get_local_id(1);
@@ -95,7 +99,11 @@ void bp_matmul(__global T* out, __global const T* a, __global const T* b, bp_mm 
     if (m >= p.M) continue;
     for (int j = 0; j < WPT; ++j) {
       long n = n0 + tx + j * RTS;
-      if (n < p.N) out[obase + m * p.o_m + n * p.o_n] = ST(acc[i][j]);
+      if (n >= p.N) continue;
+      ACC v = acc[i][j];
+      if (p.has_bias) v += (ACC)LD(bias[p.bias_off + n * p.bias_s]);
+      if (p.relu && v < (ACC)0) v = (ACC)0; /* NaN stays */
+      out[obase + m * p.o_m + n * p.o_n] = ST(v);
     }
   }
 }
@@ -108,6 +116,7 @@ struct ClMatmul {
   int64_t b_off, b_b, b_k, b_n;
   int64_t o_off, o_b, o_m, o_n;
   int64_t batch0, mtile0;
+  int64_t bias_off, bias_s, has_bias, relu;
 };
 
 constexpr int kTK = 16;
@@ -161,8 +170,88 @@ void create_matmul_kernels(bp_kernel& k, cl_program program) {
   k.local_size = {rts};
 }
 
+namespace {
+
+// Runs bp_matmul over p (operand strides, offsets and sizes filled in) in grid pieces of at
+// most 65535 groups a dimension.
+void run_tiles(bp_kernel& k, const LaunchContext& lc, ClMatmul& p, int64_t B, bp_buffer* o,
+               bp_buffer* a, bp_buffer* b, bp_buffer* bias) {
+  const int64_t M = p.M, N = p.N;
+  Tiling t = tiling_for(k.dtype, lc.device.info());
+  size_t rts = k.local_size[0];
+  int64_t n_tiles = (N + t.ts - 1) / t.ts, m_tiles = (M + t.ts - 1) / t.ts;
+  constexpr int64_t kMaxGroups = 65535;
+  if (n_tiles > kMaxGroups)
+    bad_launch(k, sdk::format("N = %lld needs %lld column tiles; at most %lld are supported",
+                              static_cast<long long>(N), static_cast<long long>(n_tiles),
+                              static_cast<long long>(kMaxGroups)));
+  std::lock_guard<std::mutex> lock(k.mutex);
+  for (int64_t b0 = 0; b0 < B; b0 += kMaxGroups) {
+    for (int64_t mt0 = 0; mt0 < m_tiles; mt0 += kMaxGroups) {
+      p.batch0 = b0;
+      p.mtile0 = mt0;
+      size_t local[3] = {rts, rts, 1};
+      size_t global[3] = {static_cast<size_t>(n_tiles) * rts,
+                          static_cast<size_t>(std::min(m_tiles - mt0, kMaxGroups)) * rts,
+                          static_cast<size_t>(std::min(B - b0, kMaxGroups))};
+      KernelArgs(k.kernels[0]).mem(o).mem(a).mem(b).mem(bias).value(p);
+      enqueue_kernel(lc, k, 0, 3, global, local);
+    }
+  }
+}
+
+void launch_linear(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
+                   const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs) {
+  if ((num_in != 2 && num_in != 3) || num_out != 1)
+    bad_launch(k, sdk::format("expects inputs x, w, an optional bias and 1 output, got %d and %d",
+                              num_in, num_out));
+  const bp_tensor_desc &x = in[0], &w = in[1], &o = out[0];
+  const bp_tensor_desc* bias = num_in == 3 ? &in[2] : nullptr;
+  if (x.rank != 2 || w.rank != 2 || o.rank != 2 || (bias && bias->rank != 1))
+    bad_launch(
+        k, sdk::format("expects x[M,K], w[N,K], bias[N], out[M,N]; got x %s, w %s, out "
+                       "%s%s%s",
+                       shape_string(x).c_str(), shape_string(w).c_str(), shape_string(o).c_str(),
+                       bias ? ", bias " : "", bias ? shape_string(*bias).c_str() : ""));
+  const int64_t M = o.shape[0], N = o.shape[1], K = x.shape[1];
+  if (x.shape[0] != M || w.shape[0] != N || w.shape[1] != K || (bias && bias->shape[0] != N))
+    bad_launch(
+        k, sdk::format("shapes do not match x[M,K] w[N,K] -> out[M,N]: x %s, w %s, out "
+                       "%s%s%s",
+                       shape_string(x).c_str(), shape_string(w).c_str(), shape_string(o).c_str(),
+                       bias ? ", bias " : "", bias ? shape_string(*bias).c_str() : ""));
+  const int64_t act = attrs.i(BP_ATTR_ID_ACTIVATION, BP_ACTIVATION_NONE);
+  if (act != BP_ACTIVATION_NONE && act != BP_ACTIVATION_RELU)
+    bad_launch(
+        k, sdk::format("activation %lld is not 0 (none) or 1 (relu)", static_cast<long long>(act)));
+  ClMatmul p{};
+  p.a_off = checked_element_offset(k, x, k.dtype, "input 0 (x)");
+  p.b_off = checked_element_offset(k, w, k.dtype, "input 1 (w)");
+  p.o_off = checked_element_offset(k, o, k.dtype, "output");
+  if (bias) {
+    p.bias_off = checked_element_offset(k, *bias, k.dtype, "input 2 (bias)");
+    p.bias_s = bias->strides[0];
+    p.has_bias = 1;
+  }
+  p.relu = act == BP_ACTIVATION_RELU ? 1 : 0;
+  if (M == 0 || N == 0) return;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.a_m = x.strides[0];
+  p.a_k = x.strides[1];
+  p.b_k = w.strides[1];  // b[k, n] = w[n, k]
+  p.b_n = w.strides[0];
+  p.o_m = o.strides[0];
+  p.o_n = o.strides[1];
+  run_tiles(k, lc, p, 1, o.buffer, x.buffer, w.buffer, bias ? bias->buffer : o.buffer);
+}
+
+}  // namespace
+
 void launch_matmul(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
-                   const bp_tensor_desc* out, int32_t num_out) {
+                   const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs) {
+  if (k.op == Op::kLinear) return launch_linear(k, lc, in, num_in, out, num_out, attrs);
   if (num_in != 2 || num_out != 1)
     bad_launch(k, sdk::format("expects 2 inputs and 1 output, got %d and %d", num_in, num_out));
   const bp_tensor_desc &a = in[0], &b = in[1], &o = out[0];
@@ -193,28 +282,7 @@ void launch_matmul(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* 
   p.o_b = o.strides[0];
   p.o_m = o.strides[1];
   p.o_n = o.strides[2];
-
-  Tiling t = tiling_for(k.dtype, lc.device.info());
-  size_t rts = k.local_size[0];
-  int64_t n_tiles = (N + t.ts - 1) / t.ts, m_tiles = (M + t.ts - 1) / t.ts;
-  constexpr int64_t kMaxGroups = 65535;
-  if (n_tiles > kMaxGroups)
-    bad_launch(k, sdk::format("N = %lld needs %lld column tiles; at most %lld are supported",
-                              static_cast<long long>(N), static_cast<long long>(n_tiles),
-                              static_cast<long long>(kMaxGroups)));
-  std::lock_guard<std::mutex> lock(k.mutex);
-  for (int64_t b0 = 0; b0 < B; b0 += kMaxGroups) {
-    for (int64_t mt0 = 0; mt0 < m_tiles; mt0 += kMaxGroups) {
-      p.batch0 = b0;
-      p.mtile0 = mt0;
-      size_t local[3] = {rts, rts, 1};
-      size_t global[3] = {static_cast<size_t>(n_tiles) * rts,
-                          static_cast<size_t>(std::min(m_tiles - mt0, kMaxGroups)) * rts,
-                          static_cast<size_t>(std::min(B - b0, kMaxGroups))};
-      KernelArgs(k.kernels[0]).mem(o.buffer).mem(a.buffer).mem(b.buffer).value(p);
-      enqueue_kernel(lc, k, 0, 3, global, local);
-    }
-  }
+  run_tiles(k, lc, p, B, o.buffer, a.buffer, b.buffer, o.buffer);
 }
 
 }  // namespace bp::opencl

@@ -1,4 +1,5 @@
-// Reductions: sum, mean, max over any set of dimensions.
+// Reductions: sum, mean, max, sumsq, norm over any set of dimensions (sumsq and norm square
+// each element as it is loaded, norm takes the square root on store: one read of the input).
 //
 // Note [Reduction plan]
 //   The host splits the input's dimensions into kept ones (out.shape == a.shape) and reduced
@@ -75,12 +76,12 @@ __kernel void bp_$OP_rows(__global T* out, __global const T* in, bp_rix rx) {
   if (rx.rrank == 1) {
     for (long j = 0; j < rx.n_red; ++j) {
       $ACC v = ($ACC)LD(in[base.x + j * rx.rin[0]]);
-      $ADD;
+      $SQ$ADD;
     }
   } else {
     for (long j = 0; j < rx.n_red; ++j) {
       $ACC v = ($ACC)LD(in[base.x + bp_red(&rx, j)]);
-      $ADD;
+      $SQ$ADD;
     }
   }
   $ACC r = $RES;
@@ -98,12 +99,12 @@ __kernel void bp_$OP_tree(__global T* out, __global $ACC* partial, __global cons
   if (rx.rrank == 1) {
     for (long j = j0 + lid; j < j1; j += L) {
       $ACC v = ($ACC)LD(in[base.x + j * rx.rin[0]]);
-      $ADD;
+      $SQ$ADD;
     }
   } else {
     for (long j = j0 + lid; j < j1; j += L) {
       $ACC v = ($ACC)LD(in[base.x + bp_red(&rx, j)]);
-      $ADD;
+      $SQ$ADD;
     }
   }
   scratch[lid] = $RES;
@@ -187,9 +188,12 @@ std::string reduction_kernels(Op op, int32_t dtype) {
   const char* comb = max ? "BP_MAX_ACC" : "BP_ADD_ACC";
   const char* fin = max               ? "ST(r)"
                     : op == Op::kMean ? "ST(rx.n_red ? r / ($ACC)rx.n_red : ($ACC)NAN)"
+                    : op == Op::kNorm ? "ST((C)sqrt(r))"
                                       : "ST((C)r)";
+  const char* sq = op == Op::kSumsq || op == Op::kNorm ? "v = v * v; " : "";
   std::string s = kReductionTemplate;
   // Placeholders whose text holds $ACC first.
+  replace_all(s, "$SQ", sq);
   replace_all(s, "$ADD", add);
   replace_all(s, "$FINAL", fin);
   replace_all(s, "$OP", op_info(op).name);
@@ -224,7 +228,7 @@ std::string reduction_source(int32_t dtype, bool fp64) {
   s += "#define BP_ADD_ACC(a, b) ((a) + (b))\n";
   s += is_floating(dtype) ? "#define BP_MAX_ACC(a, b) ((isnan(a) || (a) > (b)) ? (a) : (b))\n"
                           : "#define BP_MAX_ACC(a, b) max((a), (b))\n";
-  for (Op op : {Op::kSum, Op::kMean, Op::kMax})
+  for (Op op : {Op::kSum, Op::kMean, Op::kMax, Op::kSumsq, Op::kNorm})
     if ((op_info(op).dtypes >> dtype) & 1u) s += reduction_kernels(op, dtype);
   return s;
 }

@@ -340,7 +340,7 @@ class OpenclBackend final : public sdk::Backend {
         launch_reduction(*k, lc, in, num_in, out, num_out);
         break;
       case Family::kMatmul:
-        launch_matmul(*k, lc, in, num_in, out, num_out);
+        launch_matmul(*k, lc, in, num_in, out, num_out, attrs);
         break;
       case Family::kRandom:
         if (num_in != 0)

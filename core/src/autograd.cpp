@@ -68,7 +68,8 @@ class OpNode final : public Node {
         "ReluBackward",      "SigmoidBackward",    "TanhBackward",       "AbsBackward",
         "SumBackward",       "MeanBackward",       "MaxBackward",        "CastBackward",
         "IdentityBackward",  "ReshapeBackward",    "PermuteBackward",    "SliceBackward",
-        "ExpandBackward",    "ToDeviceBackward"};
+        "ExpandBackward",    "ToDeviceBackward",   "SumsqBackward",      "NormBackward",
+        "LinearBackward"};
     return names[static_cast<int>(kind)];
   }
 
@@ -160,7 +161,9 @@ class OpNode final : public Node {
         return {g * (as_float(gt(saved[0], 0.0)) - as_float(lt(saved[0], 0.0)))};
       case GradKind::sum:
       case GradKind::mean:
-      case GradKind::max: {
+      case GradKind::max:
+      case GradKind::sumsq:
+      case GradKind::norm: {
         uint32_t axes = static_cast<uint32_t>(param & 0xffffffff);
         bool keepdim = (param >> 40) & 1;
         Shape keep = s0;
@@ -173,10 +176,29 @@ class OpNode final : public Node {
         Tensor gk = keepdim ? g : g.reshape(keep);
         if (kind == GradKind::sum) return {gk.expand(s0)};
         if (kind == GradKind::mean) return {gk.expand(s0) / static_cast<double>(count)};
+        if (kind == GradKind::sumsq) return {gk.expand(s0) * saved[0] * 2.0};
+        if (kind == GradKind::norm) {
+          // d|x|/dx = x / |x|; at |x| == 0 every x is 0 and the gradient 0 (as PyTorch).
+          Tensor n = keepdim ? saved[1] : saved[1].reshape(keep);
+          Tensor safe = where(gt(n, 0.0), n, ones_like(n));
+          return {gk.expand(s0) * saved[0] / safe.expand(s0)};
+        }
         Tensor out = keepdim ? saved[1] : saved[1].reshape(keep);
         Tensor mask = as_float(eq(saved[0], out.expand(s0)));
         Tensor ties = detail::reduce_raw(Op::sum, mask, axes, true);
         return {gk.expand(s0) * mask / ties};
+      }
+      case GradKind::linear: {
+        // saved: x [M,K], w [N,K] and, with a ReLU (param bit 0), the output; inputs x, w and
+        // the bias when there is one (param bit 1).
+        const Tensor &x = saved[0], &w = saved[1];
+        Tensor g2 = (param & 1) ? g * as_float(gt(saved[2], 0.0)) : g;
+        Tensor gx, gw, gb;
+        if (next[0]) gx = bp::matmul(g2, w);
+        if (next[1]) gw = bp::matmul(g2.t(), x);
+        if ((param & 2) && next[2]) gb = g2.sum(0);
+        if (param & 2) return {gx, gw, gb};
+        return {gx, gw};
       }
       case GradKind::cast:
         return {g.to(in_dtypes[0])};

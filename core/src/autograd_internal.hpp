@@ -46,6 +46,9 @@ enum class GradKind {
   slice,
   expand,
   to_device,
+  sumsq,
+  norm,
+  linear,
 };
 
 struct Node {

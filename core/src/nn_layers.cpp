@@ -54,6 +54,10 @@ int64_t Linear::in_features() const {
 }
 
 Tensor Linear::forward(const Tensor& x) {
+  return forward(x, Activation::none);
+}
+
+Tensor Linear::forward(const Tensor& x, Activation activation) {
   const Tensor& w = weight();
   if (!w.defined())
     throw ShapeError(name() +
@@ -63,8 +67,7 @@ Tensor Linear::forward(const Tensor& x) {
     throw ShapeError(name() + ": input of shape " +
                      Dims(std::span<const int64_t>(x.shape())).str() +
                      " does not end in in_features=" + std::to_string(in));
-  Tensor y = x.matmul(w.t());
-  return has_bias_ ? y + bias() : y;
+  return bp::linear(x, w, has_bias_ ? bias() : Tensor(), activation);
 }
 
 std::string Linear::name() const {

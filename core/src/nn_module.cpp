@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <ostream>
 #include <set>
+#include <typeinfo>
 
 namespace bp::nn {
 
@@ -323,7 +324,20 @@ void Sequential::throw_wrong_type(size_t index, const char* requested) const {
 
 Tensor Sequential::forward(const Tensor& input) {
   Tensor x = input;
-  for (Module* m : layers_) x = m->forward(x);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Module* m = layers_[i];
+    // Exactly Linear/LazyLinear then exactly ReLU (a subclass may override forward).
+    if (i + 1 < layers_.size() && typeid(*layers_[i + 1]) == typeid(ReLU) &&
+        (typeid(*m) == typeid(Linear) || typeid(*m) == typeid(LazyLinear))) {
+      auto* lin = static_cast<Linear*>(m);
+      if (lin->weight().defined()) {
+        x = lin->forward(x, Activation::relu);
+        ++i;
+        continue;
+      }
+    }
+    x = m->forward(x);
+  }
   return x;
 }
 

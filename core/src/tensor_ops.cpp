@@ -452,10 +452,104 @@ Tensor Tensor::max(int axis, bool keepdim) const {
   return reduce_op(Op::max, GradKind::max, *this, 1u << normalize_axis(axis, rank(), "max"),
                    keepdim);
 }
+// Note [One-pass norms]: sumsq and norm are catalogue ops that read the input once; on a
+// device without them (a plugin built against an older catalogue) the same values come from
+// x * x, sum and sqrt.
+namespace {
+Tensor sumsq_op(Op op, const Tensor& a, uint32_t axes, bool keepdim) {
+  if (!is_floating(a.dtype()))
+    throw DTypeError(std::string(op_name(op)) + ": needs a floating dtype, got " +
+                     std::string(dtype_name(a.dtype())) + " (cast first)");
+  if (a.device().supports(op, a.dtype()))
+    return reduce_op(op, op == Op::norm ? GradKind::norm : GradKind::sumsq, a, axes, keepdim);
+  Tensor s = reduce_op(Op::sum, GradKind::sum, a * a, axes, keepdim);
+  return op == Op::norm ? s.sqrt() : s;
+}
+}  // namespace
+
 Tensor Tensor::norm() const {
-  if (!is_floating(dtype()))
-    throw DTypeError("norm: needs a floating dtype, got " + std::string(dtype_name(dtype())));
-  return (*this * *this).sum().sqrt();
+  return sumsq_op(Op::norm, *this, all_axes(rank()), false);
+}
+Tensor Tensor::norm(int axis, bool keepdim) const {
+  return sumsq_op(Op::norm, *this, 1u << normalize_axis(axis, rank(), "norm"), keepdim);
+}
+Tensor Tensor::sumsq() const {
+  return sumsq_op(Op::sumsq, *this, all_axes(rank()), false);
+}
+Tensor Tensor::sumsq(int axis, bool keepdim) const {
+  return sumsq_op(Op::sumsq, *this, 1u << normalize_axis(axis, rank(), "sumsq"), keepdim);
+}
+
+// Note [Fused linear]: x [..., K] is viewed as [M, K] (the reshape recorded for autograd),
+// the plugin's linear kernel writes act(x w^T + b) in one launch, and the result is viewed
+// back as [..., N]. Backward: g' = g * (out > 0) with a ReLU, dx = g' w, dw = g'^T x,
+// db = sum_rows g'. Devices without the kernel compute matmul, add and relu.
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation) {
+  const bool has_bias = bias.defined();
+  if (has_bias)
+    check_same_device("linear", {&x, &weight, &bias});
+  else
+    check_same_device("linear", {&x, &weight});
+  check_same_dtype("linear", x, weight);
+  if (has_bias) check_same_dtype("linear", x, bias);
+  check_domain(Op::linear, x.dtype());
+  if (weight.rank() != 2)
+    throw ShapeError("linear: weight must be [out_features, in_features], got shape " +
+                     impl(weight).shape.str());
+  const int64_t N = weight.size(0), K = weight.size(1);
+  if (x.rank() == 0 || x.size(-1) != K)
+    throw ShapeError("linear: input of shape " + impl(x).shape.str() +
+                     " does not end in in_features=" + std::to_string(K) + " (weight " +
+                     impl(weight).shape.str() + ")");
+  if (has_bias && (bias.rank() != 1 || bias.size(0) != N))
+    throw ShapeError("linear: bias must be [" + std::to_string(N) + "] (out_features), got " +
+                     impl(bias).shape.str());
+  const bool relu = activation == Activation::relu;
+  Device& dev = x.device();
+  if (!dev.supports(Op::linear, x.dtype())) {
+    Tensor y = bp::matmul(x, weight.t());
+    if (has_bias) y = y + bias;
+    return relu ? y.relu() : y;
+  }
+  Shape out_shape = x.shape();
+  out_shape.back() = N;
+  int64_t M = 1;
+  for (int d = 0; d + 1 < x.rank(); ++d) M *= x.size(d);
+  Tensor x2 = x.rank() == 2 ? x : x.reshape({M, K});
+  // Each operand needs a unit stride in one of its two dims (Note [Op catalogue]).
+  auto unit = [](const Tensor& t) {
+    const TensorImpl& i = impl(t);
+    return i.strides.d[0] == 1 || i.strides.d[1] == 1 || i.shape.d[0] == 1 || i.shape.d[1] == 1;
+  };
+  if (!unit(x2)) x2 = x2.contiguous();
+  Tensor w = unit(weight) ? weight : weight.contiguous();
+  Dims od;
+  od.d[od.rank++] = M;
+  od.d[od.rank++] = N;
+  Tensor out = make_empty(dev, od, x.dtype());
+  if (out.numel() != 0) {
+    auto mat = [](const Tensor& t) {
+      bp_tensor_desc d = desc(t);
+      // Size-1 dims may carry any stride; make the unit-stride dim explicit for the backend.
+      if (d.shape[0] == 1 && d.strides[1] != 1) d.strides[0] = 1;
+      if (d.shape[1] == 1 && d.strides[0] != 1) d.strides[1] = 1;
+      return d;
+    };
+    bp_tensor_desc in[3] = {mat(x2), mat(w), has_bias ? desc(bias) : bp_tensor_desc{}};
+    bp_tensor_desc o = desc(out);
+    bp_attr attrs[2] = {attr_i(BP_ATTR_ID_ACTIVATION, relu ? BP_ACTIVATION_RELU : 0),
+                        attr_i(BP_ATTR_ID_ALLOW_TF32, allow_tf32() ? 1 : 0)};
+    launch(dev, Op::linear, x.dtype(), {in, has_bias ? 3u : 2u}, {&o, 1}, {attrs, 2});
+  }
+  if (has_bias ? autograd::needs_grad({&x2, &w, &bias}) : autograd::needs_grad({&x2, &w})) {
+    std::vector<Tensor> inputs = {x2, w};
+    std::vector<Tensor> saved = {x2, w};
+    if (has_bias) inputs.push_back(bias);
+    if (relu) saved.push_back(out);
+    record(GradKind::linear, out, std::move(inputs), std::move(saved), 0.0,
+           (relu ? 1 : 0) | (has_bias ? 2 : 0));
+  }
+  return x.rank() == 2 ? out : out.reshape(out_shape);
 }
 
 Tensor Tensor::to(DType t) const {

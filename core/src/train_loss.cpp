@@ -54,7 +54,7 @@ Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm) {
   for (const Tensor& p : parameters) {
     Tensor g = p.grad();
     if (!g.defined()) continue;
-    Tensor s = (g * g).sum();
+    Tensor s = g.sumsq();  // one pass over each gradient
     sq = sq.defined() ? sq + s : s;
   }
   if (!sq.defined()) return Tensor();

@@ -482,7 +482,28 @@ void register_tensor(nb::module_& m) {
                 &Tensor::max);
           },
           nb::arg("dim").none() = nb::none(), nb::arg("keepdim") = false)
-      .def("norm", &Tensor::norm, "The Frobenius (2-)norm as a 0-d tensor on the device.");
+      .def(
+          "norm",
+          [](const Tensor& t, nb::handle dim, bool keepdim) {
+            if (dim.is_none())
+              return reduce(
+                  t, dim, keepdim, "norm",
+                  [](const Tensor& x, int a, bool k) { return x.norm(a, k); }, &Tensor::norm);
+            if (t.rank() == 0) return t.abs();
+            // Several dims: the squares summed over the first, plain sums over the rest.
+            bool first = true;
+            Tensor s = reduce(
+                t, dim, keepdim, "norm",
+                [&first](const Tensor& x, int a, bool k) {
+                  Tensor r = first ? x.sumsq(a, k) : x.sum(a, k);
+                  first = false;
+                  return r;
+                },
+                &Tensor::sumsq);
+            return s.sqrt();
+          },
+          nb::arg("dim").none() = nb::none(), nb::arg("keepdim") = false,
+          "The 2-norm (Frobenius over everything, or over `dim`), one pass over the data.");
 
   // ---- views and copies ----
   cls.def("reshape",

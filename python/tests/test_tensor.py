@@ -286,6 +286,8 @@ def test_reductions(device, rng, dim, keepdim):
     close(t.mean(dim=dim, keepdim=keepdim), A.mean(axis=axis, keepdims=keepdim))
     close(t.max(dim, keepdim=keepdim), A.max(axis=axis, keepdims=keepdim))
     close(t.min(dim, keepdim=keepdim), A.min(axis=axis, keepdims=keepdim))
+    ref = np.sqrt((A * A).sum(axis=axis, keepdims=keepdim))
+    close(t.norm(dim, keepdim), ref)
 
 
 def test_norm_and_reduction_errors(device, rng):

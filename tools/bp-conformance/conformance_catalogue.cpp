@@ -40,8 +40,11 @@ OpKind kind_of(int32_t op) {
     case BP_OP_SUM:
     case BP_OP_MEAN:
     case BP_OP_MAX:
+    case BP_OP_SUMSQ:
+    case BP_OP_NORM:
       return OpKind::reduce;
     case BP_OP_MATMUL:
+    case BP_OP_LINEAR:
       return OpKind::matmul;
     case BP_OP_UNIFORM:
     case BP_OP_NORMAL:

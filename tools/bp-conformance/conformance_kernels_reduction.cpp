@@ -1,4 +1,5 @@
-// Kernel cases of the reductions (sum, mean, max): every dimension where the output has size 1
+// Kernel cases of the reductions (sum, mean, max, sumsq, norm): every dimension where the output
+// has size 1
 // and the input does not is reduced (Note [Op catalogue] in plugin_abi.h).
 #include "conformance_kernels.hpp"
 
@@ -31,13 +32,16 @@ std::vector<double> reduce_ref(const std::string& op, const std::vector<double>&
     for (size_t d = 0; d < rank; ++d)
       if (out_shape[d] != 1) o += idx[d] * out_strides[d];
     auto oi = static_cast<size_t>(o);
-    acc[oi] = op == "max" ? std::max(acc[oi], in[i]) : acc[oi] + in[i];
+    const bool squares = op == "sumsq" || op == "norm";
+    acc[oi] = op == "max" ? std::max(acc[oi], in[i]) : acc[oi] + (squares ? in[i] * in[i] : in[i]);
     ++cnt[oi];
     for (size_t d = rank; d-- > 0;) {
       if (++idx[d] < in_shape[d]) break;
       idx[d] = 0;
     }
   }
+  if (op == "norm")
+    for (double& v : acc) v = std::sqrt(v);
   if (op == "mean")
     for (size_t i = 0; i < acc.size(); ++i)
       acc[i] = cnt[i] ? acc[i] / static_cast<double>(cnt[i]) : std::nan("");
@@ -47,6 +51,10 @@ std::vector<double> reduce_ref(const std::string& op, const std::vector<double>&
 Range reduce_range(const std::string& op, int32_t dt, bool large) {
   if (!is_float_dtype(dt)) return op == "sum" ? Range{-100, 100, true} : default_range(dt);
   if (op == "max") return default_range(dt);
+  // Squares are never negative: signed inputs test the squaring, and f16 squares of a million
+  // elements stay far below 65504.
+  if (op == "sumsq" || op == "norm")
+    return dt == BP_DTYPE_F16 && large ? Range{-1.0 / 256, 1.0 / 256} : Range{-2.0, 2.0};
   // Positive values: no cancellation, so the relative error measures accumulation only. f16
   // sums of a million elements are kept well below 65504.
   if (dt == BP_DTYPE_F16 && large) return {1.0 / 1024, 1.0 / 256};

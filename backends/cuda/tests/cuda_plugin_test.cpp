@@ -91,7 +91,7 @@ TEST(CudaPlugin, PropertiesAndListOps) {
       {"lt", 8},    {"le", 8},   {"gt", 8},      {"ge", 8},      {"where", 8},   {"neg", 6},
       {"exp", 4},   {"log", 4},  {"sqrt", 4},    {"relu", 6},    {"sigmoid", 4}, {"tanh", 4},
       {"abs", 6},   {"sum", 6},  {"mean", 4},    {"max", 6},     {"matmul", 4},  {"uniform", 4},
-      {"normal", 4}};
+      {"normal", 4}, {"sumsq", 4}, {"norm", 4}, {"linear", 4}};
   EXPECT_EQ(yes, expected);
   bp_kernel* k = nullptr;
   const Err unknown = error_of(api()->find_kernel(0, "no_such_op", BP_DTYPE_F32, &k));

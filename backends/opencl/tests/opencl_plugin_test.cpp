@@ -42,7 +42,8 @@ const std::map<std::string, std::string>& expected_matrix() {
       {"log", "11110000"},     {"sqrt", "11110000"},    {"sigmoid", "11110000"},
       {"tanh", "11110000"},    {"sum", "11111100"},     {"max", "11111100"},
       {"mean", "11110000"},    {"matmul", "11110000"},  {"uniform", "11110000"},
-      {"normal", "11110000"}};
+      {"normal", "11110000"},  {"sumsq", "11110000"},   {"norm", "11110000"},
+      {"linear", "11110000"}};
   return m;
 }
 

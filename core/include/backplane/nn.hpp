@@ -183,6 +183,9 @@ class BP_API Linear : public Module {
   int64_t out_features() const noexcept { return out_features_; }
 
   Tensor forward(const Tensor& input) override;
+  // forward followed by `activation`, as one fused op where the device has it (bp::linear);
+  // Sequential uses it for a Linear directly followed by a ReLU.
+  Tensor forward(const Tensor& input, Activation activation);
   std::string name() const override;
 
  protected:
@@ -227,7 +230,9 @@ class BP_API Tanh : public Module {
   std::string name() const override { return "Tanh()"; }
 };
 
-// Children named "0", "1", ... run in order, each on the previous one's output.
+// Children named "0", "1", ... run in order, each on the previous one's output. A Linear (or
+// an initialised LazyLinear) directly followed by a ReLU runs as one fused linear+ReLU op
+// (bp::linear); the values and gradients are those of the two layers.
 class BP_API Sequential : public Module {
  public:
   Sequential() = default;

@@ -155,7 +155,12 @@ class BP_API Tensor {
   Tensor mean(int axis, bool keepdim = false) const;
   Tensor max() const;
   Tensor max(int axis, bool keepdim = false) const;
-  Tensor norm() const;  // Frobenius norm, a 0-d tensor on the device
+  // The 2-norm (Frobenius norm) and the sum of squares, over everything (0-d result) or one
+  // axis; one pass over the data where the device has the fused op (Note [One-pass norms]).
+  Tensor norm() const;
+  Tensor norm(int axis, bool keepdim = false) const;
+  Tensor sumsq() const;
+  Tensor sumsq(int axis, bool keepdim = false) const;
   Tensor matmul(const Tensor& other) const;
 
   // In-place updates (used by optimisers): this = this op other, on this tensor's memory.
@@ -290,6 +295,13 @@ BP_API Tensor gt(const Tensor& a, double b);
 BP_API Tensor lt(const Tensor& a, double b);
 BP_API Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 BP_API Tensor matmul(const Tensor& a, const Tensor& b);
+// What linear applies to its output after the bias.
+enum class Activation { none, relu };
+// x [..., K] times weight [N, K] transposed, plus bias [N] when it is defined, then the
+// activation: out [..., N] = act(x w^T + b), as torch.nn.functional.linear (+ relu) but one op
+// on devices with the fused kernel (catalogue op "linear"; others compute matmul, add, relu).
+BP_API Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                     Activation activation = Activation::none);
 BP_API Tensor exp(const Tensor& a);
 BP_API Tensor log(const Tensor& a);
 BP_API Tensor sqrt(const Tensor& a);
