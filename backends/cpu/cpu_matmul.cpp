@@ -18,9 +18,9 @@
 //   they oversubscribe the cores: a 100x100 product then took milliseconds. So by default the
 //   libraries run one-threaded (OpenMP's thread count is set to 1 around each call on the
 //   calling thread and restored after) and all parallelism comes from oneTBB: the products of
-//   a batch and 2-D tiles of each output (at least 128 a side, each a one-threaded gemm over the
-//   full K) are spread over oneTBB's workers in one parallel loop, and two host threads issuing
-//   products at once share those workers.
+//   a batch and 2-D tiles of each output (about four per worker, at least 128 a side, each a
+//   one-threaded gemm over the full K) are spread over oneTBB's workers in one parallel loop,
+//   and two host threads issuing products at once share those workers.
 //   BACKPLANE_CPU_MATMUL_THREADS=openmp (read at init) instead runs each large f32 product as
 //   one oneDNN call with an OpenMP team; concurrent callers share the hardware threads through
 //   a counter, so together they never ask for more. tools/gpu/cpu_speed.sh measures both.
@@ -97,6 +97,11 @@ void pack(const Mat<T>& m, C* dst) {
 // Note [One thread pool]: how many OpenMP threads oneDNN may use for the current call.
 thread_local int t_omp_threads = 1;
 bool g_openmp_mode = false;
+// Output tiles per oneTBB worker a large product is cut into (Note [One thread pool]): on the
+// 16-core host, 4 gave 1.18x / 1.21x PyTorch's f32 1024^3 / 2048^3 against 0.98x / 0.79x with
+// 1 (one tile per worker leaves every worker waiting for the slowest; medians of 5,
+// backends/cpu/README.md). BACKPLANE_CPU_MATMUL_TILES (1..16, read at init) overrides it.
+int g_tiles_per_worker = 4;
 // Hardware threads not lent to a running oneDNN call (openmp mode only).
 std::atomic<int> g_free_threads{1};
 
@@ -287,7 +292,7 @@ void products(const Launch& l, Operand<const T> a, Operand<const T> b, Operand<T
   }
   int64_t tm = M, tn = N;
   auto tiles = [&] { return B * ((M + tm - 1) / tm) * ((N + tn - 1) / tn); };
-  while (tiles() < workers && std::max(tm, tn) >= 2 * kMinTile) {
+  while (tiles() < int64_t{workers} * g_tiles_per_worker && std::max(tm, tn) >= 2 * kMinTile) {
     if (tm >= tn)
       tm = (tm + 1) / 2;
     else
@@ -383,6 +388,16 @@ void configure_matmul() {
                                   "default) or 'openmp'",
                                   mode));
   g_openmp_mode = mode && std::strcmp(mode, "openmp") == 0;
+  if (const char* t = std::getenv("BACKPLANE_CPU_MATMUL_TILES"); t && *t) {
+    char* end = nullptr;
+    const long v = std::strtol(t, &end, 10);
+    if (*end != '\0' || v < 1 || v > 16)
+      bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                    bp::sdk::format("cpu: BACKPLANE_CPU_MATMUL_TILES='%s' is not a whole number "
+                                    "of output tiles per worker in 1..16",
+                                    t));
+    g_tiles_per_worker = static_cast<int>(v);
+  }
   g_free_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 

@@ -5,6 +5,7 @@
 // few printed timings. Every test skips cleanly when the plugin reports no device (CI).
 #include "cuda_test_support.hpp"
 
+#include <backplane/op_catalogue.h>
 #include <backplane/philox.h>
 
 #include <algorithm>
@@ -67,7 +68,7 @@ TEST(CudaPlugin, PropertiesAndListOps) {
   const bp_op_support* list = nullptr;
   int32_t n = 0;
   check(api()->list_ops(0, &list, &n), "list_ops");
-  ASSERT_EQ(n, 31 * 8);
+  ASSERT_EQ(n, static_cast<int32_t>(BP_OP_COUNT) * static_cast<int32_t>(BP_DTYPE_COUNT));
   std::map<std::string, int> yes;
   for (int32_t i = 0; i < n; ++i) {
     const bp_op_support& s = list[i];
