@@ -12,6 +12,7 @@
 #   device     bp_device_tests' MathTest and FusedTest on every device
 #   conf-cpu   bp-conformance --device cpu:0 --filter 'kernels.*'
 #   conf-opencl  the same on opencl:0
+#   conf-cuda  the same on cuda:0 (skips itself without a GPU)
 # Every run gets a new 64-bit seed (BP_TEST_SEED for the gtest programs, --seed for
 # bp-conformance). A failing run's seed, command and output land in $OUT (or
 # BUILD_DIR/stress-seeds) as <suite>-<seed>.log, and the summary names them. Exit status 0 when
@@ -35,6 +36,7 @@ if [ ${#suites[@]} -eq 0 ]; then
   if have bp-conformance; then
     suites+=(conf-cpu)
     have opencl_plugin_test && suites+=(conf-opencl)
+    have cuda_plugin_test && suites+=(conf-cuda)
   fi
 fi
 
@@ -49,6 +51,14 @@ command_of() {
     device) echo "env BP_TEST_SEED=$seed $build/bin/bp_device_tests --gtest_filter=*MathTest*:*FusedTest*" ;;
     conf-cpu) echo "$build/bin/bp-conformance --device cpu:0 --filter kernels.* --seed $seed" ;;
     conf-opencl) echo "$build/bin/bp-conformance --device opencl:0 --filter kernels.* --seed $seed" ;;
+    conf-cuda)
+      if "$build/bin/bp-conformance" --device cuda:0 --filter kernels.add_contiguous --list 2>/dev/null |
+        grep -q 'kernels.add_contiguous\[cuda:0'; then
+        echo "$build/bin/bp-conformance --device cuda:0 --filter kernels.* --seed $seed"
+      else
+        echo "true"  # no GPU here
+      fi
+      ;;
     *) echo "unknown suite '$suite'" >&2; return 1 ;;
   esac
 }
