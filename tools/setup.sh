@@ -32,7 +32,7 @@ install_packages() {
     build-essential cmake ninja-build clang libclang-rt-dev pkg-config file python3 \
     libtbb-dev libopenblas-dev libdnnl-dev libsleef-dev libtomlplusplus-dev nlohmann-json3-dev \
     libgtest-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd python3-dev python3-venv \
-    libgloo-dev iproute2 \
+    libgloo-dev iproute2 ccache \
     >/dev/null
 }
 
@@ -54,10 +54,20 @@ cuda_args() {
   fi
 }
 
+# Compiler launcher: ccache when installed (a second run, or another clone under ccache's
+# base_dir, recompiles only what changed).
+launcher_args() {
+  if command -v ccache >/dev/null; then
+    echo "-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache" \
+      "-DCMAKE_CUDA_COMPILER_LAUNCHER=ccache"
+  fi
+}
+
+# Every build uses a preset of CMakePresets.json (release, asan, tsan).
 build_release() {
   # shellcheck disable=SC2046
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release $(cuda_args) "$@"
-  cmake --build build -j "$jobs"
+  cmake --preset release $(cuda_args) $(launcher_args) "$@"
+  cmake --build --preset release -j "$jobs"
 }
 
 # pip install . (scikit-build-core + nanobind from PyPI) into a fresh virtual environment, then
@@ -88,10 +98,9 @@ timed() {
 }
 
 asan_step() {
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug \
-    -DBP_SANITIZE=address,undefined -DBP_BUILD_CUDA=OFF -DBP_BUILD_OPENCL=OFF \
-    -DBP_BUILD_BENCH=OFF -DBP_BUILD_EXAMPLES=OFF -DBP_BUILD_TESTS=ON
-  cmake --build build-asan -j "$jobs" --target bp_unit_tests bp_device_tests \
+  # shellcheck disable=SC2046
+  cmake --preset asan $(launcher_args)
+  cmake --build --preset asan -j "$jobs" --target bp_unit_tests bp_device_tests \
     bp-fixtures bp-smi backplane-cpu
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
     ctest --output-on-failure -j "$jobs" -R '^(unit|device)\.' --timeout 600)
@@ -102,10 +111,9 @@ asan_step() {
 # without ASLR, so that TSan's fixed memory layout fits whatever vm.mmap_rnd_bits the kernel
 # uses.
 tsan_step() {
-  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DBP_SANITIZE=thread -DBP_BUILD_CUDA=OFF -DBP_BUILD_OPENCL=ON \
-    -DBP_BUILD_BENCH=OFF -DBP_BUILD_EXAMPLES=OFF -DBP_BUILD_TESTS=ON
-  cmake --build build-tsan -j "$jobs" --target bp_unit_tests bp_device_tests \
+  # shellcheck disable=SC2046
+  cmake --preset tsan $(launcher_args)
+  cmake --build --preset tsan -j "$jobs" --target bp_unit_tests bp_device_tests \
     bp_stress_tests bp-fixtures bp-smi backplane-cpu backplane-opencl
   (cd build-tsan &&
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$top/tools/tsan.supp" \
