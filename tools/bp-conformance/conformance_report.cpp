@@ -1,5 +1,7 @@
 #include "conformance_report.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -21,15 +23,6 @@ std::string sanitize(const std::string& s) {
       out += static_cast<char>(c);
   }
   return out;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : sanitize(s)) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
 }
 
 std::string xml_escape(const std::string& s) {
@@ -128,23 +121,31 @@ void Report::print_summary(FILE* out) const {
 }
 
 bool Report::write_json(const std::string& path, std::string* error) const {
-  std::string s = "{\n  \"tool\": \"bp-conformance\",\n";
-  s += format(
-      "  \"summary\": {\"passed\": %d, \"failed\": %d, \"skipped\": %d, \"pass\": %d, "
-      "\"fail\": %d, \"skip\": %d, \"unsupported\": %d, \"xfail\": %d, \"xpass\": %d},\n",
-      passed(), failed(), skipped(), count(Status::pass), count(Status::fail), count(Status::skip),
-      count(Status::unsupported), count(Status::xfail), count(Status::xpass));
-  s += "  \"tests\": [";
-  for (size_t i = 0; i < results_.size(); ++i) {
-    const Result& r = results_[i];
-    s += i ? ",\n    " : "\n    ";
-    s += "{\"name\": " + json_string(r.name) + ", \"suite\": " + json_string(r.suite) +
-         ", \"device\": " + json_string(r.device) + ", \"dtype\": " + json_string(r.dtype) +
-         ", \"status\": " + json_string(status_json_name(r.status)) +
-         ", \"message\": " + json_string(r.message) + format(", \"seconds\": %.6f}", r.seconds);
-  }
-  s += results_.empty() ? "]\n}\n" : "\n  ]\n}\n";
-  return write_file(path, s, error);
+  // nlohmann's ordered_json keeps the keys in the order written; messages are sanitized
+  // (plugins may return arbitrary bytes) and nlohmann does the escaping.
+  using json = nlohmann::ordered_json;
+  json doc;
+  doc["tool"] = "bp-conformance";
+  doc["summary"] = {{"passed", passed()},
+                    {"failed", failed()},
+                    {"skipped", skipped()},
+                    {"pass", count(Status::pass)},
+                    {"fail", count(Status::fail)},
+                    {"skip", count(Status::skip)},
+                    {"unsupported", count(Status::unsupported)},
+                    {"xfail", count(Status::xfail)},
+                    {"xpass", count(Status::xpass)}};
+  json tests = json::array();
+  for (const Result& r : results_)
+    tests.push_back({{"name", sanitize(r.name)},
+                     {"suite", sanitize(r.suite)},
+                     {"device", sanitize(r.device)},
+                     {"dtype", sanitize(r.dtype)},
+                     {"status", status_json_name(r.status)},
+                     {"message", sanitize(r.message)},
+                     {"seconds", r.seconds}});
+  doc["tests"] = std::move(tests);
+  return write_file(path, doc.dump(2) + "\n", error);
 }
 
 bool Report::write_junit(const std::string& path, std::string* error) const {
