@@ -12,8 +12,8 @@
 //   - Every rank calls the same collectives in the same order with the same dtype, element
 //     count, shape, root, reduction and device type. Each call gets a sequence number; a
 //     descriptor of it (op, dtype, shape, root, reduction, device type) is checked against
-//     every other rank's through the store (Note [Collective checks] in dist_group.cpp), so a
-//     mismatch is a MismatchError in every rank naming both calls, not a hang or garbage.
+//     every other rank's through the store, so a mismatch is a MismatchError in every rank
+//     naming both calls, not a hang or garbage.
 //   - Calls are asynchronous and return a Work. On devices with ordered streams (cuda) the
 //     operation is queued on the tensor's stream (or the stream given) and later work on that
 //     stream sees the result without waiting. On the CPU, whose stream runs eagerly, the
@@ -28,11 +28,11 @@
 //     destroy_process_group() and init again to recover.
 //   - Device types: a collective runs on the communicator plugin that serves the tensor's
 //     device type (cuda -> nccl, cpu -> gloo), created on first use (a collective step of its
-//     own). A device type that no loaded plugin declares (opencl) goes through host staging
-//     (Note [Host staging] in dist_group.cpp): copied to pinned host memory, reduced by the
-//     communicator serving cpu, copied back. Staging is never silent: Work::staged() says so
-//     and BACKPLANE_DIST_DEBUG=1 logs it. A plugin that declares the type but cannot run (its
-//     library is missing) is a BackendUnavailable error quoting the reason, not a fallback.
+//     own). A device type that no loaded plugin declares (opencl) goes through host staging:
+//     copied to pinned host memory, reduced by the communicator serving cpu, copied back. Staging
+//     is never silent: Work::staged() says so and BACKPLANE_DIST_DEBUG=1 logs it. A plugin that
+//     declares the type but cannot run (its library is missing) is a BackendUnavailable error
+//     quoting the reason, not a fallback.
 //   - Non-contiguous tensors are copied to contiguous memory and back around the operation.
 //
 // Thread-safety: calls on one group may come from several threads; they are numbered in the
