@@ -172,17 +172,12 @@ void DeviceState::release(bp_buffer* b, uint64_t size, const StreamState* stream
   }
 }
 
-void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
-            std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
-  if (observing()) [[unlikely]] {  // Note [Profiler cost when off] in profiler.hpp
-    launch_observed(k, stream, in, out, attrs);
-    return;
-  }
-  launch_unobserved(k, stream, in, out, attrs);
-}
-
-void launch_unobserved(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
-                       std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
+namespace {
+// The launch itself, inlined into both entry points (the per-op path pays no extra call).
+[[gnu::always_inline]] inline void launch_body(const Kernel& k, bp_stream* stream,
+                                               std::span<const bp_tensor_desc> in,
+                                               std::span<const bp_tensor_desc> out,
+                                               std::span<const bp_attr> attrs) {
   DeviceState& s = state(k.device());
   const bp_attr* pass = attrs.data();
   // Note [Attribute ids]: a plugin of minor 0 or 1 reads attribute arrays of the old layout.
@@ -204,6 +199,21 @@ void launch_unobserved(const Kernel& k, bp_stream* stream, std::span<const bp_te
         "launch " + std::string(op_name(k.op())) + " (" + std::string(dtype_name(k.dtype())) + ")";
     throw_plugin_error(s.api, err, k.device().str() + ": " + what);
   }
+}
+}  // namespace
+
+void launch_unobserved(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
+                       std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
+  launch_body(k, stream, in, out, attrs);
+}
+
+void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
+            std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
+  if (observing()) [[unlikely]] {  // Note [Profiler cost when off] in profiler.hpp
+    launch_observed(k, stream, in, out, attrs);
+    return;
+  }
+  launch_body(k, stream, in, out, attrs);
 }
 
 }  // namespace detail
