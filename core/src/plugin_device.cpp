@@ -157,12 +157,6 @@ std::shared_ptr<Buffer> DeviceState::allocate(uint64_t bytes, std::shared_ptr<St
 }
 
 void DeviceState::release(bp_buffer* b, uint64_t size, const StreamState* stream) noexcept {
-  if (observing()) [[unlikely]] {
-    try {
-      on_free(*self, b, size);
-    } catch (...) {  // a free records what it can; it never fails for the profiler
-    }
-  }
   bp_stream* s = stream ? stream->s : default_handle.load(std::memory_order_acquire);
   if (bp_error* e = api->mem_free(index, s, b, size)) {
     // A free that fails has nothing to hand the error to: report it once on stderr.
@@ -221,6 +215,12 @@ void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> 
 // ---- Buffer ----------------------------------------------------------------------------------
 
 Buffer::~Buffer() {
+  if (detail::observing() && !imported_) [[unlikely]] {
+    try {
+      detail::on_free(*device_, static_cast<bp_buffer*>(handle_), size_);
+    } catch (...) {  // a free records what it can; it never fails for the profiler
+    }
+  }
   detail::state(*device_).release(static_cast<bp_buffer*>(handle_), size_, stream_.get());
 }
 

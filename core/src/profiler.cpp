@@ -83,9 +83,12 @@ StreamTrack& stream_track(ObserverState& o, DeviceTrack& t, bp_stream* s) {
   if (o.options.device_time && t.timing) {
     check(api, api->stream_synchronize(s), "profiler: stream synchronize", t.dev);
     st.ref = new_event(t);
+    // The stream is idle: the event completes right after it is queued. The host time before
+    // queueing it is a lower bound for that moment (the time after waiting for it can be late by
+    // a scheduling delay), so device intervals are never placed later than they ran.
+    st.ref_ns = clock_ns();
     check(api, api->event_record(st.ref, s), "profiler: event record", t.dev);
     check(api, api->event_synchronize(st.ref), "profiler: event synchronize", t.dev);
-    st.ref_ns = clock_ns();
   }
   t.streams.push_back(st);
   return t.streams.back();
@@ -94,6 +97,7 @@ StreamTrack& stream_track(ObserverState& o, DeviceTrack& t, bp_stream* s) {
 // The start of a device interval on `s`: an event recorded there, or (a plugin without event
 // timing) a synchronisation and a host stamp. Caller holds o.mu.
 struct IntervalStart {
+  uint64_t generation = 0;  // the session it belongs to
   DeviceTrack* track = nullptr;
   StreamTrack* stream = nullptr;
   bp_event* e0 = nullptr;
@@ -102,6 +106,7 @@ struct IntervalStart {
 
 IntervalStart begin_interval(ObserverState& o, Device& dev, bp_stream* s) {
   IntervalStart b;
+  b.generation = o.generation;
   b.track = &device_track(o, dev);
   b.stream = &stream_track(o, *b.track, s);
   if (!o.options.device_time) return b;
@@ -275,7 +280,7 @@ void launch_observed(const Kernel& k, bp_stream* stream, std::span<const bp_tens
   }
   t_label = outer;
   std::lock_guard<std::mutex> lock(o.mu);
-  if (!o.running) return;
+  if (!o.running || o.generation != b.generation) return;  // stopped (and maybe restarted)
   end_interval(o, b, dev, stream, r);
   r.host0 = h0 - o.t0;
   r.host1 = clock_ns() - o.t0;
@@ -295,6 +300,7 @@ void ObservedCopy::begin(CopyKind kind, Device& dev, bp_stream* stream, uint64_t
   tid_ = thread_number();
   host0_ = clock_ns();
   IntervalStart b = begin_interval(o, dev, stream);
+  generation_ = b.generation;
   e0_ = b.e0;
   dev0_ = b.dev0;
   active_ = true;
@@ -303,7 +309,7 @@ void ObservedCopy::begin(CopyKind kind, Device& dev, bp_stream* stream, uint64_t
 void ObservedCopy::finish() {
   ObserverState& o = observer();
   std::lock_guard<std::mutex> lock(o.mu);
-  if (!o.running) return;
+  if (!o.running || o.generation != generation_) return;
   Rec r;
   r.kind = RecKind::copy;
   r.name = copy_name(kind_);
@@ -435,6 +441,7 @@ void start(const Options& options) {
   o.options = options;
   o.has_session = true;
   o.running = true;
+  ++o.generation;
   o.t0 = detail::clock_ns();
   o.t1 = 0;
   detail::set_flag(detail::kObserveProfile, true);
@@ -447,7 +454,10 @@ void stop() {
   o.running = false;
   detail::set_flag(detail::kObserveProfile, false);
   o.t1 = detail::clock_ns();
-  if (!(detail::g_observe.load() & detail::kObserveMemory)) o.live.clear();
+  if (!(detail::g_observe.load() & detail::kObserveMemory)) {
+    o.live.clear();
+    o.stream_numbers.clear();
+  }
   detail::resolve(o);
 }
 
@@ -499,7 +509,10 @@ void record_memory_history(bool on) {
   detail::ObserverState& o = detail::observer();
   std::lock_guard<std::mutex> lock(o.mu);
   detail::set_flag(detail::kObserveMemory, on);
-  if (!on && !o.running) o.live.clear();
+  if (!on && !o.running) {
+    o.live.clear();
+    o.stream_numbers.clear();
+  }
 }
 
 bool memory_history_enabled() noexcept {

@@ -66,6 +66,7 @@ class ObservedCopy {
   int64_t host0_ = 0, dev0_ = 0;
   bp_event* e0_ = nullptr;
   int tid_ = 0;
+  uint64_t generation_ = 0;
 };
 
 // Allocation hooks (DeviceState::allocate/release), called only when observing().
@@ -111,7 +112,7 @@ struct StreamTrack {
   bp_stream* handle = nullptr;
   int number = 0;
   bp_event* ref = nullptr;
-  int64_t ref_ns = 0;  // host time at which `ref` completed (the stream was synchronised)
+  int64_t ref_ns = 0;  // host time just before `ref` was queued on the idle stream
 };
 
 struct DeviceTrack {
@@ -135,6 +136,7 @@ struct ObserverState {
   // Session
   bool running = false;
   bool has_session = false;
+  uint64_t generation = 0;  // of the session: start() counts up
   profiler::Options options;
   int64_t t0 = 0, t1 = 0;  // absolute clock_ns of start and stop
   std::vector<Rec> recs;
