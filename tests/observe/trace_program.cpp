@@ -1,15 +1,26 @@
 // A program that knows nothing of the profiler: run with BACKPLANE_TRACE=path, it leaves a
 // whole-run trace at exit (observe.env_trace checks it). On every device: x = ones(n); two adds;
 // a read to the host. With `--snapshot PATH` it also records the memory history, keeps a few
-// blocks of different sizes alive on cpu:0 and writes memory_snapshot(cpu:0) there.
+// blocks of different sizes alive on cpu:0 and writes memory_snapshot(cpu:0) there. With
+// `--hold` it allocates 3 MiB on cpu:0, prints "holding" and sleeps (at most 120 s) until killed
+// (observe.smi_watch, with BACKPLANE_PUBLISH_STATS=1).
 #include <backplane/backplane.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 int main(int argc, char** argv) {
+  if (argc == 2 && !std::strcmp(argv[1], "--hold")) {
+    bp::Tensor held = bp::ones({3 << 18}, bp::device("cpu:0"));  // 3 MiB of f32
+    std::printf("holding\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+    return 0;
+  }
   const char* snapshot = argc > 2 && !std::strcmp(argv[1], "--snapshot") ? argv[2] : nullptr;
   if (snapshot) bp::record_memory_history(true);
   std::vector<bp::Tensor> keep;

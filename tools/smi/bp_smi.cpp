@@ -9,14 +9,18 @@
 
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
 #include <unistd.h>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -135,6 +139,48 @@ void print_devices(const std::vector<DeviceRow>& rows) {
   if (rows.empty()) std::printf("  (none)\n");
 }
 
+// The allocator statistics other processes publish (Note [Published allocator statistics] in
+// core/src/stats_publisher.cpp); files of processes that are gone are removed.
+void print_published() {
+  namespace fs = std::filesystem;
+  const std::string dir = bp::stats_publish_dir();
+  std::printf("  Backplane processes (BACKPLANE_PUBLISH_STATS=1, %s)\n", dir.c_str());
+  std::printf("  %-8s %-16s %-10s %12s %12s %10s\n", "pid", "command", "device", "bp alloc",
+              "bp reserved", "updated");
+  int shown = 0;
+  std::error_code ec;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const fs::path& p = entry.path();
+    if (p.extension() != ".json") continue;
+    char* end = nullptr;
+    long pid = std::strtol(p.stem().c_str(), &end, 10);
+    if (!end || *end || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      fs::remove(p, ec);  // its process is gone
+      continue;
+    }
+    nlohmann::json j;
+    try {
+      std::ifstream f(p);
+      j = nlohmann::json::parse(f);
+      double age = now - j.at("time").get<double>();
+      for (const auto& d : j.at("devices")) {
+        std::printf("  %-8ld %-16.16s %-10s %12s %12s %8.1f s\n", pid,
+                    j.at("command").get<std::string>().c_str(),
+                    d.at("device").get<std::string>().c_str(),
+                    mib(d.at("allocated").get<uint64_t>()).c_str(),
+                    mib(d.at("reserved").get<uint64_t>()).c_str(), age);
+        ++shown;
+      }
+    } catch (const std::exception&) {
+      continue;  // being replaced, or not ours
+    }
+  }
+  if (!shown) std::printf("  (none: run a program with BACKPLANE_PUBLISH_STATS=1 to list it)\n");
+}
+
 volatile std::sig_atomic_t g_stop = 0;
 extern "C" void on_interrupt(int) {
   g_stop = 1;
@@ -143,7 +189,8 @@ extern "C" void on_interrupt(int) {
 // Note [bp-smi --watch]: the device table every `seconds` until SIGINT or SIGTERM; on a terminal
 // the screen is cleared before each table, otherwise tables follow each other, each opened by a
 // line with the time. "memory used/total" is the device's (all processes); "bp alloc" and "bp
-// reserved" are what this process's Backplane allocators hold. Exit status 0 when interrupted.
+// reserved" are what this process's Backplane allocators hold; below, what other Backplane
+// programs publish (BACKPLANE_PUBLISH_STATS=1). Exit status 0 when interrupted.
 int watch(double seconds) {
   struct sigaction sa {};
   sa.sa_handler = on_interrupt;
@@ -161,6 +208,7 @@ int watch(double seconds) {
     std::printf("bp-smi --watch %g: %s, refresh %lld (Ctrl-C stops)\n", seconds, stamp,
                 static_cast<long long>(n));
     print_devices(rows);
+    print_published();
     std::printf("\n");
     std::fflush(stdout);
     auto until = std::chrono::steady_clock::now() + period;

@@ -136,4 +136,9 @@ struct BP_API MemorySnapshot {
 // The allocator of `device` now: the plugin's statistics and the blocks the history recorded.
 BP_API MemorySnapshot memory_snapshot(Device& device);
 
+// Where a program run with BACKPLANE_PUBLISH_STATS=1 publishes its allocator statistics for
+// bp-smi --watch (Note [Published allocator statistics] in stats_publisher.cpp):
+// BACKPLANE_STATS_DIR, else $XDG_RUNTIME_DIR/backplane-stats, else /tmp/backplane-stats-<uid>.
+BP_API std::string stats_publish_dir();
+
 }  // namespace bp
