@@ -94,25 +94,20 @@ StreamTrack& stream_track(ObserverState& o, DeviceTrack& t, bp_stream* s) {
   return t.streams.back();
 }
 
-// The start of a device interval on `s`: an event recorded there, or (a plugin without event
-// timing) a synchronisation and a host stamp. Caller holds o.mu.
-struct IntervalStart {
-  uint64_t generation = 0;  // the session it belongs to
-  DeviceTrack* track = nullptr;
-  StreamTrack* stream = nullptr;
-  bp_event* e0 = nullptr;
-  int64_t dev0 = -1;
-};
-
-IntervalStart begin_interval(ObserverState& o, Device& dev, bp_stream* s) {
-  IntervalStart b;
+// Caller holds o.mu.
+Interval begin_interval(ObserverState& o, Device& dev, bp_stream* s) {
+  Interval b;
   b.generation = o.generation;
-  b.track = &device_track(o, dev);
-  b.stream = &stream_track(o, *b.track, s);
+  DeviceTrack& t = device_track(o, dev);
+  const StreamTrack& st = stream_track(o, t, s);
+  b.stream = st.number;
   if (!o.options.device_time) return b;
   const bp_plugin_api* api = state(dev).api;
-  if (b.track->timing) {
-    b.e0 = new_event(*b.track);
+  if (t.timing) {
+    b.ref = st.ref;
+    b.ref_ns = st.ref_ns;
+    b.e0 = new_event(t);
+    b.e1 = new_event(t);
     check(api, api->event_record(b.e0, s), "profiler: event record", &dev);
   } else {
     check(api, api->stream_synchronize(s), "profiler: stream synchronize", &dev);
@@ -121,22 +116,21 @@ IntervalStart begin_interval(ObserverState& o, Device& dev, bp_stream* s) {
   return b;
 }
 
-// The end of the interval, into `r`. Caller holds o.mu.
-void end_interval(ObserverState& o, const IntervalStart& b, Device& dev, bp_stream* s, Rec& r) {
-  r.stream = b.stream->number;
-  if (!o.options.device_time) return;
+// The end of the interval, into `r`. Caller holds o.mu and has checked the generation.
+void end_interval(ObserverState& o, Interval& b, Device& dev, bp_stream* s, Rec& r) {
+  r.stream = b.stream;
   const bp_plugin_api* api = state(dev).api;
   if (b.e0) {
+    check(api, api->event_record(b.e1, s), "profiler: event record", &dev);
     r.e0 = b.e0;
-    r.e1 = new_event(*b.track);
-    check(api, api->event_record(r.e1, s), "profiler: event record", &dev);
-    r.ref = b.stream->ref;
-    r.ref_ns = b.stream->ref_ns;
-  } else {
+    r.e1 = b.e1;
+    r.ref = b.ref;
+    r.ref_ns = b.ref_ns;
+  } else if (b.dev0 >= 0) {
     check(api, api->stream_synchronize(s), "profiler: stream synchronize", &dev);
-    int64_t dev1 = clock_ns();
+    b.dev1 = clock_ns();
     r.dev0 = b.dev0 - o.t0;
-    r.device_us = static_cast<double>(dev1 - b.dev0) / 1e3;
+    r.device_us = static_cast<double>(b.dev1 - b.dev0) / 1e3;
   }
 }
 
@@ -252,23 +246,20 @@ void launch_observed(const Kernel& k, bp_stream* stream, std::span<const bp_tens
     launch_unobserved(k, stream, in, out, attrs);
     return;
   }
-  Rec r;
-  r.kind = RecKind::op;
-  r.dev = &dev;
-  r.tid = thread_number();
-  r.name = name;
-  r.dtype = dtype_name(k.dtype());
-  if (o.options.record_shapes) r.detail = shapes_of(in);
+  std::string shapes = shapes_of(in);  // before the clock starts
   const int64_t h0 = clock_ns();
-  IntervalStart b;
+  Interval b;
+  bool running = false;
   {
     std::lock_guard<std::mutex> lock(o.mu);
-    if (!o.running) {  // stopped meanwhile
-      launch_unobserved(k, stream, in, out, attrs);
-      return;
-    }
     for (const bp_tensor_desc& d : out) attribute(o, dev, d.buffer, name);
-    b = begin_interval(o, dev, stream);
+    running = o.running;  // false: stopped meanwhile
+    if (running) b = begin_interval(o, dev, stream);
+    if (!o.options.record_shapes) shapes.clear();
+  }
+  if (!running) {
+    launch_unobserved(k, stream, in, out, attrs);
+    return;
   }
   const char* outer = t_label;
   t_label = name;
@@ -279,11 +270,19 @@ void launch_observed(const Kernel& k, bp_stream* stream, std::span<const bp_tens
     throw;
   }
   t_label = outer;
+  const int64_t h1 = clock_ns();
   std::lock_guard<std::mutex> lock(o.mu);
   if (!o.running || o.generation != b.generation) return;  // stopped (and maybe restarted)
+  Rec r;
   end_interval(o, b, dev, stream, r);
+  r.kind = RecKind::op;
+  r.dev = &dev;
+  r.tid = thread_number();
+  r.name = name;
+  r.dtype = dtype_name(k.dtype());
+  r.detail = std::move(shapes);
   r.host0 = h0 - o.t0;
-  r.host1 = clock_ns() - o.t0;
+  r.host1 = h1 - o.t0;
   o.recs.push_back(std::move(r));
 }
 
@@ -299,29 +298,21 @@ void ObservedCopy::begin(CopyKind kind, Device& dev, bp_stream* stream, uint64_t
   bytes_ = bytes;
   tid_ = thread_number();
   host0_ = clock_ns();
-  IntervalStart b = begin_interval(o, dev, stream);
-  generation_ = b.generation;
-  e0_ = b.e0;
-  dev0_ = b.dev0;
+  interval_ = begin_interval(o, dev, stream);
   active_ = true;
 }
 
 void ObservedCopy::finish() {
   ObserverState& o = observer();
   std::lock_guard<std::mutex> lock(o.mu);
-  if (!o.running || o.generation != generation_) return;
+  if (!o.running || o.generation != interval_->generation) return;
   Rec r;
+  end_interval(o, *interval_, *dev_, stream_, r);
   r.kind = RecKind::copy;
   r.name = copy_name(kind_);
   r.dev = dev_;
   r.tid = tid_;
   r.bytes = bytes_;
-  IntervalStart b;
-  b.track = &device_track(o, *dev_);
-  b.stream = &stream_track(o, *b.track, stream_);
-  b.e0 = e0_;
-  b.dev0 = dev0_;
-  end_interval(o, b, *dev_, stream_, r);
   r.host0 = host0_ - o.t0;
   r.host1 = clock_ns() - o.t0;
   o.recs.push_back(std::move(r));

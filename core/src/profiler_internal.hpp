@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,17 @@ const char* copy_name(CopyKind k) noexcept;
 // Brackets one copy or memset queued on `stream` of `dev`: construct before the plugin call,
 // done() after it succeeded. Does nothing unless a profiler session runs or the memory history
 // records (then `dst`, when given, is attributed to the copy if no op wrote it yet).
+// A device interval on a stream: a pair of events recorded there, or (a plugin without event
+// timing) a synchronisation and a host stamp on each side. Both ends are taken with the
+// observer's lock held, so stop() never destroys an event between them (the session's
+// generation must match at the end).
+struct Interval {
+  uint64_t generation = 0;  // the session it belongs to
+  int stream = 0;           // stream number
+  bp_event *ref = nullptr, *e0 = nullptr, *e1 = nullptr;
+  int64_t ref_ns = 0, dev0 = -1, dev1 = -1;
+};
+
 class ObservedCopy {
  public:
   ObservedCopy(CopyKind kind, Device& dev, bp_stream* stream, uint64_t bytes,
@@ -54,6 +66,8 @@ class ObservedCopy {
     if (active_) [[unlikely]]
       finish();
   }
+  ObservedCopy(const ObservedCopy&) = delete;
+  ObservedCopy& operator=(const ObservedCopy&) = delete;
 
  private:
   void begin(CopyKind kind, Device& dev, bp_stream* stream, uint64_t bytes, const bp_buffer* dst);
@@ -63,10 +77,9 @@ class ObservedCopy {
   Device* dev_ = nullptr;
   bp_stream* stream_ = nullptr;
   uint64_t bytes_ = 0;
-  int64_t host0_ = 0, dev0_ = 0;
-  bp_event* e0_ = nullptr;
+  int64_t host0_ = 0;
   int tid_ = 0;
-  uint64_t generation_ = 0;
+  std::optional<Interval> interval_;  // only while observing
 };
 
 // Allocation hooks (DeviceState::allocate/release), called only when observing().
