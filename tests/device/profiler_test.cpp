@@ -185,7 +185,8 @@ TEST_P(ProfilerTest, OffRecordsNothingAndStartTwiceIsAnError) {
   auto x = bp::ones({5}, dev()) + 1;  // after stop: not recorded
   (void)x.to_vector<float>();
   size_t adds = 0;
-  for (const json& e : json::parse(bp::profiler::trace_json())["traceEvents"])
+  const json trace = json::parse(bp::profiler::trace_json());
+  for (const json& e : trace["traceEvents"])
     if (e["name"] == "add") ++adds;
   EXPECT_EQ(adds, 0u);
   EXPECT_THROW(bp::profiler::stop(), bp::Error);
