@@ -214,6 +214,32 @@ TEST_P(ProfilerTest, ScopeObjectWritesTheTraceAndRangesNameBlocks) {
   std::remove(path.c_str());
 }
 
+TEST_P(ProfilerTest, ThreadsGetTheirOwnHostTracks) {
+  const int per_thread = 40 + static_cast<int>(bptest::random_values(1, 0, 20)[0]);
+  auto x = bp::ones({7}, dev());
+  dev().synchronize();
+  bp::profiler::start();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 3; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < per_thread; ++i) auto y = x + x;
+    });
+  for (auto& t : threads) t.join();
+  dev().synchronize();
+  bp::profiler::stop();
+  json trace = json::parse(bp::profiler::trace_json());
+  auto adds = events(trace, "op", "add", 0);
+  ASSERT_EQ(adds.size(), static_cast<size_t>(3 * per_thread));
+  std::map<int, int> per_tid;
+  for (const json& e : adds) ++per_tid[e["tid"].get<int>()];
+  ASSERT_EQ(per_tid.size(), 3u);
+  for (const auto& [tid, n] : per_tid) EXPECT_EQ(n, per_thread) << "host thread " << tid;
+  int pid = pid_of(trace, dev().str());
+  auto kernels = events(trace, "kernel", "add", pid);
+  EXPECT_EQ(kernels.size(), adds.size());
+  for (const json& k : kernels) EXPECT_GT(k["dur"].get<double>(), 0.0);
+}
+
 TEST_P(ProfilerTest, SnapshotAccountsForTheAllocatorStats) {
   dev().synchronize();
   bp::record_memory_history(true);
