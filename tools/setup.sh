@@ -32,7 +32,7 @@ install_packages() {
     build-essential cmake ninja-build clang libclang-rt-dev pkg-config file python3 \
     libtbb-dev libopenblas-dev libdnnl-dev libsleef-dev libtomlplusplus-dev nlohmann-json3-dev \
     libgtest-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd python3-dev python3-venv \
-    libgloo-dev iproute2 ccache \
+    libgloo-dev iproute2 ccache chromium \
     >/dev/null
 }
 

@@ -5,6 +5,7 @@
 #include "cuda_copy.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
+#include "cuda_nvtx.hpp"
 #include "cuda_ops.hpp"
 
 #include <backplane/plugin_sdk.hpp>
@@ -266,6 +267,7 @@ class CudaBackend final : public bp::sdk::Backend {
                           k.op,     k.dtype,     inputs,   num_inputs,
                           outputs,  num_outputs, &attrs};
     try {
+      NvtxRange range(k.op);  // Note [NVTX ranges]
       k.fn(args);
     } catch (const bp::sdk::Failure& f) {
       bp::sdk::fail(f.code(),

@@ -18,6 +18,7 @@
 //   (Tensor::native(), Stream::native_handle()). A device type without addressable memory
 //   (OpenCL answers UNSUPPORTED) can only be staged.
 #include "dist_internal.hpp"
+#include "profiler_internal.hpp"
 
 #include <backplane/runtime.hpp>
 
@@ -264,6 +265,7 @@ class Issue {
     s_->tensors.push_back(t);
     s_->tensors.push_back(dense);
     uint64_t n = nbytes(dense);
+    bytes_ += n;
     if (n == 0) return nullptr;
     if (route_.staged) {
       Device& dev = dev_;
@@ -309,6 +311,7 @@ class Issue {
                       what + ") on " + dev_.str() + " via " + c.plugin +
                       (route_.staged ? " staged through host memory" : "") + ", " + g_.where();
     s_->start = Clock::now();
+    const int64_t t0 = bp::detail::observing() ? bp::detail::clock_ns() : 0;
     if (route_.staged) debug_log(&g_, s_->description);
     bp_comm_work* w = nullptr;
     if (bp_error* e = call(c, &w)) {
@@ -319,6 +322,8 @@ class Issue {
       raise(kind_of_code(code), msg);
     }
     s_->handle = w;
+    if (t0 != 0) [[unlikely]]
+      bp::detail::on_collective(op_, dev_, bytes_, t0, s_->description);
     if (!defer_post_) run_post();
     if (!finish_.empty()) {
       auto steps = std::move(finish_);
@@ -338,6 +343,7 @@ class Issue {
   std::shared_ptr<Work::State> s_;
   Route route_;
   int64_t transfer_ = -1;
+  uint64_t bytes_ = 0;  // of every tensor argument, for the profiler
   bool defer_post_ = false;
   Stream* stream_ = nullptr;
   void* native_stream_ = nullptr;

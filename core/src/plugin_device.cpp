@@ -1,5 +1,6 @@
 // Device, Allocator, Buffer, Stream, Event and Kernel over a plugin's C table (device.hpp),
 // with their state in DeviceState (device_state.hpp).
+#include "profiler_internal.hpp"
 #include "registry.hpp"
 #include "tensor_internal.hpp"
 
@@ -133,10 +134,22 @@ std::shared_ptr<Buffer> DeviceState::allocate(uint64_t bytes, std::shared_ptr<St
     std::string what = "allocating " + format_bytes(bytes) + " (free " +
                        format_bytes(self->free_memory()) + " of " +
                        format_bytes(self->properties().total_memory) + ")";
+    if (err->code == BP_ERROR_OUT_OF_MEMORY) {  // Note [Out-of-memory summary]
+      std::string msg =
+          self->str() + ": " + what + ": " + (err->message ? err->message : "(no message)");
+      if (err->native_name && *err->native_name) msg += std::string(" [") + err->native_name + "]";
+      msg += " (plugin " + std::string(err->plugin ? err->plugin : api->name) + ")";
+      api->error_free(err);
+      throw OutOfMemory(msg + "\n" + oom_summary(*self));
+    }
     throw_plugin_error(api, err, self->str() + ": " + what);
   }
   try {
-    return Access::make_buffer(*self, b, bytes, std::move(stream), false);
+    const StreamState* on = stream.get();
+    auto buf = Access::make_buffer(*self, b, bytes, std::move(stream), false);
+    if (observing()) [[unlikely]]
+      on_alloc(*self, b, bytes, on);
+    return buf;
   } catch (...) {
     release(b, bytes, nullptr);
     throw;
@@ -153,8 +166,12 @@ void DeviceState::release(bp_buffer* b, uint64_t size, const StreamState* stream
   }
 }
 
-void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
-            std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
+namespace {
+// The launch itself, inlined into both entry points (the per-op path pays no extra call).
+[[gnu::always_inline]] inline void launch_body(const Kernel& k, bp_stream* stream,
+                                               std::span<const bp_tensor_desc> in,
+                                               std::span<const bp_tensor_desc> out,
+                                               std::span<const bp_attr> attrs) {
   DeviceState& s = state(k.device());
   const bp_attr* pass = attrs.data();
   // Note [Attribute ids]: a plugin of minor 0 or 1 reads attribute arrays of the old layout.
@@ -177,12 +194,33 @@ void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> 
     throw_plugin_error(s.api, err, k.device().str() + ": " + what);
   }
 }
+}  // namespace
+
+void launch_unobserved(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
+                       std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
+  launch_body(k, stream, in, out, attrs);
+}
+
+void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
+            std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
+  if (observing()) [[unlikely]] {  // Note [Profiler cost when off] in profiler.hpp
+    launch_observed(k, stream, in, out, attrs);
+    return;
+  }
+  launch_body(k, stream, in, out, attrs);
+}
 
 }  // namespace detail
 
 // ---- Buffer ----------------------------------------------------------------------------------
 
 Buffer::~Buffer() {
+  if (detail::observing() && !imported_) [[unlikely]] {
+    try {
+      detail::on_free(*device_, static_cast<bp_buffer*>(handle_), size_);
+    } catch (...) {  // a free records what it can; it never fails for the profiler
+    }
+  }
   detail::state(*device_).release(static_cast<bp_buffer*>(handle_), size_, stream_.get());
 }
 
@@ -199,6 +237,12 @@ Stream::~Stream() = default;
 
 void Stream::synchronize() {
   const bp_plugin_api* api = detail::state(*device_).api;
+  if (detail::observing()) [[unlikely]] {
+    int64_t t0 = detail::clock_ns();
+    check(api, api->stream_synchronize(state_->s), "stream synchronize", device_);
+    detail::on_sync(*device_, state_->s, t0);
+    return;
+  }
   check(api, api->stream_synchronize(state_->s), "stream synchronize", device_);
 }
 
@@ -371,28 +415,37 @@ bool Device::supports(Op op, DType dtype) {
 void Device::copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void* src, uint64_t n) {
   if (n == 0) return;
   const bp_plugin_api* api = state_->api;
+  detail::ObservedCopy rec(detail::CopyKind::h2d, *this, detail::handle(s), n, detail::handle(dst));
   check(api, api->copy_h2d(detail::handle(s), detail::handle(dst), dst_off, src, n),
         "copy host->device", this);
+  rec.done();
 }
 void Device::copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_off, uint64_t n) {
   if (n == 0) return;
   const bp_plugin_api* api = state_->api;
+  detail::ObservedCopy rec(detail::CopyKind::d2h, *this, detail::handle(s), n, nullptr);
   check(api, api->copy_d2h(detail::handle(s), dst, detail::handle(src), src_off, n),
         "copy device->host", this);
+  rec.done();
 }
 void Device::copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer& src,
                          uint64_t src_off, uint64_t n) {
   if (n == 0) return;
   const bp_plugin_api* api = state_->api;
+  detail::ObservedCopy rec(detail::CopyKind::d2d, *this, detail::handle(s), n, detail::handle(dst));
   check(api,
         api->copy_d2d(detail::handle(s), detail::handle(dst), dst_off, detail::handle(src), src_off,
                       n),
         "copy device->device", this);
+  rec.done();
 }
 void Device::memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n) {
   if (n == 0) return;
   const bp_plugin_api* api = state_->api;
+  detail::ObservedCopy rec(detail::CopyKind::memset, *this, detail::handle(s), n,
+                           detail::handle(dst));
   check(api, api->memset(detail::handle(s), detail::handle(dst), off, value, n), "memset", this);
+  rec.done();
 }
 
 void* Device::host_alloc(uint64_t n) {
@@ -440,10 +493,13 @@ void Device::copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, 
     } else {
       ss.synchronize();
     }
+    detail::ObservedCopy rec(detail::CopyKind::peer, *this, detail::handle(ds), n,
+                             detail::handle(dst));
     check(api,
           api->copy_peer(detail::handle(ds), index_, detail::handle(dst), dst_off, sdev.index(),
                          detail::handle(src), src_off, n),
           "peer copy", this);
+    rec.done();
     if (state_->has_events()) {
       auto after = create_event();
       after->record(ds);

@@ -427,7 +427,11 @@ Registry::~Registry() = default;
 
 Registry& Registry::process_default() {
   // Never destroyed: Note [Plugin lifetime].
-  static Registry* r = new Registry(detail::options_from(detail::settings()));
+  static Registry* r = [] {
+    auto* reg = new Registry(detail::options_from(detail::settings()));
+    detail::maybe_publish_stats(*reg);
+    return reg;
+  }();
   return *r;
 }
 

@@ -66,4 +66,8 @@ std::string explain_dlerror(const std::string& path, const std::string& err);
 // config file's paths, the library's own plugin folder.
 std::vector<std::string> plugin_search_entries();
 
+// Starts the BACKPLANE_PUBLISH_STATS=1 thread (Note [Published allocator statistics] in
+// stats_publisher.cpp) for the process default registry; nothing when the variable is not set.
+void maybe_publish_stats(Registry& reg);
+
 }  // namespace bp::detail

@@ -2,6 +2,7 @@
 // runtime.hpp), and the process-wide settings.
 #include "config_internal.hpp"
 #include "host/plugin_host.hpp"
+#include "profiler_internal.hpp"
 #include "registry.hpp"
 
 #include <atomic>
@@ -101,6 +102,8 @@ const char* device_kind_name(DeviceKind kind) {
 namespace detail {
 
 void note_implicit_sync(const Device& dev, const char* what) {
+  if (observing()) [[unlikely]]
+    on_implicit_sync(dev, what);
   if (dev.properties().unified_memory) return;  // host memory: nothing to wait for
   SyncDebug mode = sync_debug();
   if (mode == SyncDebug::off) return;

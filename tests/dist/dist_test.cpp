@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <set>
 #include <thread>
@@ -293,6 +294,36 @@ TEST(GroupOfOne, CollectivesAreTheIdentityAndTwoInitsAreAnError) {
   d::barrier();
   d::destroy_process_group();
   EXPECT_FALSE(d::is_initialized());
+}
+
+TEST(GroupOfOne, TheProfilerRecordsCollectivesWithBytesAndDevice) {
+  EnvGuard env;
+  env.set("OMPI_COMM_WORLD_RANK", "0");
+  env.set("OMPI_COMM_WORLD_SIZE", "1");
+  d::init_process_group();
+  std::mt19937 rng(std::random_device{}());
+  const int64_t n = std::uniform_int_distribution<int64_t>(10, 500)(rng);
+  bp::Tensor t = bp::rand({n});
+  bp::Tensor out = bp::zeros({1, n});
+  bp::profiler::start();
+  d::all_reduce(t, d::ReduceOp::sum).wait();
+  d::all_gather(out, t).wait();
+  d::barrier();
+  bp::profiler::stop();
+  d::destroy_process_group();
+  auto trace = nlohmann::json::parse(bp::profiler::trace_json());
+  std::map<std::string, std::vector<nlohmann::json>> got;
+  for (const auto& e : trace["traceEvents"])
+    if (e.value("cat", "") == "collective") got[e["name"].get<std::string>()].push_back(e);
+  ASSERT_EQ(got["all_reduce"].size(), 1u) << "n = " << n;
+  ASSERT_EQ(got["all_gather"].size(), 1u);
+  ASSERT_EQ(got["barrier"].size(), 1u);
+  const auto& ar = got["all_reduce"][0];
+  EXPECT_EQ(ar["args"]["bytes"], static_cast<uint64_t>(n * 4));
+  EXPECT_EQ(ar["args"]["device"], "cpu:0");
+  EXPECT_NE(ar["args"]["what"].get<std::string>().find("all_reduce"), std::string::npos);
+  EXPECT_GE(ar["dur"].get<double>(), 0.0);
+  EXPECT_EQ(got["all_gather"][0]["args"]["bytes"], static_cast<uint64_t>(2 * n * 4));
 }
 
 TEST(GroupOfOne, DistributedDataParallelKeepsGradientsAndNoticesReplacedParameters) {

@@ -5,8 +5,11 @@
 
 #include <backplane/train.hpp>
 
+#include <cstdio>
+#include <fstream>
 #include <numeric>
 #include <set>
+#include <sstream>
 
 namespace {
 
@@ -283,6 +286,90 @@ TEST_P(TrainTest, TrainerReducesRegressionLossBelowBound) {
   for (const Tensor& p : net.parameters()) EXPECT_EQ(&p.device(), &dev());
   EXPECT_LT(losses.back(), 0.02) << "first epoch " << losses.front();
   EXPECT_LT(losses.back(), losses.front() / 20);
+}
+
+TEST_P(TrainTest, TrainerWritesPlainProgressLinesAndAMetricsCsv) {
+  const int64_t n = 64;
+  auto xs = nntest::random_values(n * 3, -1, 1), ys = nntest::random_values(n, -1, 1);
+  bp::Device& cpu = bp::device("cpu:0");
+  bp::DataLoader data(nntest::make(xs, {n, 3}, cpu), nntest::make(ys, {n, 1}, cpu),
+                      {.batch_size = 16});
+  Sequential net;
+  net.add<Linear>(3, 1, true, cpu);
+  std::ostringstream progress;
+  std::string csv_path =
+      ::testing::TempDir() + "bp_metrics_" + nntest::param_name({GetParam(), 0}) + ".csv";
+  bp::Trainer trainer({.max_epochs = 3,
+                       .device = GetParam(),
+                       .progress = bp::Progress::automatic,  // a stream that is not a TTY: lines
+                       .progress_stream = &progress,
+                       .progress_every = 2,
+                       .metrics_csv = csv_path});
+  auto losses = trainer.fit(net, data, mse_loss, bp::sgd({.lr = 0.1}));
+  ASSERT_EQ(losses.size(), 3u);
+
+  // Two lines per epoch (after batch 2 and at the end), no carriage returns or escapes.
+  std::string text = progress.str();
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+  EXPECT_EQ(text.find('\033'), std::string::npos);
+  // Each line is exactly what its parsed fields print back to in the documented format.
+  std::istringstream in(text);
+  std::string line;
+  std::vector<std::pair<int, int>> seen;
+  while (std::getline(in, line)) {
+    int epoch = 0, batch = 0, h = 0, mi = 0, se = 0;
+    double loss = 0, rate = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "epoch %d/3 batch %d/4 loss %lf samples/s %lf eta %d:%d:%d",
+                          &epoch, &batch, &loss, &rate, &h, &mi, &se),
+              7)
+        << "line: '" << line << "'";
+    char again[256];
+    std::snprintf(again, sizeof again,
+                  "epoch %d/3 batch %d/4 loss %.6f samples/s %.1f eta %d:%02d:%02d", epoch, batch,
+                  loss, rate, h, mi, se);
+    EXPECT_EQ(line, again);
+    seen.emplace_back(epoch, batch);
+    EXPECT_GT(rate, 0.0) << line;
+    if (batch == 4) {  // the epoch's mean, as fit() returns it
+      EXPECT_NEAR(loss, losses[epoch - 1], 5e-7 + 1e-6 * std::fabs(losses[epoch - 1])) << line;
+    }
+  }
+  EXPECT_EQ(seen,
+            (std::vector<std::pair<int, int>>{{1, 2}, {1, 4}, {2, 2}, {2, 4}, {3, 2}, {3, 4}}));
+
+  // The CSV: a header and one row per epoch with the same losses.
+  std::ifstream f(csv_path);
+  ASSERT_TRUE(f) << csv_path;
+  std::getline(f, line);
+  EXPECT_EQ(line, "epoch,loss,batches,samples,seconds,samples_per_s");
+  for (int e = 1; e <= 3; ++e) {
+    ASSERT_TRUE(std::getline(f, line)) << "row " << e;
+    int epoch = 0;
+    long long batches = 0, samples = 0;
+    double loss = 0, secs = 0, rate = 0;
+    ASSERT_EQ(std::sscanf(line.c_str(), "%d,%lf,%lld,%lld,%lf,%lf", &epoch, &loss, &batches,
+                          &samples, &secs, &rate),
+              6)
+        << line;
+    EXPECT_EQ(epoch, e);
+    EXPECT_NEAR(loss, losses[e - 1], 1e-8 * std::max(1.0, std::fabs(losses[e - 1])));
+    EXPECT_EQ(batches, 4);
+    EXPECT_EQ(samples, n);
+    EXPECT_GT(secs, 0.0);
+    // seconds has 6 decimals: allow its rounding in the rate.
+    EXPECT_NEAR(rate, static_cast<double>(n) / secs, 1e-3 + rate * 1e-6 / secs);
+  }
+  EXPECT_FALSE(std::getline(f, line)) << "extra row: " << line;
+  std::remove(csv_path.c_str());
+
+  bp::Trainer bad({.max_epochs = 1, .device = GetParam(), .metrics_csv = "/nonexistent-dir/m.csv"});
+  try {
+    bad.fit(net, data, mse_loss, bp::sgd({.lr = 0.1}));
+    FAIL() << "no error for an unwritable metrics_csv";
+  } catch (const bp::IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("metrics_csv '/nonexistent-dir/m.csv'"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST_P(TrainTest, TrainerReducesClassificationLossWithAdam) {

@@ -1,17 +1,29 @@
 // bp-smi: every plugin Backplane considered (path, version, load decision or the reason it
 // failed), the communicator plugins (the device types they serve, the library they found or
 // why they cannot run), and every device (name, memory used/total, the backend serving it), the way
-// nvidia-smi shows one vendor's GPUs. `--json` prints the same for scripts.
+// nvidia-smi shows one vendor's GPUs. `--json` prints the same for scripts. `--watch [seconds]`
+// redraws the device table every interval until interrupted, like `nvidia-smi -l`.
 #include <backplane/comm_abi.h>
 #include <backplane/backplane.hpp>
 #include <backplane/dist.hpp>
 
 #include <nlohmann/json.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <string>
+#include <thread>
 
 namespace {
 
@@ -110,6 +122,103 @@ int print_json() {
   return 0;
 }
 
+void print_devices(const std::vector<DeviceRow>& rows) {
+  std::printf("  %-10s %-8s %-40s %22s %12s %12s\n", "device", "backend", "name",
+              "memory used/total", "bp alloc", "bp reserved");
+  for (const auto& row : rows) {
+    const bp::DeviceProperties& p = row.dev->properties();
+    uint64_t used = row.total - std::min(row.total, row.free_now);
+    std::string mem = mib(used) + " / " + mib(row.total);
+    std::printf("  %-10s %-8s %-40.40s %22s %12s %12s\n", row.dev->str().c_str(),
+                row.dev->backend_name().c_str(), p.name.c_str(), mem.c_str(),
+                mib(row.stats.allocated).c_str(), mib(row.stats.reserved).c_str());
+    if (!p.pci_bus_id.empty() || p.compute_major)
+      std::printf("  %-10s %-8s bus %s, compute %d.%d, %d cores, %s\n", "", "",
+                  p.pci_bus_id.c_str(), p.compute_major, p.compute_minor, p.cores, p.uuid.c_str());
+  }
+  if (rows.empty()) std::printf("  (none)\n");
+}
+
+// The allocator statistics other processes publish (Note [Published allocator statistics] in
+// core/src/stats_publisher.cpp); files of processes that are gone are removed.
+void print_published() {
+  namespace fs = std::filesystem;
+  const std::string dir = bp::stats_publish_dir();
+  std::printf("  Backplane processes (BACKPLANE_PUBLISH_STATS=1, %s)\n", dir.c_str());
+  std::printf("  %-8s %-16s %-10s %12s %12s %10s\n", "pid", "command", "device", "bp alloc",
+              "bp reserved", "updated");
+  int shown = 0;
+  std::error_code ec;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const fs::path& p = entry.path();
+    if (p.extension() != ".json") continue;
+    char* end = nullptr;
+    long pid = std::strtol(p.stem().c_str(), &end, 10);
+    if (!end || *end || pid <= 0) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      fs::remove(p, ec);  // its process is gone
+      continue;
+    }
+    nlohmann::json j;
+    try {
+      std::ifstream f(p);
+      j = nlohmann::json::parse(f);
+      double age = now - j.at("time").get<double>();
+      for (const auto& d : j.at("devices")) {
+        std::printf("  %-8ld %-16.16s %-10s %12s %12s %8.1f s\n", pid,
+                    j.at("command").get<std::string>().c_str(),
+                    d.at("device").get<std::string>().c_str(),
+                    mib(d.at("allocated").get<uint64_t>()).c_str(),
+                    mib(d.at("reserved").get<uint64_t>()).c_str(), age);
+        ++shown;
+      }
+    } catch (const std::exception&) {
+      continue;  // being replaced, or not ours
+    }
+  }
+  if (!shown) std::printf("  (none: run a program with BACKPLANE_PUBLISH_STATS=1 to list it)\n");
+}
+
+volatile std::sig_atomic_t g_stop = 0;
+extern "C" void on_interrupt(int) {
+  g_stop = 1;
+}
+
+// Note [bp-smi --watch]: the device table every `seconds` until SIGINT or SIGTERM; on a terminal
+// the screen is cleared before each table, otherwise tables follow each other, each opened by a
+// line with the time. "memory used/total" is the device's (all processes); "bp alloc" and "bp
+// reserved" are what this process's Backplane allocators hold; below, what other Backplane
+// programs publish (BACKPLANE_PUBLISH_STATS=1). Exit status 0 when interrupted.
+int watch(double seconds) {
+  struct sigaction sa {};
+  sa.sa_handler = on_interrupt;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  const bool tty = isatty(STDOUT_FILENO) != 0;
+  const auto period = std::chrono::duration<double>(seconds);
+  for (int64_t n = 1; !g_stop; ++n) {
+    auto rows = device_rows();
+    std::time_t now = std::time(nullptr);
+    char stamp[64];
+    std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+    if (tty) std::printf("\033[H\033[2J");
+    std::printf("bp-smi --watch %g: %s, refresh %lld (Ctrl-C stops)\n", seconds, stamp,
+                static_cast<long long>(n));
+    print_devices(rows);
+    print_published();
+    std::printf("\n");
+    std::fflush(stdout);
+    auto until = std::chrono::steady_clock::now() + period;
+    while (!g_stop && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::printf("bp-smi: stopped\n");
+  return 0;
+}
+
 int print_table() {
   const bp::PluginAbiVersion abi = bp::plugin_abi_version();
   std::printf("Backplane (plugin ABI %u.%u)\n\n", abi.major, abi.minor);
@@ -145,20 +254,7 @@ int print_table() {
   if (comms.empty()) std::printf("  (none found)\n");
   auto rows = device_rows();
   std::printf("\nDevices\n");
-  std::printf("  %-10s %-8s %-40s %22s %12s\n", "device", "backend", "name", "memory used/total",
-              "bp alloc");
-  for (const auto& row : rows) {
-    const bp::DeviceProperties& p = row.dev->properties();
-    uint64_t used = row.total - std::min(row.total, row.free_now);
-    std::string mem = mib(used) + " / " + mib(row.total);
-    std::printf("  %-10s %-8s %-40.40s %22s %12s\n", row.dev->str().c_str(),
-                row.dev->backend_name().c_str(), p.name.c_str(), mem.c_str(),
-                mib(row.stats.allocated).c_str());
-    if (!p.pci_bus_id.empty() || p.compute_major)
-      std::printf("  %-10s %-8s bus %s, compute %d.%d, %d cores, %s\n", "", "",
-                  p.pci_bus_id.c_str(), p.compute_major, p.compute_minor, p.cores, p.uuid.c_str());
-  }
-  if (rows.empty()) std::printf("  (none)\n");
+  print_devices(rows);
   std::printf("\nDefault device: %s\n", default_device_or_error().c_str());
   return 0;
 }
@@ -167,20 +263,43 @@ int print_table() {
 
 int main(int argc, char** argv) {
   bool json = false;
+  double watch_seconds = 0;  // 0: no --watch
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--json")) {
       json = true;
+    } else if (!std::strcmp(argv[i], "--watch") || !std::strcmp(argv[i], "-l")) {
+      watch_seconds = 2.0;
+      if (i + 1 < argc && argv[i + 1][0] != '-') {
+        char* end = nullptr;
+        double v = std::strtod(argv[i + 1], &end);
+        if (!end || *end || !(v >= 0.05 && v <= 86400)) {
+          std::fprintf(stderr,
+                       "bp-smi: --watch '%s' is not a number of seconds between 0.05 and 86400\n",
+                       argv[i + 1]);
+          return 2;
+        }
+        watch_seconds = v;
+        ++i;
+      }
     } else if (!std::strcmp(argv[i], "-h") || !std::strcmp(argv[i], "--help")) {
       std::printf(
-          "usage: bp-smi [--json]\n  Lists Backplane plugins (with load decisions), "
-          "communicator plugins and devices (name, memory, backend).\n");
+          "usage: bp-smi [--json | --watch [seconds]]\n  Lists Backplane plugins (with load "
+          "decisions), communicator plugins and devices (name, memory, backend).\n"
+          "  --watch [seconds]  redraw the device table every interval (default 2) until Ctrl-C\n");
       return 0;
     } else {
-      std::fprintf(stderr, "bp-smi: unknown argument '%s' (expected --json or --help)\n", argv[i]);
+      std::fprintf(stderr,
+                   "bp-smi: unknown argument '%s' (expected --json, --watch [seconds] or --help)\n",
+                   argv[i]);
       return 2;
     }
   }
+  if (json && watch_seconds > 0) {
+    std::fprintf(stderr, "bp-smi: --json and --watch do not go together; pick one\n");
+    return 2;
+  }
   try {
+    if (watch_seconds > 0) return watch(watch_seconds);
     return json ? print_json() : print_table();
   } catch (const bp::Error& e) {
     std::fprintf(stderr, "bp-smi: %s\n", e.what());

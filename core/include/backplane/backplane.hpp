@@ -11,6 +11,7 @@
 #include <backplane/nn.hpp>
 #include <backplane/ops.hpp>
 #include <backplane/parallel.hpp>
+#include <backplane/profiler.hpp>
 #include <backplane/runtime.hpp>
 #include <backplane/serialize.hpp>
 #include <backplane/tensor.hpp>

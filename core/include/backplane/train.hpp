@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <random>
 #include <string>
@@ -209,6 +210,20 @@ using OptimizerFactory =
 BP_API OptimizerFactory sgd(const optim::SGDOptions& options);
 BP_API OptimizerFactory adam(const optim::AdamOptions& options);
 
+// Note [Training progress]
+//   With progress on, fit() reports the epoch, the batch, the running mean loss of the epoch,
+//   samples per second and the estimated time left. On a terminal one line is redrawn (at most
+//   ten times a second, and at the end of each epoch); otherwise (or with Progress::lines) a
+//   plain line is written every `progress_every` batches and at the end of each epoch:
+//     epoch 1/3 batch 4/8 loss 0.512345 samples/s 1234.5 eta 0:00:02
+//   Each report reads the epoch's loss sum from the device once (a synchronisation), so reports
+//   are rate-limited; with progress off nothing is read inside an epoch.
+//   `metrics_csv` names a file that gets the header
+//     epoch,loss,batches,samples,seconds,samples_per_s
+//   and one row per epoch (loss with 9 significant digits, written and flushed when the epoch
+//   ends). IOError when it cannot be opened.
+enum class Progress { off, automatic, terminal, lines };
+
 struct TrainerOptions {
   int max_epochs = 10;
   // Where to train: a device string ("cuda:1", "cpu") when set; otherwise num_gpus == 0 means
@@ -221,6 +236,12 @@ struct TrainerOptions {
   double gradient_clip_val = 0.0;  // > 0: clip the gradients' global norm to this value
   // Called after every epoch with its index and mean batch loss (read once from the device).
   std::function<void(int epoch, double loss)> on_epoch{};
+  // Note [Training progress]. automatic: a redrawn line when progress_stream is null and stderr
+  // is a terminal, plain lines otherwise.
+  Progress progress = Progress::off;
+  std::ostream* progress_stream = nullptr;  // null: std::cerr
+  int64_t progress_every = 0;               // lines: every N batches; 0: about ten per epoch
+  std::string metrics_csv{};                // path of the per-epoch CSV log; empty: none
 };
 
 class BP_API Trainer {
