@@ -79,9 +79,16 @@ python_tests() {
   local py=${BP_PYTHON:-python3} venv=build/python-venv t0=$SECONDS
   local cuda=-Ccmake.define.BP_BUILD_CUDA=OFF
   [ "${BP_WHEEL_CUDA:-0}" = 1 ] && cuda=-Ccmake.define.BP_BUILD_CUDA=ON
+  # With ccache, the wheel builds in build/wheel (not a fresh temporary folder), so a second
+  # run or another clone under ccache's base_dir reuses the compiled objects.
+  local cache=()
+  command -v ccache >/dev/null &&
+    cache=(-Cbuild-dir=build/wheel -Ccmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache
+      -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
   rm -rf "$venv"
   "$py" -m venv "$venv"
-  CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$venv/bin/python" -m pip install -q ".[test]" "$cuda"
+  CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$venv/bin/python" -m pip install -q ".[test]" "$cuda" \
+    "${cache[@]}"
   echo "python: pip install . took $((SECONDS - t0)) s"
   "$venv/bin/pytest" -q python/tests
   echo "python: install and tests took $((SECONDS - t0)) s"
