@@ -77,4 +77,23 @@ class DeviceTest : public ::testing::TestWithParam<std::string> {
   }
 };
 
+// DeviceTest plus the floating dtypes the device has and a comparison against a float64
+// reference that names the device and dtype (the math and fused-op suites).
+class FloatDeviceTest : public DeviceTest {
+ protected:
+  std::vector<bp::DType> float_types() {
+    std::vector<bp::DType> t = {bp::DType::f32, bp::DType::f16, bp::DType::bf16};
+    if (has_f64()) t.push_back(bp::DType::f64);
+    return t;
+  }
+  // `scale` multiplies the dtype's default tolerance; `magnitude` is the per-element L2 norm of
+  // what was accumulated (reductions, matmul).
+  void expect_close(const bp::Tensor& out, const std::vector<double>& ref, bp::DType dt,
+                    const std::string& what, double scale = 1.0,
+                    const std::vector<double>& magnitude = {}) {
+    EXPECT_TRUE(close(dt, out.to_vector<double>(), ref, {.scale = scale, .magnitude = magnitude}))
+        << what << " on " << dev().str() << " dtype " << bp::dtype_name(dt);
+  }
+};
+
 }  // namespace bptest

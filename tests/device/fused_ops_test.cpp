@@ -10,21 +10,7 @@
 
 namespace {
 
-class FusedTest : public bptest::DeviceTest {
- protected:
-  std::vector<bp::DType> float_types() {
-    std::vector<bp::DType> t = {bp::DType::f32, bp::DType::f16, bp::DType::bf16};
-    if (has_f64()) t.push_back(bp::DType::f64);
-    return t;
-  }
-  void expect_close(const bp::Tensor& out, const std::vector<double>& ref, bp::DType dt,
-                    const std::string& what, double scale = 1.0,
-                    const std::vector<double>& magnitude = {}) {
-    EXPECT_TRUE(
-        bptest::close(dt, out.to_vector<double>(), ref, {.scale = scale, .magnitude = magnitude}))
-        << what << " on " << dev().str() << " dtype " << bp::dtype_name(dt);
-  }
-};
+class FusedTest : public bptest::FloatDeviceTest {};
 
 TEST_P(FusedTest, DeviceHasTheFusedKernels) {
   // cpu, cuda and opencl implement all three for every floating dtype they have.

@@ -6,23 +6,7 @@
 
 namespace {
 
-class MathTest : public bptest::DeviceTest {
- protected:
-  std::vector<bp::DType> float_types() {
-    std::vector<bp::DType> t = {bp::DType::f32, bp::DType::f16, bp::DType::bf16};
-    if (has_f64()) t.push_back(bp::DType::f64);
-    return t;
-  }
-  // `scale` multiplies the dtype's default tolerance; `magnitude` is the per-element L2 norm of
-  // what was accumulated (reductions, matmul).
-  void expect_close(const bp::Tensor& out, const std::vector<double>& ref, bp::DType dt,
-                    const std::string& what, double scale = 1.0,
-                    const std::vector<double>& magnitude = {}) {
-    EXPECT_TRUE(
-        bptest::close(dt, out.to_vector<double>(), ref, {.scale = scale, .magnitude = magnitude}))
-        << what << " on " << dev().str() << " dtype " << bp::dtype_name(dt);
-  }
-};
+class MathTest : public bptest::FloatDeviceTest {};
 
 using Unary = std::function<bp::Tensor(const bp::Tensor&)>;
 using UnaryRef = std::function<double(double)>;

@@ -25,18 +25,8 @@ out=${OUT:-contracts-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 before=${BP_BEFORE_CUDA_PLUGIN:-$build/before/libbackplane-cuda.so}
-summary=()
-step() {  # step NAME CMD...
-  local name=$1
-  shift
-  echo "=== $name: $*"
-  local t0=$SECONDS
-  timeout 240 "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  tail -n 4 "$out/$name.log"
-  summary+=("$(printf '%-40s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-}
-seed() { od -An -N8 -tu8 /dev/urandom | tr -d ' '; }
+STEP_TAIL=4
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # The PASS/FAIL line of one test in a log, shortened for the summary.
 result() { grep -m1 -E "^(PASS|FAIL|SKIP) +$2" "$out/$1.log" | cut -c1-170; }
 

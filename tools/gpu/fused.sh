@@ -19,27 +19,13 @@ out=${OUT:-fused-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 export PYTHONUNBUFFERED=1
-summary=()
-step() {  # step NAME CMD...
-  local name=$1
-  shift
-  echo "=== $name: $*"
-  local t0=$SECONDS
-  timeout 240 "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  tail -n 6 "$out/$name.log"
-  summary+=("$(printf '%-26s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-}
-seed() { od -An -N8 -tu8 /dev/urandom | tr -d ' '; }
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 step cuda_plugin_test env BP_TEST_SEED="$(seed)" "$build/bin/cuda_plugin_test" --gtest_brief=1
 step device.cuda0 env BP_TEST_SEED="$(seed)" BP_TEST_DEVICES=cuda:0 "$build/bin/bp_device_tests" \
   --gtest_filter='*FusedTest*:*MathTest*' --gtest_brief=1
-nv_ocl=/usr/local/nvidia/lib64/libnvidia-opencl.so.1
-if [ -e "$nv_ocl" ]; then
-  mkdir -p "$out/opencl-vendors"
-  echo "$nv_ocl" >"$out/opencl-vendors/nvidia.icd"
-  step device.opencl.nvidia env OCL_ICD_VENDORS="$out/opencl-vendors" BP_TEST_SEED="$(seed)" \
+if vendors=$(nvidia_opencl_dir); then
+  step device.opencl.nvidia env OCL_ICD_VENDORS="$vendors" BP_TEST_SEED="$(seed)" \
     BP_TEST_DEVICES=opencl:0 "$build/bin/bp_device_tests" --gtest_filter='*FusedTest*' \
     --gtest_brief=1
 fi

@@ -17,18 +17,9 @@ build=${1:?usage: bash tools/gpu/hardening.sh BUILD_DIR}
 out=${OUT:-hardening-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-summary=()
-step() {  # step NAME CMD...
-  local name=$1
-  shift
-  echo "=== $name: $*"
-  local t0=$SECONDS
-  timeout 200 "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  tail -n 4 "$out/$name.log"
-  summary+=("$(printf '%-28s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-}
-seed() { od -An -N8 -tu8 /dev/urandom | tr -d ' '; }
+STEP_TAIL=4
+STEP_TIMEOUT=200
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 for i in 1 2 3; do
   s=$(seed)
@@ -45,10 +36,8 @@ step conformance.cuda0.kernels "$build/bin/bp-conformance" --device cuda:0 --fil
 step stress.cuda0 env BP_TEST_DEVICES=cuda:0,cpu:0 "$build/bin/bp_stress_tests" --gtest_brief=1
 
 nv_ocl=/usr/local/nvidia/lib64/libnvidia-opencl.so.1
-if [ -e "$nv_ocl" ] && [ -x "$build/bin/opencl_plugin_test" ]; then
-  mkdir -p "$out/opencl-vendors"
-  echo "$nv_ocl" >"$out/opencl-vendors/nvidia.icd"
-  step opencl_plugin_test.nvidia env OCL_ICD_VENDORS="$out/opencl-vendors" \
+if [ -x "$build/bin/opencl_plugin_test" ] && vendors=$(nvidia_opencl_dir); then
+  step opencl_plugin_test.nvidia env OCL_ICD_VENDORS="$vendors" \
     "$build/bin/opencl_plugin_test" --gtest_brief=1
   grep -m1 'opencl:0:' "$out/opencl_plugin_test.nvidia.log" || true
 else

@@ -14,18 +14,9 @@ build=${1:?usage: bash tools/gpu/profiler.sh BUILD_DIR}
 out=${OUT:-profiler-out}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-summary=()
-step() {  # step NAME CMD...
-  local name=$1
-  shift
-  echo "=== $name: $*"
-  local t0=$SECONDS
-  timeout 180 "$@" >"$out/$name.log" 2>&1
-  local rc=$?
-  tail -n 25 "$out/$name.log"
-  summary+=("$(printf '%-22s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
-}
-seed() { od -An -N8 -tu8 /dev/urandom | tr -d ' '; }
+STEP_TAIL=25
+STEP_TIMEOUT=180
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 step tests.device env BP_TEST_SEED="$(seed)" BP_TEST_DEVICES=cuda:0,cpu:0 \
   "$build/bin/bp_device_tests" --gtest_filter='*Profiler*' --gtest_brief=1
