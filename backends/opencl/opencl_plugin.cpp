@@ -9,6 +9,7 @@
 #include <backplane/plugin_sdk.hpp>
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -23,10 +24,21 @@ int64_t steady_ns() {
       .count();
 }
 
+// What event_record hands to the marker's completion callback. The driver calls the callback
+// on a thread of its own and synchronises with the registering thread in ways a race detector
+// may not see (PoCL is not instrumented), so the hand-off itself is ordered: the record
+// publishes the block with a release store, the callback acquires it before reading.
+struct MarkerCallback {
+  std::atomic<bool> published{false};
+  std::shared_ptr<bp_event::HostStamp> stamp;  // keeps the stamp alive until completion
+};
+
 void CL_CALLBACK on_marker_complete(cl_event, cl_int, void* user) {
-  auto* stamp = static_cast<std::shared_ptr<bp_event::HostStamp>*>(user);
-  (*stamp)->ns.store(steady_ns());
-  delete stamp;
+  auto* cb = static_cast<MarkerCallback*>(user);
+  while (!cb->published.load(std::memory_order_acquire)) {
+  }  // set before the callback was registered: never spins
+  cb->stamp->ns.store(steady_ns());
+  delete cb;
 }
 
 // The kernels resolved on one device, created on first find_kernel of each (op, dtype).
@@ -129,7 +141,9 @@ class OpenclBackend final : public sdk::Backend {
     BP_CL_CHECK(clEnqueueMarkerWithWaitList(s->queue, 0, nullptr, &marker),
                 s->device->label() + ": event_record");
     auto stamp = std::make_shared<bp_event::HostStamp>();
-    auto* user = new std::shared_ptr<bp_event::HostStamp>(stamp);
+    auto* user = new MarkerCallback;
+    user->stamp = stamp;
+    user->published.store(true, std::memory_order_release);
     if (clSetEventCallback(marker, CL_COMPLETE, on_marker_complete, user) != CL_SUCCESS)
       delete user;
     std::lock_guard<std::mutex> lock(e->mutex);
