@@ -38,8 +38,8 @@ const std::map<std::string, std::vector<bp_dtype>>& support_matrix() {
       {"where", all_dtypes()}, {"neg", kSigned},       {"exp", kFloats},       {"log", kFloats},
       {"sqrt", kFloats},       {"relu", kSigned},      {"sigmoid", kFloats},   {"tanh", kFloats},
       {"abs", kSigned},        {"sum", kSigned},       {"mean", kFloats},      {"max", kSigned},
-      {"matmul", kFloats},     {"uniform", kFloats},   {"normal", kFloats},
-      {"sumsq", kFloats},      {"norm", kFloats},      {"linear", kFloats}};
+      {"matmul", kFloats},     {"uniform", kFloats},   {"normal", kFloats},    {"sumsq", kFloats},
+      {"norm", kFloats},       {"linear", kFloats}};
   return m;
 }
 

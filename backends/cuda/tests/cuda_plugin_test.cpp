@@ -87,12 +87,12 @@ TEST(CudaPlugin, PropertiesAndListOps) {
   }
   // The support matrix of the catalogue.
   const std::map<std::string, int> expected = {
-      {"fill", 8},  {"copy", 8}, {"cast", 8},    {"add", 7},     {"sub", 7},     {"mul", 7},
-      {"div", 4},   {"pow", 4},  {"maximum", 7}, {"minimum", 7}, {"eq", 8},      {"ne", 8},
-      {"lt", 8},    {"le", 8},   {"gt", 8},      {"ge", 8},      {"where", 8},   {"neg", 6},
-      {"exp", 4},   {"log", 4},  {"sqrt", 4},    {"relu", 6},    {"sigmoid", 4}, {"tanh", 4},
-      {"abs", 6},   {"sum", 6},  {"mean", 4},    {"max", 6},     {"matmul", 4},  {"uniform", 4},
-      {"normal", 4}, {"sumsq", 4}, {"norm", 4}, {"linear", 4}};
+      {"fill", 8},   {"copy", 8},  {"cast", 8},    {"add", 7},     {"sub", 7},     {"mul", 7},
+      {"div", 4},    {"pow", 4},   {"maximum", 7}, {"minimum", 7}, {"eq", 8},      {"ne", 8},
+      {"lt", 8},     {"le", 8},    {"gt", 8},      {"ge", 8},      {"where", 8},   {"neg", 6},
+      {"exp", 4},    {"log", 4},   {"sqrt", 4},    {"relu", 6},    {"sigmoid", 4}, {"tanh", 4},
+      {"abs", 6},    {"sum", 6},   {"mean", 4},    {"max", 6},     {"matmul", 4},  {"uniform", 4},
+      {"normal", 4}, {"sumsq", 4}, {"norm", 4},    {"linear", 4}};
   EXPECT_EQ(yes, expected);
   bp_kernel* k = nullptr;
   const Err unknown = error_of(api()->find_kernel(0, "no_such_op", BP_DTYPE_F32, &k));
