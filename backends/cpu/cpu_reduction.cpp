@@ -7,15 +7,16 @@
 //   - inner reduction, when the reduced group has the input's smallest stride (whole-tensor and
 //     last-axis reductions among them): each output element reduces its reduced rows; a
 //     unit-stride row goes through reduce_contig, eight independent accumulators that the
-//     compiler vectorises, combined pairwise over blocks, so f32 sums (accumulated in double)
-//     and f16/bf16 sums (in float) keep their accuracy on long rows.
+//     compiler vectorises, combined pairwise over blocks, so f64 sums and f16/bf16 sums (in
+//     float) keep their accuracy on long rows; dense f32 rows go through vmath::sum (Note [CPU
+//     f32 sums]: float blocks of 2048 elements added in double).
 //   - outer reduction, when a kept dimension has the smallest stride (sum over dim 0 of a
 //     row-major matrix): a tile of up to kTile outputs keeps its accumulators in an array and
 //     the loop adds whole contiguous input rows into it, again a vectorisable loop.
 //   Parallelism is over outputs when there are enough of them; otherwise the reduced range is
 //   split with tbb::parallel_deterministic_reduce, so results do not change from run to run.
-//   Accumulators: sum/mean of f32 and f64 in double (dense f32 rows through vmath::sum, double
-//   vectors of the widest ISA), of f16/bf16 in float; sums of i32/i64
+//   Accumulators: sum/mean of f32 and f64 in double (dense f32 rows through vmath::sum, float
+//   blocks added in double), of f16/bf16 in float; sums of i32/i64
 //   wrap in 64 bits; max compares in the compute type and propagates NaN.
 #include "cpu_kernels.hpp"
 #include "cpu_strided.hpp"

@@ -67,12 +67,6 @@ inline void widen_add(const float* p, VD& a, VD& b) {
   a = _mm256_add_pd(a, _mm256_cvtps_pd(_mm_loadu_ps(p)));
   b = _mm256_add_pd(b, _mm256_cvtps_pd(_mm_loadu_ps(p + 4)));
 }
-inline void widen_add_squares(const float* p, VD& a, VD& b) {
-  const VD lo = _mm256_cvtps_pd(_mm_loadu_ps(p)), hi = _mm256_cvtps_pd(_mm_loadu_ps(p + 4));
-  a = _mm256_fmadd_pd(lo, lo, a);
-  b = _mm256_fmadd_pd(hi, hi, b);
-}
-constexpr int kWiden = 8;
 inline double hsumd(VD v) {
   alignas(32) double t[4];
   _mm256_store_pd(t, v);

@@ -67,12 +67,6 @@ inline void widen_add(const float* p, VD& a, VD& b) {
   a = _mm512_add_pd(a, _mm512_cvtps_pd(_mm256_loadu_ps(p)));
   b = _mm512_add_pd(b, _mm512_cvtps_pd(_mm256_loadu_ps(p + 8)));
 }
-inline void widen_add_squares(const float* p, VD& a, VD& b) {
-  const VD lo = _mm512_cvtps_pd(_mm256_loadu_ps(p)), hi = _mm512_cvtps_pd(_mm256_loadu_ps(p + 8));
-  a = _mm512_fmadd_pd(lo, lo, a);
-  b = _mm512_fmadd_pd(hi, hi, b);
-}
-constexpr int kWiden = 16;
 inline double hsumd(VD v) {
   alignas(64) double t[8];
   _mm512_store_pd(t, v);

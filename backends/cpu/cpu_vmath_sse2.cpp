@@ -68,13 +68,6 @@ inline void widen_add(const float* p, VD& a, VD& b) {
   a = _mm_add_pd(a, _mm_cvtps_pd(x));
   b = _mm_add_pd(b, _mm_cvtps_pd(_mm_movehl_ps(x, x)));
 }
-inline void widen_add_squares(const float* p, VD& a, VD& b) {
-  const VF x = _mm_loadu_ps(p);
-  const VD lo = _mm_cvtps_pd(x), hi = _mm_cvtps_pd(_mm_movehl_ps(x, x));
-  a = _mm_add_pd(a, _mm_mul_pd(lo, lo));
-  b = _mm_add_pd(b, _mm_mul_pd(hi, hi));
-}
-constexpr int kWiden = 4;
 inline double hsumd(VD v) {
   alignas(16) double t[2];
   _mm_store_pd(t, v);
