@@ -172,6 +172,13 @@ struct Group : std::enable_shared_from_this<Group> {
   void start_monitor();
   void stop_monitor();
   void monitor_loop();
+  // Compares every rank's descriptors of the first `count` collective checks (`descs`: size
+  // per check, in rank order), fails the group on a mismatch, releases the Works, and counts
+  // the numbers done (the last rank erases their keys).
+  void settle_collectives(const std::deque<Check>& checks, size_t count,
+                          const std::vector<std::string>& descs);
+  // At most this many collective checks are verified in one multi-key get.
+  static constexpr size_t kCheckBatch = 64;
   void track(const std::shared_ptr<Work::State>& w);
 };
 

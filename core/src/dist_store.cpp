@@ -813,6 +813,36 @@ void TcpStore::set(const std::string& key, const std::string& value) {
   conn_->read_u8(reply_deadline());
 }
 
+void TcpStore::set_many(const std::vector<std::pair<std::string, std::string>>& items) {
+  if (items.empty()) return;
+  Writer w;
+  for (const auto& [k, v] : items) {
+    w.u8(kSet);
+    w.str(k);
+    w.str(v);
+  }
+  std::lock_guard<std::mutex> l(conn_->mu);
+  conn_->send_request(w);  // the server answers the requests one by one, in order
+  auto d = reply_deadline();
+  for (size_t i = 0; i < items.size(); ++i) conn_->read_u8(d);
+}
+
+std::vector<int64_t> TcpStore::add_many(const std::vector<std::string>& keys, int64_t delta) {
+  std::vector<int64_t> out;
+  if (keys.empty()) return out;
+  Writer w;
+  for (const auto& k : keys) {
+    w.u8(kAdd);
+    w.str(k);
+    w.i64(delta);
+  }
+  std::lock_guard<std::mutex> l(conn_->mu);
+  conn_->send_request(w);
+  auto d = reply_deadline();
+  for (size_t i = 0; i < keys.size(); ++i) out.push_back(conn_->read_i64(d));
+  return out;
+}
+
 std::vector<std::string> TcpStore::get(const std::vector<std::string>& keys, milliseconds timeout) {
   Writer w;
   w.u8(kGet);

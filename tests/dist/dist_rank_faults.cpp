@@ -122,7 +122,7 @@ int run_fault(const std::string& name, const std::vector<std::string>& args) {
     });
   }
   if (name == "mismatch_op" || name == "mismatch_shape" || name == "mismatch_dtype" ||
-      name == "mismatch_device") {
+      name == "mismatch_device" || name == "mismatch_in_burst") {
     if (name == "mismatch_device" && !have_opencl()) {
       std::printf("rank %d: SKIP mismatch_device: no opencl device here\n", rank);
       return 0;
@@ -140,6 +140,16 @@ int run_fault(const std::string& name, const std::vector<std::string>& args) {
     } else if (name == "mismatch_shape") {
       frags = {"f32 [1000]", "f32 [1001]"};
       body = [&] { d::all_reduce(f32(rank == 0 ? 1000 : 1001)).wait(); };
+    } else if (name == "mismatch_in_burst") {
+      // Twenty collectives queued back to back, so the monitor verifies them in batches
+      // (Note [Collective checks]); rank 1's fifteenth differs.
+      frags = {"ranks called different collectives as collective #", "f32 [1000]", "f32 [1001]"};
+      body = [&] {
+        std::vector<d::Work> works;
+        for (int i = 0; i < 20; ++i)
+          works.push_back(d::all_reduce(f32(i == 14 && rank == 1 ? 1001 : 1000)));
+        for (auto& w : works) w.wait();
+      };
     } else if (name == "mismatch_dtype") {
       frags = {"all_reduce f32 [1000]", "all_reduce i32 [1000]"};
       body = [&] { d::all_reduce(f32(1000).to(rank == 0 ? DType::f32 : DType::i32)).wait(); };

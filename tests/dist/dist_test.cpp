@@ -575,6 +575,9 @@ TEST(Faults, MismatchedCollectives) {
 TEST(Faults, MismatchedShapes) {
   expect_fault("mismatch_shape", "", "", 2);
 }
+TEST(Faults, MismatchInABurstOfCollectives) {
+  expect_fault("mismatch_in_burst", "", "", 2);
+}
 TEST(Faults, MismatchedDtypes) {
   expect_fault("mismatch_dtype", "", "", 2);
 }

@@ -25,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace bp::dist {
@@ -68,6 +69,19 @@ class BP_API Store {
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   // Removes keys; missing ones are ignored.
   virtual void erase(const std::vector<std::string>& keys) = 0;
+  // set() of each (key, value) in order; one round trip to a TCP store (the requests are
+  // pipelined), so the group's monitor posts a burst of collective descriptors at once.
+  virtual void set_many(const std::vector<std::pair<std::string, std::string>>& items) {
+    for (const auto& [k, v] : items) set(k, v);
+  }
+  // add(key, delta) of each key in order, returning the new values; one round trip to a TCP
+  // store.
+  virtual std::vector<int64_t> add_many(const std::vector<std::string>& keys, int64_t delta) {
+    std::vector<int64_t> out;
+    out.reserve(keys.size());
+    for (const auto& k : keys) out.push_back(add(k, delta));
+    return out;
+  }
   // Another handle on the same store, with a connection of its own (TCP).
   virtual std::unique_ptr<Store> clone() const = 0;
   // "tcp://10.0.0.1:29500", "file:///tmp/rdzv", "memory".
@@ -160,6 +174,8 @@ class BP_API TcpStore final : public Store {
                                std::chrono::milliseconds timeout) override;
   std::optional<std::string> try_get(const std::string& key) override;
   int64_t add(const std::string& key, int64_t delta) override;
+  void set_many(const std::vector<std::pair<std::string, std::string>>& items) override;
+  std::vector<int64_t> add_many(const std::vector<std::string>& keys, int64_t delta) override;
   void erase(const std::vector<std::string>& keys) override;
   std::unique_ptr<Store> clone() const override;
   std::string describe() const override;
