@@ -94,6 +94,10 @@ struct DeviceState {
   std::vector<std::unique_ptr<Stream>> streams;
   std::vector<std::unique_ptr<Kernel>> kernel_store;
   std::array<std::atomic<Kernel*>, static_cast<size_t>(kNumOps) * kNumDTypes> kernels{};
+  // Set once the backend has answered BP_ERROR_UNSUPPORTED for (op, dtype), so that
+  // Device::supports and the fallbacks it guards (an old plugin without a fused op) ask the
+  // plugin, and take `mu`, once per pair rather than once per call.
+  std::array<std::atomic<bool>, static_cast<size_t>(kNumOps) * kNumDTypes> unsupported{};
   // Ordinal and DLPack type of this device's memory, for 0-byte buffers whose handle is NULL
   // (asked of the plugin once, with a small allocation).
   std::once_flag native_identity_once;

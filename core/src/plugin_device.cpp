@@ -89,6 +89,7 @@ bp_stream* DeviceState::create_default_stream() {
 }
 
 Kernel* DeviceState::try_resolve(Op op, DType dtype) {
+  if (unsupported[slot(op, dtype)].load(std::memory_order_acquire)) return nullptr;
   std::lock_guard<std::mutex> lock(mu);
   if (Kernel* k = kernels[slot(op, dtype)].load(std::memory_order_relaxed)) return k;
   bp_kernel* handle = nullptr;
@@ -102,6 +103,7 @@ Kernel* DeviceState::try_resolve(Op op, DType dtype) {
     if (err->code != BP_ERROR_UNSUPPORTED)
       throw_plugin_error(api, err, self->str() + ": find kernel");
     api->error_free(err);
+    unsupported[slot(op, dtype)].store(true, std::memory_order_release);
     return nullptr;
   }
   kernel_store.push_back(Access::make_kernel(*self, op, dtype, handle));
