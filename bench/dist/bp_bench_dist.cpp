@@ -2,12 +2,12 @@
 // run under bp-run (tools/gpu/dist.sh runs it beside bench/dist/torch_dist.py and prints the
 // ratios with bench/dist/compare_dist.py).
 //
-//   bp-run -n 2 bp-bench-dist collectives [--sizes 64,256] [--iters 20]
+//   bp-run -n 2 bp-bench-dist collectives [--sizes 1,64,256] [--dtypes f32,bf16] [--iters 20]
 //   bp-run -n 2 bp-bench-dist ddp [--steps 60] [--warmup 10] [--batch 1024]
 //   bp-run -n 2 bp-bench-dist curve [--steps 20] [--combined 2048]
 //
 // Rank 0 prints RESULT lines (the same as torch_dist.py's):
-//   RESULT collective <op> <MiB> <us per op> <algbw GB/s> <busbw GB/s>
+//   RESULT collective <op> <dtype> <MiB> <us per op> <algbw GB/s> <busbw GB/s>
 //   RESULT ddp <world> <batch per rank> <samples/s> <ms per step>
 //   RESULT curve <world> <step> <loss averaged over ranks>
 // Bus bandwidth follows nccl-tests: all_reduce algbw * 2(n-1)/n; all_gather and reduce_scatter
@@ -47,35 +47,41 @@ int collectives(const std::vector<std::string>& a, bp::Device& dev) {
   int n = d::get_world_size(), rank = d::get_rank();
   int iters = std::atoi(arg(a, "--iters", "20").c_str());
   std::vector<int64_t> sizes;
-  std::stringstream ss(arg(a, "--sizes", "64,256"));
+  std::stringstream ss(arg(a, "--sizes", "1,64,256"));
   for (std::string s; std::getline(ss, s, ',');) sizes.push_back(std::atoll(s.c_str()));
+  std::vector<bp::DType> dtypes;
+  std::stringstream ds(arg(a, "--dtypes", "f32,bf16"));
+  for (std::string s; std::getline(ds, s, ',');) dtypes.push_back(bp::dtype_from_name(s));
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"})
-    for (int64_t mib : sizes) {
-      int64_t elems = mib * (1 << 20) / 4;
-      elems -= elems % n;
-      bp::Tensor full = bp::rand({elems}, dev), part = bp::rand({elems / n}, dev);
-      auto call = [&]() -> d::Work {
-        if (!std::strcmp(op, "all_reduce")) return d::all_reduce(full);
-        if (!std::strcmp(op, "all_gather")) return d::all_gather(full, part);
-        return d::reduce_scatter(part, full);
-      };
-      for (int w = 0; w < 3; ++w) call().wait();  // the first creates the communicator
-      d::barrier();
-      dev.synchronize();
-      auto t0 = Clock::now();
-      std::vector<d::Work> works;
-      for (int i = 0; i < iters; ++i) works.push_back(call());
-      for (auto& w : works) w.wait();
-      dev.synchronize();
-      double t = seconds_since(t0) / iters;
-      double bytes = static_cast<double>(elems) * 4;
-      double algbw = bytes / t / 1e9;
-      double factor = !std::strcmp(op, "all_reduce") ? 2.0 * (n - 1) / n : (n - 1.0) / n;
-      if (rank == 0)
-        std::printf("RESULT collective %s %lld %.1f %.1f %.1f\n", op, static_cast<long long>(mib),
-                    t * 1e6, algbw, algbw * factor);
-      std::fflush(stdout);
-    }
+    for (bp::DType dt : dtypes)
+      for (int64_t mib : sizes) {
+        const int64_t esize = static_cast<int64_t>(bp::dtype_size(dt));
+        int64_t elems = mib * (1 << 20) / esize;
+        elems -= elems % n;
+        bp::Tensor full = bp::rand({elems}, dev).to(dt), part = bp::rand({elems / n}, dev).to(dt);
+        auto call = [&]() -> d::Work {
+          if (!std::strcmp(op, "all_reduce")) return d::all_reduce(full);
+          if (!std::strcmp(op, "all_gather")) return d::all_gather(full, part);
+          return d::reduce_scatter(part, full);
+        };
+        for (int w = 0; w < 3; ++w) call().wait();  // the first creates the communicator
+        d::barrier();
+        dev.synchronize();
+        auto t0 = Clock::now();
+        std::vector<d::Work> works;
+        for (int i = 0; i < iters; ++i) works.push_back(call());
+        for (auto& w : works) w.wait();
+        dev.synchronize();
+        double t = seconds_since(t0) / iters;
+        double bytes = static_cast<double>(elems) * static_cast<double>(esize);
+        double algbw = bytes / t / 1e9;
+        double factor = !std::strcmp(op, "all_reduce") ? 2.0 * (n - 1) / n : (n - 1.0) / n;
+        if (rank == 0)
+          std::printf("RESULT collective %s %s %lld %.1f %.1f %.1f\n", op,
+                      std::string(bp::dtype_name(dt)).c_str(), static_cast<long long>(mib), t * 1e6,
+                      algbw, algbw * factor);
+        std::fflush(stdout);
+      }
   return 0;
 }
 

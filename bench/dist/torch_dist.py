@@ -19,7 +19,8 @@ import time
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["collectives", "ddp", "curve"])
-    ap.add_argument("--sizes", default="64,256")
+    ap.add_argument("--sizes", default="1,64,256")
+    ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=10)
@@ -42,35 +43,40 @@ def main():
               f"{torch.cuda.get_device_name(dev)}", flush=True)
 
     if args.mode == "collectives":
-        for op in ["all_reduce", "all_gather", "reduce_scatter"]:
-            for mib in [int(s) for s in args.sizes.split(",")]:
-                elems = mib * (1 << 20) // 4
-                elems -= elems % n
-                full = torch.rand(elems, device=dev)
-                part = torch.rand(elems // n, device=dev)
+        dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
+                  "f64": torch.float64}
+        cases = [(op, d, int(m)) for op in ["all_reduce", "all_gather", "reduce_scatter"]
+                 for d in args.dtypes.split(",") for m in args.sizes.split(",")]
+        for op, dname, mib in cases:
+            dt = dtypes[dname]
+            esize = torch.empty(0, dtype=dt).element_size()
+            elems = mib * (1 << 20) // esize
+            elems -= elems % n
+            full = torch.rand(elems, device=dev).to(dt)
+            part = torch.rand(elems // n, device=dev).to(dt)
 
-                def call():
-                    if op == "all_reduce":
-                        return dist.all_reduce(full, async_op=True)
-                    if op == "all_gather":
-                        return dist.all_gather_into_tensor(full, part, async_op=True)
-                    return dist.reduce_scatter_tensor(part, full, async_op=True)
+            def call():
+                if op == "all_reduce":
+                    return dist.all_reduce(full, async_op=True)
+                if op == "all_gather":
+                    return dist.all_gather_into_tensor(full, part, async_op=True)
+                return dist.reduce_scatter_tensor(part, full, async_op=True)
 
-                for _ in range(3):
-                    call().wait()
-                dist.barrier()
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                works = [call() for _ in range(args.iters)]
-                for w in works:
-                    w.wait()
-                torch.cuda.synchronize()
-                t = (time.perf_counter() - t0) / args.iters
-                algbw = elems * 4 / t / 1e9
-                factor = 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1.0) / n
-                if rank == 0:
-                    print(f"RESULT collective {op} {mib} {t * 1e6:.1f} {algbw:.1f} "
-                          f"{algbw * factor:.1f}", flush=True)
+            for _ in range(3):
+                call().wait()
+            dist.barrier()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            works = [call() for _ in range(args.iters)]
+            for w in works:
+                w.wait()
+            torch.cuda.synchronize()
+            t = (time.perf_counter() - t0) / args.iters
+            algbw = elems * esize / t / 1e9
+            factor = 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1.0) / n
+            if rank == 0:
+                print(f"RESULT collective {op} {dname} {mib} {t * 1e6:.1f} {algbw:.1f} "
+                      f"{algbw * factor:.1f}", flush=True)
     else:
         curve = args.mode == "curve"
         steps = args.steps or (20 if curve else 60)

@@ -12,11 +12,12 @@
 #                   through bp::dist (NCCL), non-contiguous tensors, point to point
 #   ddp             bp_dist_rank ddp on the GPUs: DDP = one process on the combined batch
 #   bandwidth       bp-bench-dist and PyTorch + NCCL (torch_dist.py): all_reduce, all_gather,
-#                   reduce_scatter at 64 and 256 MiB, bus bandwidth
-#   training        MLP 4096-4096-4096-10, batch 4096 per GPU, SGD: 1 GPU and N GPUs (DDP),
+#                   reduce_scatter in f32 and bf16 at 1, 64 and 256 MiB, bus bandwidth
+#   multi_gpu       bp-exercise-multi_gpu: one process, matmuls on every GPU vs one GPU
+#   training        MLP 4096-4096-4096-10, batch 4096 per GPU, SGD: 1, 2, 4, ... and N GPUs (DDP),
 #                   both libraries; and the loss curve of N GPUs vs 1 GPU on the combined batch
 # Pass: every row of the summary says PASS, and the table ends with ALL GOALS MET (bandwidth
-# >= 0.95x PyTorch + NCCL at 64/256 MiB, N-GPU training >= 0.95*N x the samples/s of 1 GPU, the
+# >= 0.95x PyTorch + NCCL at every size and dtype, W-GPU training >= 0.9*W x the samples/s of 1 GPU, the
 # N-GPU loss curve within 1e-4 of the 1-GPU curve on the combined batch).
 set -uo pipefail
 build=${1:?usage: bash tools/gpu/dist.sh BUILD_DIR [-n N]}
@@ -75,11 +76,19 @@ run collectives 240 "$build/bin/bp-run" -n "$n" "$build/bin/bp_dist_rank" collec
 run ddp 120 "$build/bin/bp-run" -n "$n" "$build/bin/bp_dist_rank" ddp
 run bp_collectives 200 "$build/bin/bp-run" -n "$n" "$build/bin/bp-bench-dist" collectives
 run torch_collectives 200 $(torchrun_cmd "$n" "$top/bench/dist/torch_dist.py" collectives)
-for w in 1 "$n"; do
+worlds=1
+for w in 2 4 8 16 32; do [ "$w" -lt "$n" ] && worlds="$worlds $w"; done
+[ "$n" -gt 1 ] && worlds="$worlds $n"
+for w in $worlds; do
   run "bp_ddp$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" ddp --batch "$batch"
   run "torch_ddp$w" 200 $(torchrun_cmd "$w" "$top/bench/dist/torch_dist.py" ddp --batch "$batch")
+done
+for w in 1 "$n"; do
   run "bp_curve$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" curve
 done
+# One process driving every GPU of the machine (WALKTHROUGH item 16).
+run multi_gpu 120 "$build/bin/bp-exercise-multi_gpu"
 python3 "$top/bench/dist/compare_dist.py" "$out" "$n" | tee "$out/table.txt"
+tail -n 1 "$out/multi_gpu.txt"
 echo "=== summary (communicators on $n x $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1))"
 printf '%s\n' "${rows[@]}" | tee "$out/summary.txt"
