@@ -1,10 +1,18 @@
-# bp_add_backend_plugin(<name> SOURCES <src>... [LIBRARIES <lib>...])
+# bp_add_backend_plugin(<name> SOURCES <src>... [LIBRARIES <lib>...] [NO_INSTALL]
+#                       [OUTPUT_DIR <dir>] [NO_CONFORMANCE] [CONFORMANCE_ENV <VAR=value>...])
 #
 # Builds every Backplane backend plugin the same way: a MODULE library named
 # libbackplane-<name>.so with hidden visibility, exactly one exported symbol
 # (bp_plugin_get_api, enforced by a version script), no undefined symbols, static
 # dependencies' symbols hidden, placed in <build>/lib/backplane/plugins (so the build tree
 # behaves like an install) and installed to <libdir>/backplane/plugins.
+#
+# It also registers the CTest test conformance.<name>: bp-conformance --plugin <the .so>, the
+# whole conformance kit on every device of the plugin (tools/bp-conformance/README.md). A plugin
+# that finds no device is skipped with the reason bp-conformance prints (its exit status 77 is
+# CTest's SKIP_RETURN_CODE). The tool is Backplane's own in its build tree, the installed
+# bin/bp-conformance for an out-of-tree plugin (Backplane_CONFORMANCE, set by find_package);
+# with neither, or with NO_CONFORMANCE (the loader's deliberately broken files), no test.
 include_guard(GLOBAL)
 include(GNUInstallDirs)
 
@@ -15,7 +23,8 @@ set(BP_COMM_VERSION_SCRIPT "${CMAKE_CURRENT_LIST_DIR}/comm.map")
 # The shared body of both helpers: target, output name and the version script that leaves
 # exactly one symbol exported.
 function(_bp_add_plugin target version_script)
-  cmake_parse_arguments(ARG "NO_INSTALL" "OUTPUT_DIR" "SOURCES;LIBRARIES" ${ARGN})
+  cmake_parse_arguments(ARG "NO_INSTALL;NO_CONFORMANCE" "OUTPUT_DIR"
+                        "SOURCES;LIBRARIES;CONFORMANCE_ENV" ${ARGN})
   add_library(${target} MODULE ${ARG_SOURCES})
   if(NOT ARG_OUTPUT_DIR)
     set(ARG_OUTPUT_DIR "${BP_PLUGIN_OUTPUT_DIR}")
@@ -42,6 +51,26 @@ endfunction()
 
 function(bp_add_backend_plugin name)
   _bp_add_plugin(backplane-${name} "${BP_PLUGIN_VERSION_SCRIPT}" ${ARGN})
+  cmake_parse_arguments(ARG "NO_CONFORMANCE" "" "CONFORMANCE_ENV" ${ARGN})
+  # In Backplane's tree BP_CONFORMANCE_COMMAND is $<TARGET_FILE:bp-conformance> (a generator
+  # expression: the tool may be defined after the plugin).
+  if(DEFINED BP_CONFORMANCE_COMMAND)
+    set(tool "${BP_CONFORMANCE_COMMAND}")
+  elseif(DEFINED Backplane_CONFORMANCE AND EXISTS "${Backplane_CONFORMANCE}")
+    set(tool "${Backplane_CONFORMANCE}")
+  else()
+    return()
+  endif()
+  if(ARG_NO_CONFORMANCE)
+    return()
+  endif()
+  add_test(NAME conformance.${name}
+           COMMAND "${tool}" --plugin $<TARGET_FILE:backplane-${name}> --no-device-exit 77)
+  set_tests_properties(conformance.${name} PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600
+                       LABELS conformance)
+  if(ARG_CONFORMANCE_ENV)
+    set_tests_properties(conformance.${name} PROPERTIES ENVIRONMENT "${ARG_CONFORMANCE_ENV}")
+  endif()
 endfunction()
 
 # bp_add_comm_plugin(<name> SOURCES <src>... [LIBRARIES <lib>...])

@@ -21,13 +21,16 @@
 
 #include <stdint.h>
 
+#ifndef TEMPLATE_NAME /* the reference backend (plugins/reference) builds these files renamed */
 #define TEMPLATE_NAME "template" /* plugin name and device type */
+#endif
 #define TEMPLATE_VERSION "0.1.0"
 
 /* The opaque handles of plugin_abi.h, completed here. */
 struct bp_buffer {
-  unsigned char* data; /* 64-byte aligned; NULL for a 0-byte buffer */
+  unsigned char* data; /* 64-byte aligned, 64 bytes of slack past size; NULL for 0 bytes */
   uint64_t size;
+  bp_stream* stream; /* the stream it was allocated on: mem_free must name the same one */
 };
 struct bp_stream {
   int32_t device;
@@ -74,6 +77,10 @@ bp_error* template_copy_d2d(bp_stream* stream, bp_buffer* dst, uint64_t dst_offs
 
 /* ---- Kernels (template_kernels.c) ---- */
 
+/* Why every other (op, dtype) pair is BP_SUPPORT_NO. */
+#define TEMPLATE_UNSUPPORTED_REASON \
+  "the " TEMPLATE_NAME " backend implements fill, copy, add, mul and sum for f32 only"
+
 /* Builds the op table (backplane/op_table.h) that find_kernel, find_kernel_id and list_ops
  * answer from; called once from init. */
 void template_kernels_init(void);
@@ -85,5 +92,11 @@ bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_
                           int32_t num_inputs, const bp_tensor_desc* outputs, int32_t num_outputs,
                           const bp_attr* attrs, int32_t num_attrs);
 bp_error* template_list_ops(int32_t device, const bp_op_support** out_list, int32_t* out_count);
+
+#ifdef TEMPLATE_REFERENCE
+/* The table, for the reference backend (plugins/reference), which wraps it with its fault
+ * switches and exports its own bp_plugin_get_api. A copy of the template never defines this. */
+const bp_plugin_api* template_api_table(void);
+#endif
 
 #endif /* BACKPLANE_TEMPLATE_H_ */

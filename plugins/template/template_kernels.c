@@ -28,7 +28,7 @@ static bp_op_table template_ops;
 static void template_resolve(void* user, int32_t op, int32_t dtype, bp_op_decl* decl) {
   size_t i;
   (void)user;
-  decl->reason = "the template backend implements fill, copy, add, mul and sum for f32 only";
+  decl->reason = TEMPLATE_UNSUPPORTED_REASON;
   if (dtype != BP_DTYPE_F32) return;
   for (i = 0; i < TEMPLATE_NUM_KERNELS; ++i) {
     if (template_kernel_table[i].op == op) {

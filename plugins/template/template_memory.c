@@ -55,10 +55,11 @@ bp_error* template_mem_alloc(int32_t device, bp_stream* stream, uint64_t size,
   bp_buffer* b;
   void* data = NULL;
   bp_error* err = template_check_device(device, "mem_alloc");
-  (void)stream;
   if (err) return err;
-  if (size > 0 &&
-      (size > (uint64_t)SIZE_MAX - 64 || posix_memalign(&data, 64, (size_t)size) != 0)) {
+  /* 64 bytes of slack past the end, so that a kernel writing one element too far corrupts
+   * padding (which bp-conformance's guard bytes still see), not the heap. */
+  if (size > 0 && (size > (uint64_t)SIZE_MAX - 128 ||
+                   posix_memalign(&data, 64, (size_t)((size + 63) / 64 * 64 + 64)) != 0)) {
     uint64_t total, available;
     template_host_memory(&total, &available);
     return template_error(BP_ERROR_OUT_OF_MEMORY,
@@ -74,6 +75,7 @@ bp_error* template_mem_alloc(int32_t device, bp_stream* stream, uint64_t size,
   }
   b->data = (unsigned char*)data;
   b->size = size;
+  b->stream = stream;
   pthread_mutex_lock(&template_stats_mutex);
   template_allocated += size;
   template_num_allocs += 1;
@@ -85,9 +87,15 @@ bp_error* template_mem_alloc(int32_t device, bp_stream* stream, uint64_t size,
 
 bp_error* template_mem_free(int32_t device, bp_stream* stream, bp_buffer* buf, uint64_t size) {
   (void)device;
-  (void)stream;
   (void)size; /* the buffer knows its size */
   if (!buf) return NULL;
+  /* The host frees a buffer on the stream it was allocated on (plugin_abi.h, mem_free): a
+   * backend with stream-ordered memory depends on it, so the template checks it. */
+  if (stream != buf->stream)
+    return template_error(BP_ERROR_INVALID_ARGUMENT,
+                          TEMPLATE_NAME
+                          ":0: mem_free: a buffer allocated on stream %p freed on stream %p",
+                          (void*)buf->stream, (void*)stream);
   pthread_mutex_lock(&template_stats_mutex);
   template_allocated -= buf->size;
   template_num_allocs -= 1;

@@ -135,6 +135,11 @@ static const bp_plugin_api template_api = {
     .find_kernel_id = template_find_kernel_id,
 };
 
+#ifdef TEMPLATE_REFERENCE
+const bp_plugin_api* template_api_table(void) {
+  return &template_api;
+}
+#else
 /* The one exported symbol. The host compares versions itself and reports a mismatch with both
  * numbers, so the table is returned whatever the host's version. */
 BP_PLUGIN_EXPORT const bp_plugin_api* bp_plugin_get_api(uint32_t host_abi_major,
@@ -143,3 +148,4 @@ BP_PLUGIN_EXPORT const bp_plugin_api* bp_plugin_get_api(uint32_t host_abi_major,
   (void)host_abi_minor;
   return &template_api;
 }
+#endif

@@ -129,7 +129,7 @@ TEST(Loader, OtherMajorNamesBothVersions) {
                               std::to_string(host.major) + "." + std::to_string(host.minor));
 }
 TEST(Loader, InitFailureQuotesPluginMessage) {
-  expect_failed("initfail", "init failed: fixture init failure: simulated driver error 42");
+  expect_failed("initfail", "init failed: initfail init failure: simulated driver error 42");
 }
 TEST(Loader, MissingDependencyIsNamed) {
   expect_failed("missingdep", "dependency libbpfixturedep.so not found");

@@ -1,6 +1,7 @@
 #include "conformance_child.hpp"
 
 #include "conformance_harness.hpp"
+#include "conformance_inprocess.hpp"
 #include "conformance_protocol.hpp"
 #include "conformance_suites.hpp"
 
@@ -51,35 +52,6 @@ int run_discover(const ChildOptions& opt) {
   return 0;
 }
 
-struct Outcome {
-  Status status;
-  std::string message;
-};
-
-Outcome run_one(Context& ctx, const TestCase& tc) {
-  if (tc.support == BP_SUPPORT_NO) return {Status::unsupported, tc.reason};
-  bool passed = false;
-  Outcome o{Status::fail, ""};
-  ctx.take_note();
-  try {
-    tc.body(ctx);
-    passed = true;
-    o.message = ctx.take_note();
-  } catch (const Skipped& e) {
-    ctx.take_note();
-    return {Status::skip, e.what()};
-  } catch (const Failure& e) {
-    o.message = e.what();
-  } catch (const std::exception& e) {
-    o.message = std::string("unexpected exception in the test: ") + e.what();
-  }
-  if (tc.support == BP_SUPPORT_EXPECTED_FAIL) {
-    if (passed) return {Status::xpass, "declared expected to fail (" + tc.reason + ") but passed"};
-    return {Status::xfail, "expected failure (" + tc.reason + "): " + o.message};
-  }
-  return passed ? Outcome{Status::pass, o.message} : o;
-}
-
 int run_group(const ChildOptions& opt) {
   const int fd = opt.fd;
   if (opt.plugins.size() != 1) {
@@ -123,7 +95,7 @@ int run_group(const ChildOptions& opt) {
     for (size_t i = opt.start; i < selected.size(); ++i) {
       write_record(fd, {"BEGIN", std::to_string(i)});
       auto t0 = std::chrono::steady_clock::now();
-      Outcome o = run_one(ctx, *selected[i]);
+      CaseResult o = run_case(ctx, *selected[i]);
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       write_record(fd, {"RESULT", std::to_string(i), status_name(o.status), format("%.6f", secs),
                         o.message});

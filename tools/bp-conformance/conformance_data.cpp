@@ -70,10 +70,10 @@ double round_to(int32_t dt, double v) {
 //   in tests/support/backplane_test/compare.hpp): relative L2 error against each element's
 //   scale max(|ref|, smallest normal of the dtype), so results on subnormals are judged by an
 //   absolute floor; defaults f32 1e-5 (matmul 1e-4, which leaves room for blocked accumulation
-//   orders), f64 1e-12, f16 2e-3, bf16 1e-2; integer and bool results must be exact.
+//   orders), f64 1e-12, f16 2e-3, bf16 1e-2; integer and bool results must be exact. The
+//   numbers are the one table of tests/support/backplane_test/tolerance.hpp.
 double tolerance(int32_t dt, bool matmul) {
-  const double rtol = bp_test::default_rtol(dt);
-  return matmul && dt == BP_DTYPE_F32 ? 10 * rtol : rtol;
+  return bp_test::rtol(dt, matmul ? bp_test::OpClass::matmul : bp_test::OpClass::elementwise);
 }
 
 double Rng::uniform(double lo, double hi) {

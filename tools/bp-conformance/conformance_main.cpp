@@ -30,7 +30,7 @@ using bpc::Status;
 const char* kUsage =
     "usage: bp-conformance [--plugin PATH.so]... [--device TYPE[:N]]... [--filter GLOB]...\n"
     "                      [--json FILE] [--junit FILE] [--verify-xfail] [--timeout SECONDS]\n"
-    "                      [--seed N] [--list] [--help]\n"
+    "                      [--seed N] [--no-device-exit N] [--list] [--help]\n"
     "\n"
     "Tests Backplane backend plugins at the ABI level (the bp_plugin_api table).\n"
     "With no --plugin, every plugin of the load report (BACKPLANE_PLUGIN_PATH, the config\n"
@@ -46,6 +46,9 @@ const char* kUsage =
     "  --verify-xfail    an expected failure that passes (XPASS) fails the run\n"
     "  --timeout S       kill a test that runs longer than S seconds (default 120)\n"
     "  --seed N          random data seed (default: fresh each run; printed)\n"
+    "  --no-device-exit N  exit with status N when no test failed and the plugins tested have\n"
+    "                    no device (their plugin-level tests still run; the reason is printed):\n"
+    "                    CTest's SKIP_RETURN_CODE, as conformance.<plugin> uses it with 77\n"
     "  --list            list the tests that would run, run nothing\n"
     "  --comm P ...      the communicator suite instead (bp-conformance --comm --help)\n"
     "\n"
@@ -58,6 +61,7 @@ struct Options {
   double timeout = 120;
   bool have_seed = false;
   uint64_t seed = 0;
+  int no_device_exit = -1;  // --no-device-exit; -1: not given
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -163,6 +167,10 @@ Options parse(int argc, char** argv) {
     } else if (a.take_value("--seed", &v)) {
       o.seed = parse_u64(v, "--seed");
       o.have_seed = true;
+    } else if (a.take_value("--no-device-exit", &v)) {
+      uint64_t code = parse_u64(v, "--no-device-exit");
+      if (code > 255) usage_error("--no-device-exit: not an exit status (0-255)");
+      o.no_device_exit = static_cast<int>(code);
     } else {
       usage_error("unknown argument '" + a.current() + "'");
     }
@@ -242,6 +250,7 @@ int main(int argc, char** argv) {
   // Choose plugins and devices.
   std::vector<Selection> selection;
   std::set<std::string> served;
+  std::string no_device_reasons;  // "cuda: no CUDA driver; ..." for --no-device-exit
   auto wanted_type = [&](const std::string& type) {
     if (specs.empty()) return true;
     for (const auto& s : specs)
@@ -278,9 +287,11 @@ int main(int argc, char** argv) {
         "load", label, Status::pass,
         bpc::format("%s: %s %s, ABI %d.%d, %d device(s)", p.path.c_str(), p.name.c_str(),
                     p.version.c_str(), p.abi_major, p.abi_minor, p.device_count)));
-    if (p.device_count == 0)
-      emit(plugin_result("devices", label, Status::skip,
-                         "no devices to test: " + (p.reason.empty() ? "none found" : p.reason)));
+    if (p.device_count == 0) {
+      const std::string why = p.reason.empty() ? "none found" : p.reason;
+      emit(plugin_result("devices", label, Status::skip, "no devices to test: " + why));
+      no_device_reasons += (no_device_reasons.empty() ? "" : "; ") + label + ": " + why;
+    }
     selection.push_back(sel);
   }
   for (const auto& s : specs) {
@@ -325,6 +336,15 @@ int main(int argc, char** argv) {
 
   report.print_summary(stdout);
   int rc = report.failed() ? 1 : 0;
+  size_t devices_tested = 0;
+  for (const Selection& sel : selection) devices_tested += sel.devices.size();
+  if (rc == 0 && opt.no_device_exit >= 0 && !selection.empty() && devices_tested == 0) {
+    std::printf(
+        "bp-conformance: SKIPPED: no device to test (%s); exit status %d "
+        "(--no-device-exit)\n",
+        no_device_reasons.c_str(), opt.no_device_exit);
+    rc = opt.no_device_exit;
+  }
   if (!opt.json.empty() && !report.write_json(opt.json, &error)) {
     std::fprintf(stderr, "bp-conformance: --json: %s\n", error.c_str());
     rc = 1;

@@ -42,7 +42,6 @@ inline Plugin load_plugin() {
   Plugin p;
   bp_test::LoadedPlugin l =
       bp_test::load_plugin(bp_test::beside_exe(BP_CPU_PLUGIN_REL, "BP_CPU_PLUGIN"));
-  p.handle = l.handle;
   if (!l.api) {
     p.error = l.error;
     return p;

@@ -56,7 +56,6 @@ inline Plugin& plugin() {
     Plugin q;
     bp_test::LoadedPlugin l = bp_test::load_plugin(plugin_path());
     if (!l.api) throw std::runtime_error(l.error);
-    q.handle = l.handle;
     q.api = l.api;
     const char* reason = "";
     q.count = q.api->device_count(&reason);

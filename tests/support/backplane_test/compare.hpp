@@ -21,8 +21,9 @@
 //
 //       ||got - ref||_2 <= rtol * ||scale||_2          (Mode::kNorm, the default)
 //
-//   or |got_i - ref_i| <= rtol * scale_i for every element (Mode::kElementwise). Every default
-//   rtol is at least one unit of roundoff of its dtype (eps, checked below), so a result within
+//   or |got_i - ref_i| <= rtol * scale_i for every element (Mode::kElementwise). The rtol comes
+//   from the one table of tolerance.hpp (per dtype and op class). Every rtol there is at least
+//   one unit of roundoff of its dtype (eps, checked there), so a result within
 //   half an ulp of the reference -- any correctly rounded result, subnormal or not -- passes in
 //   both modes by construction: |got_i - ref_i| <= eps/2 * max(|ref_i|, smallest normal).
 //   NaN must meet NaN and an infinity the same infinity, in place. Integer and bool dtypes
@@ -31,6 +32,7 @@
 #define BACKPLANE_TEST_COMPARE_HPP_
 
 #include <backplane/plugin_abi.h>
+#include <backplane_test/tolerance.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -43,58 +45,11 @@
 
 namespace bp_test {
 
-// Format facts of a floating dtype: unit roundoff spacing at 1 (eps), smallest positive normal
-// and smallest positive subnormal. All zero for integer and bool dtypes.
-struct FloatFormat {
-  double eps = 0, min_normal = 0, denorm_min = 0;
-};
-
-constexpr FloatFormat float_format(int32_t dtype) {
-  switch (dtype) {
-    case BP_DTYPE_F16:  // 1 + 10 bits, exponent bias 15
-      return {0x1p-10, 0x1p-14, 0x1p-24};
-    case BP_DTYPE_BF16:  // 1 + 7 bits, float's exponent
-      return {0x1p-7, 0x1p-126, 0x1p-133};
-    case BP_DTYPE_F32:
-      return {0x1p-23, 0x1p-126, 0x1p-149};
-    case BP_DTYPE_F64:
-      return {0x1p-52, 0x1p-1022, 0x1p-1074};
-    default:
-      return {};
-  }
-}
-
-constexpr bool is_float_dtype(int32_t dtype) {
-  return dtype == BP_DTYPE_F32 || dtype == BP_DTYPE_F64 || dtype == BP_DTYPE_F16 ||
-         dtype == BP_DTYPE_BF16;
-}
-
-// The relative tolerance of one result of `dtype` computed in at least its own precision and
-// rounded once; 0 (exact) for integer and bool dtypes.
-constexpr double default_rtol(int32_t dtype) {
-  switch (dtype) {
-    case BP_DTYPE_F16:
-      return 2e-3;  // 2.05 eps
-    case BP_DTYPE_BF16:
-      return 1e-2;  // 1.28 eps
-    case BP_DTYPE_F32:
-      return 1e-5;  // 84 eps: room for transcendental approximations
-    case BP_DTYPE_F64:
-      return 1e-12;
-    default:
-      return 0;
-  }
-}
-static_assert(default_rtol(BP_DTYPE_F16) >= float_format(BP_DTYPE_F16).eps &&
-                  default_rtol(BP_DTYPE_BF16) >= float_format(BP_DTYPE_BF16).eps &&
-                  default_rtol(BP_DTYPE_F32) >= float_format(BP_DTYPE_F32).eps &&
-                  default_rtol(BP_DTYPE_F64) >= float_format(BP_DTYPE_F64).eps,
-              "Note [Tolerance over the whole range]: a correctly rounded result must pass");
-
 enum class Mode { kNorm, kElementwise };
 
 struct Tolerance {
-  double rtol = -1;  // < 0: default_rtol(dtype) * scale
+  double rtol = -1;  // < 0: rtol(dtype, op_class) * scale (tolerance.hpp, the one table)
+  OpClass op_class = OpClass::elementwise;
   double scale = 1;  // multiplies the default rtol (accumulation orders, approximations)
   double atol = 0;   // an absolute allowance added to every element (statistical checks)
   Mode mode = Mode::kNorm;
@@ -152,7 +107,7 @@ inline Verdict compare(int32_t dtype, std::span<const double> got, std::span<con
     return v;
   }
   const bool fp = is_float_dtype(dtype);
-  v.rtol = tol.rtol >= 0 ? tol.rtol : default_rtol(dtype) * tol.scale;
+  v.rtol = tol.rtol >= 0 ? tol.rtol : rtol(dtype, tol.op_class) * tol.scale;
   if (!fp && tol.atol == 0 && tol.rtol <= 0) {
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < got.size(); ++i) {

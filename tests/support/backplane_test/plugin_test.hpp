@@ -1,6 +1,6 @@
 // What the backends' ABI-level test programs (backends/*/tests) share: finding files relative to
-// the test binary (so a copied build tree passes), loading a plugin through its one exported
-// symbol, and the host encoding of every dtype; the run's random seed is seed.hpp's. The comparison
+// the test binary (so a copied build tree passes), loading a plugin through libbackplane's
+// loader, and the host encoding of every dtype; the run's random seed is seed.hpp's. The comparison
 // with the float64 reference is compare.hpp's.
 //
 // Header-only; not thread-safe where it says "the run's" (tests set up on one thread).
@@ -11,8 +11,8 @@
 #include <backplane/half.h>
 #include <backplane/plugin_abi.h>
 #include <backplane_test/seed.hpp>
+#include <plugin_host.hpp>  // core/src/host: the loader's tables (links backplane_host)
 
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -50,37 +50,21 @@ inline std::string beside_exe(const char* relative, const char* env_override = n
 // ---- Loading a plugin --------------------------------------------------------------------------
 
 struct LoadedPlugin {
-  void* handle = nullptr;
   const bp_plugin_api* api = nullptr;  // NULL when loading failed
   std::string error;                   // why, when api is NULL
 };
 
-// dlopen (RTLD_NOW | RTLD_LOCAL, never closed), the entry symbol, the table for this host's ABI,
-// and init().
+// The plugin through libbackplane's loader (bp::host::load_plugin): every check of the registry
+// (the entry symbol, the ABI version, struct_size, init once per process), so a test program
+// sees the plugin exactly as the host does. Never unloaded.
 inline LoadedPlugin load_plugin(const std::string& path) {
   LoadedPlugin p;
-  p.handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!p.handle) {
-    const char* e = ::dlerror();
-    p.error = std::string("dlopen failed: ") + (e ? e : path.c_str());
+  bp::host::LoadedPlugin l = bp::host::load_plugin(path);
+  if (l.report.status != bp::PluginReport::Status::loaded || !l.api) {
+    p.error = path + ": " + l.report.decision + ": " + l.report.reason;
     return p;
   }
-  auto get = reinterpret_cast<bp_plugin_get_api_fn>(::dlsym(p.handle, BP_PLUGIN_ENTRY_SYMBOL));
-  if (!get) {
-    p.error = path + ": missing symbol " BP_PLUGIN_ENTRY_SYMBOL;
-    return p;
-  }
-  const bp_plugin_api* api = get(BP_ABI_MAJOR, BP_ABI_MINOR);
-  if (!api) {
-    p.error = path + ": " BP_PLUGIN_ENTRY_SYMBOL " returned NULL";
-    return p;
-  }
-  if (bp_error* e = api->init()) {
-    p.error = path + ": init failed: " + (e->message ? e->message : "");
-    api->error_free(e);
-    return p;
-  }
-  p.api = api;
+  p.api = l.api;
   return p;
 }
 
