@@ -25,6 +25,9 @@ void elementwise_cases(const OpInfo& op, int32_t dt, CaseList& out);  // fill co
 void reduction_cases(const OpInfo& op, int32_t dt, CaseList& out);
 void matmul_cases(const OpInfo& op, int32_t dt, CaseList& out);
 void random_cases(const OpInfo& op, int32_t dt, CaseList& out);
+// The catalogue's rules on fixed values (NaN propagation, integer wrap, cast rules): appended to
+// the pairs they concern (conformance_kernels_rules.cpp).
+void rules_cases(const OpInfo& op, int32_t dt, CaseList& out);
 
 // Number of elements of the "large" shapes (>= 1 << 20).
 inline constexpr int64_t kLargeRows = 1025, kLargeCols = 1029;

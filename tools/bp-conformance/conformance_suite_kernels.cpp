@@ -260,6 +260,7 @@ void build_kernels_suite(Context& ctx, std::vector<TestCase>& out) {
           elementwise_cases(op, dt, cases);
           break;
       }
+      rules_cases(op, dt, cases);
       for (KernelCase& kc : cases) {
         auto body = std::move(kc.body);
         TestCase& tc = b.add(

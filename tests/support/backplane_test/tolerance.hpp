@@ -13,6 +13,7 @@
 #include <backplane/plugin_abi.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 namespace bp_test {
 
