@@ -27,11 +27,12 @@ inline void expect_shared_cases_pass(const std::string& plugin_path, const std::
   const uint64_t seed = bp_test::test_seed("conformance");
   SuiteRun run = run_suite_in_process(plugin_path, suite, device, seed, filters);
   ASSERT_EQ(run.error, "") << suite << " on " << plugin_path;
-  std::printf("conformance %s on %s (seed %llu): %d PASS, %d FAIL, %d XPASS, %d XFAIL, "
-              "%d UNSUPPORTED, %d SKIP\n",
-              suite.c_str(), run.device_label.c_str(), static_cast<unsigned long long>(seed),
-              run.count(Status::pass), run.count(Status::fail), run.count(Status::xpass),
-              run.count(Status::xfail), run.count(Status::unsupported), run.count(Status::skip));
+  std::printf(
+      "conformance %s on %s (seed %llu): %d PASS, %d FAIL, %d XPASS, %d XFAIL, "
+      "%d UNSUPPORTED, %d SKIP\n",
+      suite.c_str(), run.device_label.c_str(), static_cast<unsigned long long>(seed),
+      run.count(Status::pass), run.count(Status::fail), run.count(Status::xpass),
+      run.count(Status::xfail), run.count(Status::unsupported), run.count(Status::skip));
   EXPECT_EQ(run.count(Status::fail) + run.count(Status::xpass), 0)
       << run.failures() << "(seed " << seed << ": rerun with BP_TEST_SEED=" << seed << ")";
   EXPECT_GE(run.count(Status::pass), min_pass)
