@@ -5,8 +5,9 @@
 #   tools/stress-seeds.sh [BUILD_DIR=build] [RUNS=50] [SUITE...]
 #
 # Suites (default: all that were built):
-#   cpu        backends' cpu_plugin_test, with the measured thresholds
-#   cpu-par    cpu_plugin_test with BACKPLANE_CPU_SERIAL_THRESHOLD=64 (oneTBB paths)
+#   cpu        backends' cpu_plugin_test (its own cases), with the measured thresholds
+#   cpu-par    cpu_plugin_test's SharedCases.AllKernels and matmul tiles (the conformance kit's
+#              kernels cases in process) with BACKPLANE_CPU_SERIAL_THRESHOLD=64 (oneTBB paths)
 #   opencl     opencl_plugin_test on every OpenCL device
 #   cuda       cuda_plugin_test (skips itself without a GPU)
 #   device     bp_device_tests' MathTest and FusedTest on every device
@@ -44,8 +45,8 @@ fi
 command_of() {
   local suite=$1 seed=$2
   case "$suite" in
-    cpu) echo "env BP_TEST_SEED=$seed $build/bin/cpu_plugin_test" ;;
-    cpu-par) echo "env BP_TEST_SEED=$seed BACKPLANE_CPU_SERIAL_THRESHOLD=64 $build/bin/cpu_plugin_test" ;;
+    cpu) echo "env BP_TEST_SEED=$seed $build/bin/cpu_plugin_test --gtest_filter=-SharedCases.*" ;;
+    cpu-par) echo "env BP_TEST_SEED=$seed BACKPLANE_CPU_SERIAL_THRESHOLD=64 $build/bin/cpu_plugin_test --gtest_filter=SharedCases.AllKernels:*MatmulTest*" ;;
     opencl) echo "env BP_TEST_SEED=$seed $build/bin/opencl_plugin_test" ;;
     cuda) echo "env BP_TEST_SEED=$seed $build/bin/cuda_plugin_test" ;;
     device) echo "env BP_TEST_SEED=$seed $build/bin/bp_device_tests --gtest_filter=*MathTest*:*FusedTest*" ;;
