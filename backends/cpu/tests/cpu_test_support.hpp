@@ -392,14 +392,6 @@ inline DeviceTensor make_output(bp_dtype d, const std::vector<int64_t>& shape,
 
 // ---- Launches --------------------------------------------------------------------------------
 
-inline bp_attr attr_f(const char* name, double v) {
-  bp_attr a{};
-  a.struct_size = sizeof(a);
-  a.name = name;
-  a.kind = BP_ATTR_FLOAT;
-  a.f = v;
-  return a;
-}
 inline bp_attr attr_i(const char* name, int64_t v) {
   bp_attr a{};
   a.struct_size = sizeof(a);

@@ -281,27 +281,6 @@ inline Tensor transposed(int dt, const std::vector<int64_t>& shape, const Gen& g
   return t;
 }
 
-// out_shape viewed from dense storage of src_shape with stride 0 where src has size 1.
-inline Tensor broadcast(int dt, const std::vector<int64_t>& out_shape,
-                        const std::vector<int64_t>& src_shape, const Gen& gen) {
-  Tensor t = dense(dt, src_shape, gen);
-  t.shape = out_shape;
-  for (size_t d = 0; d < out_shape.size(); ++d)
-    if (src_shape[d] == 1 && out_shape[d] != 1) t.strides[d] = 0;
-  return t;
-}
-
-// Dense view starting `off` elements into its storage (misaligned for vector loads).
-inline Tensor offset_view(int dt, const std::vector<int64_t>& shape, int64_t off, const Gen& gen) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  Tensor t = storage_tensor(dt, n + off, gen);
-  t.shape = shape;
-  t.strides = dense_strides(shape);
-  t.offset = off;
-  return t;
-}
-
 // Generators of fresh random values for a dtype.
 inline Gen any_values(int dt) {
   switch (dt) {
@@ -316,28 +295,12 @@ inline Gen any_values(int dt) {
       return [] { return uniform(-4.0, 4.0); };
   }
 }
-inline Gen positive_values(int dt) {
-  if (!is_float(dt)) return [] { return static_cast<double>(uniform_int(1, 100)); };
-  return [] { return uniform(0.1, 4.0); };
-}
-inline Gen nonzero_values(int dt) {
-  if (!is_float(dt)) return [] { return static_cast<double>(uniform_int(1, 100)); };
-  return [] { return (uniform_int(0, 1) ? 1.0 : -1.0) * uniform(0.5, 4.0); };
-}
 inline Gen range_values(double lo, double hi) {
   return [lo, hi] { return uniform(lo, hi); };
 }
 
 // ---- Launches --------------------------------------------------------------------------------
 
-inline bp_attr attr_f(const char* name, double v) {
-  bp_attr a{};
-  a.struct_size = sizeof a;
-  a.name = name;
-  a.kind = BP_ATTR_FLOAT;
-  a.f = v;
-  return a;
-}
 inline bp_attr attr_i(const char* name, int64_t v) {
   bp_attr a{};
   a.struct_size = sizeof a;

@@ -198,38 +198,6 @@ inline HostTensor random_tensor(int32_t dt, std::vector<int64_t> shape, Range r 
   return t;
 }
 
-// A random tensor of `shape` that is a permuted view of a dense storage (perm[d] = which storage
-// dimension view dimension d walks), starting `offset` elements into the storage.
-inline HostTensor permuted_tensor(int32_t dt, std::vector<int64_t> shape, std::vector<int> perm,
-                                  int64_t offset, Range r = Range::kAny) {
-  std::vector<int64_t> sshape(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) sshape[static_cast<size_t>(perm[d])] = shape[d];
-  std::vector<int64_t> sstr = dense_strides(sshape);
-  HostTensor t;
-  t.dtype = dt;
-  t.shape = shape;
-  t.strides.resize(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) t.strides[d] = sstr[static_cast<size_t>(perm[d])];
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  t.offset = offset;
-  t.storage.resize(static_cast<size_t>(offset + n));
-  for (double& v : t.storage) v = random_value(dt, r);
-  return t;
-}
-
-// A random tensor broadcast (stride 0) along the dimensions where `bshape` is 1 and `shape` not.
-inline HostTensor broadcast_tensor(int32_t dt, std::vector<int64_t> shape,
-                                   std::vector<int64_t> bshape, Range r = Range::kAny) {
-  HostTensor t = random_tensor(dt, bshape, r);
-  std::vector<int64_t> st = t.strides;
-  for (size_t d = 0; d < shape.size(); ++d)
-    if (bshape[d] == 1 && shape[d] != 1) st[d] = 0;
-  t.shape = shape;
-  t.strides = st;
-  return t;
-}
-
 struct DeviceTensor {
   int32_t device = 0;
   bp_buffer* buffer = nullptr;
@@ -332,14 +300,6 @@ inline std::vector<double> read_output(const DeviceTensor& t) {
 
 // ---- Launches --------------------------------------------------------------------------------
 
-inline bp_attr int_attr(const char* name, int64_t v) {
-  bp_attr a{};
-  a.struct_size = sizeof a;
-  a.name = name;
-  a.kind = BP_ATTR_INT;
-  a.i = v;
-  return a;
-}
 inline bp_attr float_attr(const char* name, double v) {
   bp_attr a{};
   a.struct_size = sizeof a;
