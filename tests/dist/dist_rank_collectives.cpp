@@ -75,10 +75,24 @@ std::vector<double> reference(const std::vector<std::vector<double>>& per_rank, 
   return r;
 }
 
-// Relative error ||out - ref|| / ||ref|| within the dtype's tolerance (absolute when the
-// reference is tiny); exact for integers and bool. "" when they agree, else the reason.
+// Per element, the sum of |x| over the ranks (divided by the world size for avg): the scale of
+// a sum's or average's rounding error. Empty for other ops.
+std::vector<double> magnitude(const std::vector<std::vector<double>>& per_rank, d::ReduceOp op) {
+  if (op != d::ReduceOp::sum && op != d::ReduceOp::avg) return {};
+  std::vector<double> m(per_rank[0].size(), 0.0);
+  for (const auto& v : per_rank)
+    for (size_t i = 0; i < m.size(); ++i) m[i] += std::fabs(v[i]);
+  if (op == d::ReduceOp::avg)
+    for (double& v : m) v /= static_cast<double>(per_rank.size());
+  return m;
+}
+
+// Exact for integers and bool. Floating point: each element's error within the dtype's
+// tolerance times its scale, `mag[i]` for a sum or average (values of both signs can cancel to
+// almost nothing, where an error relative to the result means nothing), else the element itself,
+// never below the dtype's smallest normal value. "" when they agree, else the reason.
 std::string compare(const std::vector<double>& out, const std::vector<double>& ref, DType dt,
-                    int world) {
+                    int world, const std::vector<double>& mag = {}) {
   if (out.size() != ref.size())
     return "got " + std::to_string(out.size()) + " values, expected " + std::to_string(ref.size());
   if (!floating(dt)) {
@@ -92,21 +106,21 @@ std::string compare(const std::vector<double>& out, const std::vector<double>& r
                : dt == DType::f64 ? 1e-12
                : dt == DType::f16 ? 2e-3 * world
                                   : 1e-2 * world;
-  double num = 0, den = 0;
+  double tiny = dt == DType::f64   ? 2.2250738585072014e-308
+                : dt == DType::f16 ? 6.103515625e-05
+                                   : 1.1754943508222875e-38;
   size_t worst = 0;
-  double worst_err = -1;
+  double worst_rel = -1;
   for (size_t i = 0; i < out.size(); ++i) {
-    double e = out[i] - ref[i];
-    num += e * e;
-    den += ref[i] * ref[i];
-    if (std::fabs(e) > worst_err) {
-      worst_err = std::fabs(e);
+    double scale = std::max(mag.empty() ? std::fabs(ref[i]) : mag[i], tiny);
+    double rel = std::fabs(out[i] - ref[i]) / scale;
+    if (!(rel <= worst_rel)) {
+      worst_rel = rel;
       worst = i;
     }
   }
-  double rel = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-  if (!(rel <= tol))
-    return "relative error " + std::to_string(rel) + " > " + std::to_string(tol) +
+  if (!out.empty() && !(worst_rel <= tol))
+    return "relative error " + std::to_string(worst_rel) + " > " + std::to_string(tol) +
            "; worst element " + std::to_string(worst) + ": got " + std::to_string(out[worst]) +
            ", expected " + std::to_string(ref[worst]);
   return "";
@@ -159,7 +173,8 @@ void all_reduce_cases(Ctx& c) {
         Tensor t = c.mine(dt, n, s);
         d::Work w = d::all_reduce(t, op);
         w.wait();
-        std::string why = compare(host(t), reference(c.all_inputs(dt, n, s), op, dt), dt, c.world);
+        auto all = c.all_inputs(dt, n, s);
+        std::string why = compare(host(t), reference(all, op, dt), dt, c.world, magnitude(all, op));
         if (why.empty() && w.staged() != c.staged)
           why = "staged() is " + std::to_string(w.staged()) + " on " + c.dev.str();
         c.expect(name, why);
@@ -200,10 +215,13 @@ void reduce_scatter_cases(Ctx& c) {
       Tensor in = c.mine(dt, n * c.world, s);
       Tensor out = bp::zeros({n}, c.dev, dt);
       d::reduce_scatter(out, in, op).wait();
-      auto full = reference(c.all_inputs(dt, n * c.world, s), op, dt);
-      std::vector<double> ref(full.begin() + c.rank * n, full.begin() + (c.rank + 1) * n);
+      auto all = c.all_inputs(dt, n * c.world, s);
+      auto full = reference(all, op, dt), full_mag = magnitude(all, op);
+      std::vector<double> ref(full.begin() + c.rank * n, full.begin() + (c.rank + 1) * n), mag;
+      if (!full_mag.empty())
+        mag.assign(full_mag.begin() + c.rank * n, full_mag.begin() + (c.rank + 1) * n);
       c.expect(case_name("reduce_scatter", dt, n, d::reduce_op_name(op)),
-               compare(host(out), ref, dt, c.world));
+               compare(host(out), ref, dt, c.world, mag));
     }
 }
 
@@ -254,10 +272,10 @@ void noncontiguous_cases(Ctx& c) {
   Tensor base = c.mine(DType::f32, 48, s).reshape({6, 8});
   Tensor view = base.t();
   d::all_reduce(view).wait();
-  c.expect(
-      "all_reduce[noncontiguous,f32,8x6 view]",
-      compare(host(base), reference(c.all_inputs(DType::f32, 48, s), d::ReduceOp::sum, DType::f32),
-              DType::f32, c.world));
+  auto all = c.all_inputs(DType::f32, 48, s);
+  c.expect("all_reduce[noncontiguous,f32,8x6 view]",
+           compare(host(base), reference(all, d::ReduceOp::sum, DType::f32), DType::f32, c.world,
+                   magnitude(all, d::ReduceOp::sum)));
   // all_gather into a non-contiguous output and from a strided input.
   s = ++c.salt;
   Tensor src = c.mine(DType::f64, 10, s);

@@ -211,8 +211,14 @@ double combine(double a, double b, int32_t op, int32_t dt) {
   return a + b;
 }
 
+// Compares a collective's output with the float64 reference. Integers must match exactly.
+// Floating point: each element's error is bounded by the dtype's tolerance times `mag[i]`, the
+// sum of the magnitudes that went into it (a sum or average of values of both signs can cancel
+// to almost nothing, where an error relative to the result means nothing: three bf16 values
+// averaging to -0.002 carry roundings of their own size, ~1); without `mag` (copies, min, max)
+// the scale is the element itself.
 std::string compare(const std::vector<double>& out, const std::vector<double>& ref, int32_t dt,
-                    int world) {
+                    int world, const std::vector<double>* mag = nullptr) {
   if (!floating(dt)) {
     for (size_t i = 0; i < ref.size(); ++i)
       if (out[i] != ref[i])
@@ -223,23 +229,28 @@ std::string compare(const std::vector<double>& out, const std::vector<double>& r
                : dt == BP_DTYPE_F64 ? 1e-12
                : dt == BP_DTYPE_F16 ? 2e-3 * world
                                     : 1e-2 * world;
-  double num = 0, den = 0, worst = -1;
+  // The smallest scale an error is measured against: the dtype's smallest normal value.
+  double tiny = dt == BP_DTYPE_F32   ? 1.1754943508222875e-38
+                : dt == BP_DTYPE_F64 ? 2.2250738585072014e-308
+                : dt == BP_DTYPE_F16 ? 6.103515625e-05
+                                     : 1.1754943508222875e-38;
+  double worst = -1;
   size_t wi = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
-    double e = out[i] - ref[i];
-    if (!(std::fabs(e) <= worst)) {
-      worst = std::fabs(e);
+    double scale = std::max(mag ? (*mag)[i] : std::fabs(ref[i]), tiny);
+    double r = std::fabs(out[i] - ref[i]) / scale;
+    if (!(r <= worst)) {
+      worst = r;
       wi = i;
     }
-    num += e * e;
-    den += ref[i] * ref[i];
   }
-  double rel = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-  if (!(rel <= tol))
+  if (!ref.empty() && !(worst <= tol))
     return format(
-        "relative error %.3g > %.3g tolerance for %s over %zu values; worst element "
-        "%zu: got %.9g, expected %.9g",
-        rel, tol, bp_dtype_name(dt), ref.size(), wi, out[wi], ref[wi]);
+        "relative error %.3g (to %s) > %.3g tolerance for %s over %zu values; worst element %zu: "
+        "got %.9g, "
+        "expected %.9g",
+        worst, mag ? "the sum of the magnitudes reduced" : "the expected value", tol,
+        bp_dtype_name(dt), ref.size(), wi, out[wi], ref[wi]);
   return "";
 }
 
@@ -377,8 +388,20 @@ class Suite {
       for (double& v : ref) v = std::fmod(v, 256.0);
     return ref;
   }
-  void expect_same(const std::vector<double>& out, const std::vector<double>& ref, int32_t dt) {
-    std::string why = compare(out, ref, dt, o_.world);
+  // Per element, the sum of |x| over the ranks (divided by the world size for avg): the scale of
+  // a sum's or average's rounding error. Empty for min and max (exact).
+  std::vector<double> reduce_mag(const std::vector<std::vector<double>>& all, int32_t op) {
+    if (op != BP_REDUCE_SUM && op != BP_REDUCE_AVG) return {};
+    std::vector<double> mag(all[0].size(), 0.0);
+    for (const auto& v : all)
+      for (size_t i = 0; i < mag.size(); ++i) mag[i] += std::fabs(v[i]);
+    if (op == BP_REDUCE_AVG)
+      for (double& m : mag) m /= o_.world;
+    return mag;
+  }
+  void expect_same(const std::vector<double>& out, const std::vector<double>& ref, int32_t dt,
+                   const std::vector<double>& mag = {}) {
+    std::string why = compare(out, ref, dt, o_.world, mag.empty() ? nullptr : &mag);
     if (!why.empty()) throw Fail(why);
   }
 
@@ -448,7 +471,8 @@ void Suite::all_reduce_case(int32_t dt, int32_t op, size_t n, size_t offset, boo
   wait(w, "all_reduce");
   std::vector<char> got = read(in_place ? send : recv);
   std::vector<double> out = values(std::vector<char>(got.begin() + offset * es, got.end()), dt, n);
-  expect_same(out, reduce_ref(inputs(t, dt, n), op, dt), dt);
+  auto all = inputs(t, dt, n);
+  expect_same(out, reduce_ref(all, op, dt), dt, reduce_mag(all, op));
 }
 
 void Suite::run() {
@@ -552,10 +576,12 @@ void Suite::run() {
              check(api_->reduce_scatter(comm_, send.data, recv.data, n, dt, op, mem_->stream(), &w),
                    "reduce_scatter");
              wait(w, "reduce_scatter");
-             auto full = reduce_ref(inputs(t, dt, total), op, dt);
-             std::vector<double> ref(full.begin() + o_.rank * static_cast<long>(n),
-                                     full.begin() + (o_.rank + 1) * static_cast<long>(n));
-             expect_same(values(read(recv), dt, n), ref, dt);
+             auto all = inputs(t, dt, total);
+             auto full = reduce_ref(all, op, dt), full_mag = reduce_mag(all, op);
+             const long first = o_.rank * static_cast<long>(n), last = first + static_cast<long>(n);
+             std::vector<double> ref(full.begin() + first, full.begin() + last), mag;
+             if (!full_mag.empty()) mag.assign(full_mag.begin() + first, full_mag.begin() + last);
+             expect_same(values(read(recv), dt, n), ref, dt, mag);
            });
     }
 
@@ -756,8 +782,10 @@ void Suite::core_tests() {
       all.push_back(even);
     }
     auto full = reduce_ref(all, BP_REDUCE_SUM, BP_DTYPE_F64);
+    auto full_mag = reduce_mag(all, BP_REDUCE_SUM);
     std::vector<double> ref(full.begin() + o_.rank * n, full.begin() + (o_.rank + 1) * n);
-    expect_same(out.to_vector<double>(), ref, BP_DTYPE_F64);
+    std::vector<double> mag(full_mag.begin() + o_.rank * n, full_mag.begin() + (o_.rank + 1) * n);
+    expect_same(out.to_vector<double>(), ref, BP_DTYPE_F64, mag);
   });
   test(format("core.broadcast_column[%s,i32,root %d]", L.c_str(), o_.world - 1), [&] {
     int t = test_id_;
