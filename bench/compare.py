@@ -3,7 +3,11 @@
 command on one machine and prints one table with ratios Backplane / reference.
 
     python3 bench/compare.py [--bp build/bin/bp-bench] [--device cuda:0] [--quick] [--only S]
-                             [--repeat N] [--json FILE]
+                             [--repeat N] [--json FILE] [--ref-bin PROGRAM]
+
+--ref-bin runs PROGRAM (same options, same JSON lines) as the reference instead of
+bench/torch_bench.py: bench/libtorch/torch_per_op.cpp built against libtorch
+(tools/gpu/libtorch_bench.sh), so per-op costs compare C++ with C++.
 
 --repeat N runs both N times, alternating (Backplane, reference, Backplane, ...), and reports
 the median of each side and the ratio of the medians, with the spread (min-max) of each side;
@@ -30,14 +34,16 @@ p.add_argument("--quick", action="store_true")
 p.add_argument("--only", default="")
 p.add_argument("--repeat", type=int, default=1, help="runs of each side; medians are reported")
 p.add_argument("--json", help="write all rows to this file")
+p.add_argument("--ref-bin", help="reference program printing bp-bench's JSON lines "
+               "(default: bench/torch_bench.py)")
 args = p.parse_args()
 if args.repeat < 1:
     p.error("--repeat must be at least 1")
 
 extra = (["--quick"] if args.quick else []) + (["--only", args.only] if args.only else [])
 bp_cmd = [args.bp] + sum((["--device", d] for d in args.device), []) + extra
-ref_cmd = [sys.executable, os.path.join(here, "torch_bench.py")] + extra + sum(
-    (["--device", d] for d in args.device), [])
+ref_cmd = ([args.ref_bin] if args.ref_bin else [sys.executable, os.path.join(
+    here, "torch_bench.py")]) + extra + sum((["--device", d] for d in args.device), [])
 
 
 def run_bp():

@@ -112,6 +112,10 @@ def torch_bench(torch, dev):
     if wanted("1-element add queued"):
         emit("1-element add queued", dev, host_us(lambda: x1 + y1, 5, 2000 if quick else 20000),
              "us/op", impl)
+    if wanted("1-element add_ in place queued"):
+        acc = torch.zeros(1, device=dev)
+        emit("1-element add_ in place queued", dev,
+             host_us(lambda: acc.add_(y1), 5, 2000 if quick else 20000), "us/op", impl)
     if wanted("1-element add + sync"):
         def add_sync():
             x1 + y1

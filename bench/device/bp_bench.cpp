@@ -153,18 +153,24 @@ void bench_copies(bp::Device& d) {
 // "synced" instead).
 void bench_overheads(bp::Device& d) {
   const std::string alloc = "alloc+free 1 MiB", queued = "1-element add queued",
-                    synced = "1-element add + sync";
+                    inplace = "1-element add_ in place queued", synced = "1-element add + sync";
   if (wanted(alloc)) {
     double us = host_us(
         d, [&] { auto b = d.allocator().allocate(1 << 20); }, 11, 2000);
     emit(alloc, d, us, "us");
   }
-  if (!wanted(queued) && !wanted(synced)) return;
+  if (!wanted(queued) && !wanted(inplace) && !wanted(synced)) return;
   auto x = bp::rand({1}, d), y = bp::rand({1}, d);
   if (wanted(queued)) {
     double us = host_us(
         d, [&] { auto z = x + y; }, 5, g_quick ? 2000 : 20000);
     emit(queued, d, us, "us/op");
+  }
+  if (wanted(inplace)) {
+    auto acc = bp::zeros({1}, d);
+    double us = host_us(
+        d, [&] { acc.add_(y); }, 5, g_quick ? 2000 : 20000);
+    emit(inplace, d, us, "us/op");
   }
   if (wanted(synced)) {
     double us = host_us(
