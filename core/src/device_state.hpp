@@ -53,7 +53,6 @@ struct NativeSlots {
 struct Plugin {
   std::string path;
   const bp_plugin_api* api = nullptr;
-  bool has_minor1 = false;  // list_ops may be read
   // find_kernel_id may be called, and launch takes bp_attr arrays with ids (Note [Attribute
   // ids] in plugin_abi.h); false: names and bp_attr_minor1 arrays.
   bool has_minor2 = false;

@@ -46,14 +46,18 @@ TEST(SizeClasses, EveryClassCoversItsRangeWithAtMostAQuarterSlack) {
     const uint64_t b = class_bytes(c);
     ASSERT_EQ(size_class(b), c) << "class " << c;
     ASSERT_EQ(size_class(b + 1), c + 1) << "class " << c;
-    if (c > 0) ASSERT_GT(b, class_bytes(c - 1));
+    if (c > 0) {
+      ASSERT_GT(b, class_bytes(c - 1));
+    }
   }
   std::uniform_int_distribution<int> bits(1, 50);
   for (int i = 0; i < 100000; ++i) {
     const uint64_t n = 1 + (rng()() >> (64 - bits(rng())));
     const uint64_t b = class_bytes(size_class(n));
     ASSERT_GE(b, n);
-    if (n > 512) ASSERT_LT(b - n, n / 4 + 1) << n;
+    if (n > 512) {
+      ASSERT_LT(b - n, n / 4 + 1) << n;
+    }
     ASSERT_GE(b, 512u);
   }
 }
