@@ -158,7 +158,7 @@ TEST(SizeClassCache, DrainHandsBackEveryBlockWithItsClass) {
 // ThreadSanitizer a second holder is also a data race). At the end every block is held by a
 // thread or parked, exactly once: none lost, none duplicated.
 TEST(SizeClassCache, ConcurrentParkAndTakeNeverHandsABlockOutTwice) {
-  constexpr int kThreads = 8, kBlocksPerThread = 6, kIters = 20000;
+  constexpr int kThreads = 8, kBlocksPerThread = 6, kIters = 200000;
   constexpr int kClasses[] = {0, 7, 30};
   using C = Cache<20, 4>;
   // Byte bound between 2 and 3 full classes: puts also fail on bytes, not only on slots.
@@ -166,7 +166,7 @@ TEST(SizeClassCache, ConcurrentParkAndTakeNeverHandsABlockOutTwice) {
   std::vector<std::unique_ptr<Block>> blocks;
   for (int i = 0; i < kThreads * kBlocksPerThread; ++i) blocks.push_back(std::make_unique<Block>());
   const uint64_t seed = rng()();
-  std::atomic<int> double_holds{0}, payload_changes{0};
+  std::atomic<int> double_holds{0}, payload_changes{0}, ready{0};
   std::vector<std::vector<std::pair<Block*, int>>> held(kThreads);  // (block, class)
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
@@ -179,6 +179,8 @@ TEST(SizeClassCache, ConcurrentParkAndTakeNeverHandsABlockOutTwice) {
         b->payload = t;
         mine.push_back({b, kClasses[i % 3]});
       }
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) std::this_thread::yield();  // start together
       for (int it = 0; it < kIters; ++it) {
         if (!mine.empty() && (g() & 1)) {  // park one of ours
           const size_t k = g() % mine.size();
