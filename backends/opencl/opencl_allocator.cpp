@@ -21,8 +21,10 @@ namespace bp::opencl {
 //   same (in-order) stream needs nothing. Reusing it on another stream enqueues a marker on the
 //   freeing stream (if that stream still exists; a destroyed stream has finished its work) and
 //   a barrier waiting on that marker on the allocating stream, or waits on the host when the
-//   allocation has no stream. Releasing a cached buffer to the driver needs no wait: OpenCL
-//   deletes a cl_mem only after the commands using it have finished.
+//   allocation has no stream. The lock-free cache hands out any parked buffer of the class, not
+//   preferably one of the allocating stream; with one stream (libbackplane's default stream
+//   does all per-op work) no ordering is ever needed. Releasing a cached buffer to the driver
+//   needs no wait: OpenCL deletes a cl_mem only after the commands using it have finished.
 
 namespace {
 uint64_t cache_bound(const DeviceInfo& info) {
@@ -69,7 +71,8 @@ bp_buffer* Allocator::allocate(uint64_t size, bp_stream* stream) {
                           device_.label().c_str(), static_cast<unsigned long long>(size),
                           static_cast<unsigned long long>(info.max_alloc),
                           static_cast<unsigned long long>(info.global_memory),
-                          static_cast<unsigned long long>(info.global_memory - reserved())),
+                          static_cast<unsigned long long>(
+                              info.global_memory - std::min(info.global_memory, reserved()))),
               "CL_INVALID_BUFFER_SIZE");
   }
   int cls = Cache::class_of(size);
