@@ -1,7 +1,7 @@
 // libbackplane counts memory itself and takes only `reserved` from a plugin (Note [Memory
-// accounting] in memory_counters.hpp), shown on the fault fixture fx_leak, whose mem_free never
-// takes a buffer off its own statistics: its `allocated` only grows, libbackplane's returns to
-// the baseline.
+// accounting] in memory_counters.hpp), shown on the reference backend with fault "leak"
+// (ref_leak), whose own statistics never see a free: its `allocated` and `reserved` only grow,
+// libbackplane's `allocated` returns to the baseline.
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
 #include <backplane_test/plugin_test.hpp>
@@ -15,10 +15,10 @@ namespace {
 
 TEST(MemoryAccounting, LibbackplaneIgnoresAPluginsOwnCounts) {
   bp::RegistryOptions o;
-  o.plugin_paths = {bp_test::beside_exe(BP_FX_LEAK_REL)};
+  o.plugin_paths = {bp_test::beside_exe(BP_REF_LEAK_REL)};
   o.search_library_dir = false;
   bp::Registry reg(o);
-  bp::Device& d = reg.device("fx_leak:0");
+  bp::Device& d = reg.device("ref_leak:0");
   const bp::MemoryStats base = d.memory_stats();
   std::uniform_int_distribution<uint64_t> any(1, 1 << 16);
   uint64_t total = 0;
@@ -32,7 +32,8 @@ TEST(MemoryAccounting, LibbackplaneIgnoresAPluginsOwnCounts) {
     const bp::MemoryStats mid = d.memory_stats();
     EXPECT_EQ(mid.allocated, base.allocated + total);
     EXPECT_EQ(mid.num_allocs, base.num_allocs + 10);
-    EXPECT_EQ(mid.reserved, base.reserved + total) << "fx_leak reports reserved = its allocated";
+    EXPECT_EQ(mid.reserved, base.reserved + total)
+        << "the template reports reserved = its allocated";
   }
   const bp::MemoryStats after = d.memory_stats();
   EXPECT_EQ(after.allocated, base.allocated) << "libbackplane's count, not the plugin's";
