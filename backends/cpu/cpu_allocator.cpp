@@ -89,33 +89,22 @@ void* CpuAllocator::allocate(uint64_t size) {
                                   static_cast<double>(free_bytes) / (1u << 30)),
                   "ENOMEM");
   }
-  const uint64_t now = allocated_.fetch_add(size, std::memory_order_relaxed) + size;
-  num_allocs_.fetch_add(1, std::memory_order_relaxed);
-  uint64_t peak = peak_.load(std::memory_order_relaxed);
-  while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
-  }
+  counters_.on_alloc(size);
   return p;
 }
 
 void CpuAllocator::deallocate(void* p, uint64_t size) {
   if (!p) return;
   release(p);
-  allocated_.fetch_sub(size, std::memory_order_relaxed);
-  num_allocs_.fetch_sub(1, std::memory_order_relaxed);
+  counters_.on_free(size);
 }
 
 bp_memory_stats CpuAllocator::stats() const {
   bp_memory_stats s{};
   s.struct_size = sizeof(s);
-  s.allocated = allocated_.load(std::memory_order_relaxed);
+  counters_.fill(s);
   s.reserved = s.allocated;
-  s.peak_allocated = std::max(peak_.load(std::memory_order_relaxed), s.allocated);
-  s.num_allocs = num_allocs_.load(std::memory_order_relaxed);
   return s;
-}
-
-void CpuAllocator::reset_peak() {
-  peak_.store(allocated_.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 void CpuAllocator::release_cache() {

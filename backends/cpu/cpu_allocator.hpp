@@ -1,5 +1,6 @@
 // The CPU allocator: 64-byte aligned blocks from oneTBB's scalable allocator (tbbmalloc), with
-// statistics kept in atomics.
+// the statistics of memory_stats in the SDK's MemoryCounters (Note [Memory accounting] in
+// memory_counters.hpp).
 //
 // The block's address is the bp_buffer* handed to the host (Note [CPU buffers] in
 // cpu_plugin.cpp). reserved equals allocated: tbbmalloc's own caches are not visible.
@@ -10,8 +11,8 @@
 #define BACKPLANE_CPU_ALLOCATOR_HPP_
 
 #include <backplane/plugin_abi.h>
+#include <backplane/memory_counters.hpp>
 
-#include <atomic>
 #include <cstdint>
 
 namespace bp::cpu {
@@ -30,14 +31,12 @@ class CpuAllocator {
 
   bp_memory_stats stats() const;
   // Resets peak_allocated to the current allocated.
-  void reset_peak();
+  void reset_peak() { counters_.reset_peak(); }
   // Returns tbbmalloc's cached free memory to the system.
   void release_cache();
 
  private:
-  std::atomic<uint64_t> allocated_{0};
-  std::atomic<uint64_t> peak_{0};
-  std::atomic<uint64_t> num_allocs_{0};
+  bp::sdk::MemoryCounters counters_;
 };
 
 }  // namespace bp::cpu

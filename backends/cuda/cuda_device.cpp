@@ -233,7 +233,7 @@ void Device::destroy_stream(CudaStream* s) {
     if (e != cudaSuccess && first == cudaSuccess) first = e;
   };
   if (s->cublas_workspace) note(cudaFreeAsync(s->cublas_workspace, s->stream));
-  s->cache.drain([&](void* p) { note(cudaFreeAsync(p, s->stream)); });
+  s->cache.drain([&](void* p, int) { note(cudaFreeAsync(p, s->stream)); });
   if (s->owned) note(cudaStreamDestroy(s->stream));  // an imported stream stays its owner's
   delete s;
   BP_CUDA_CHECK(first);

@@ -39,13 +39,13 @@ struct DeviceInfo {
 
 // What a bp_stream* points to. Created by Device::create_stream, destroyed by
 // Device::destroy_stream. Several threads may use one stream at once (Note [Stream threading]
-// in plugin_abi.h): `stream`, `device` and `index` never change after creation, `cache` has its
-// own lock, and the cuBLAS workspace is set up and used under the device's cublas_mutex.
+// in plugin_abi.h): `stream`, `device` and `index` never change after creation, `cache` is
+// lock-free, and the cuBLAS workspace is set up and used under the device's cublas_mutex.
 struct CudaStream {
   cudaStream_t stream = nullptr;
   Device* device = nullptr;
   int index = 0;  // device index, for use_device
-  BlockCache cache;
+  BlockCache cache{kMaxCacheBytes};
   // Note [cuBLAS per stream]: allocated on the first matmul; guarded by cublas_mutex().
   void* cublas_workspace = nullptr;
   size_t cublas_workspace_bytes = 0;
@@ -153,7 +153,7 @@ class Device {
   cudaMemPool_t pool_ = nullptr;
   CudaStream* internal_ = nullptr;
 
-  MemoryCounters counters_;
+  bp::sdk::MemoryCounters counters_;  // user allocations, for memory_stats
 
   std::mutex streams_mutex_;  // guards streams_
   std::vector<CudaStream*> streams_;

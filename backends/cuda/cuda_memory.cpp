@@ -18,17 +18,17 @@ void Device::deallocate(CudaStream& s, void* ptr, uint64_t size) {
 }
 
 void* Device::allocate_scratch(CudaStream& s, uint64_t size) {
-  const int cls = size_class(size == 0 ? 1 : size);
+  const int cls = BlockCache::class_of(size == 0 ? 1 : size);
   if (cls >= 0) {
     if (void* p = s.cache.take(cls)) return p;
-    return pool_alloc(s, class_bytes(cls), size);
+    return pool_alloc(s, bp::sdk::class_bytes(cls), size);
   }
   return pool_alloc(s, size, size);
 }
 
 void Device::free_scratch(CudaStream& s, void* ptr, uint64_t size) {
   if (!ptr) return;
-  const int cls = size_class(size == 0 ? 1 : size);
+  const int cls = BlockCache::class_of(size == 0 ? 1 : size);
   if (cls >= 0 && s.cache.put(cls, ptr)) return;
   use_device(index());
   BP_CUDA_CHECK(cudaFreeAsync(ptr, s.stream));
@@ -60,15 +60,14 @@ void* Device::pool_alloc(CudaStream& s, uint64_t bytes, uint64_t requested) {
   }
   size_t free_bytes = 0, total_bytes = 0;
   if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) (void)cudaGetLastError();
-  bp::sdk::fail(
-      BP_ERROR_OUT_OF_MEMORY,
-      bp::sdk::format(
-          "cuda:%d: out of memory allocating %llu bytes (%llu bytes free of "
-          "%llu; %llu allocated through Backplane)",
-          index(), static_cast<unsigned long long>(requested),
-          static_cast<unsigned long long>(free_bytes), static_cast<unsigned long long>(total_bytes),
-          static_cast<unsigned long long>(counters_.allocated.load(std::memory_order_relaxed))),
-      cudaGetErrorName(cudaErrorMemoryAllocation));
+  bp::sdk::fail(BP_ERROR_OUT_OF_MEMORY,
+                bp::sdk::format("cuda:%d: out of memory allocating %llu bytes (%llu bytes free of "
+                                "%llu; %llu allocated through Backplane)",
+                                index(), static_cast<unsigned long long>(requested),
+                                static_cast<unsigned long long>(free_bytes),
+                                static_cast<unsigned long long>(total_bytes),
+                                static_cast<unsigned long long>(counters_.allocated())),
+                cudaGetErrorName(cudaErrorMemoryAllocation));
 }
 
 void Device::drain_caches() {
@@ -77,7 +76,7 @@ void Device::drain_caches() {
   {
     std::lock_guard<std::mutex> lock(streams_mutex_);
     for (CudaStream* s : streams_) {
-      s->cache.drain([&](void* p) {
+      s->cache.drain([&](void* p, int) {
         const cudaError_t e = cudaFreeAsync(p, s->stream);
         if (e != cudaSuccess && first == cudaSuccess) first = e;
       });
@@ -87,9 +86,7 @@ void Device::drain_caches() {
 }
 
 void Device::memory_stats(bp_memory_stats& out) {
-  out.allocated = counters_.allocated.load(std::memory_order_relaxed);
-  out.peak_allocated = counters_.peak.load(std::memory_order_relaxed);
-  out.num_allocs = counters_.num_allocs.load(std::memory_order_relaxed);
+  counters_.fill(out);
   out.reserved = 0;
   if (ready_.load(std::memory_order_acquire)) {
     uint64_t reserved = 0;  // cuuint64_t
@@ -99,8 +96,7 @@ void Device::memory_stats(bp_memory_stats& out) {
 }
 
 void Device::reset_peak() {
-  counters_.peak.store(counters_.allocated.load(std::memory_order_relaxed),
-                       std::memory_order_relaxed);
+  counters_.reset_peak();
 }
 
 void Device::empty_cache() {

@@ -1,29 +1,36 @@
 // The per-device caching allocator of the OpenCL backend. Device memory is cl_mem buffers;
-// freed buffers are kept in a cache keyed by size class and handed out again to later requests
-// of the same class (Note [Size classes], Note [Cross-stream reuse] in opencl_allocator.cpp).
+// freed buffers are parked in the SDK's lock-free size-class cache (bp::sdk::SizeClassCache) and
+// handed out again to later requests of the same class (Note [Size classes] in
+// size_class_cache.hpp, Note [Cross-stream reuse] in opencl_allocator.cpp).
 #pragma once
 
 #include "opencl_common.hpp"
 
+#include <backplane/memory_counters.hpp>
+#include <backplane/size_class_cache.hpp>
+
+#include <atomic>
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <vector>
 
 // A device allocation: bp_buffer* handed to the host points at one of these. `mem` is NULL for
 // zero-byte allocations. Owned by the Allocator of `device` between allocate and release.
 struct bp_buffer {
   cl_mem mem;
   uint64_t size;      // bytes requested
-  uint64_t capacity;  // bytes of the cl_mem (the size class)
+  uint64_t capacity;  // bytes of the cl_mem (its size class, or the request when uncached)
   int32_t device;
+  int32_t cls;        // size class, or -1: released to the driver when freed
+  uint64_t freed_on;  // while cached: id of the stream that freed it, 0 for none
 };
 
 namespace bp::opencl {
 
+using sdk::MemoryCounters;
+
 class Device;
 
-// Thread-safety: every member may be called from any thread (one mutex per device).
+// Thread-safety: every member may be called from any thread; no lock is taken on the way
+// through the cache (Note [Size-class cache] in size_class_cache.hpp).
 class Allocator {
  public:
   explicit Allocator(Device& device);
@@ -42,30 +49,28 @@ class Allocator {
   // (stream-ordered; `stream` NULL means no work is pending). Takes ownership of `buf`.
   void release(bp_buffer* buf, bp_stream* stream);
 
+  // The statistics of memory_stats: user allocations (mem_alloc/mem_free, counted by the
+  // plugin for hosts other than libbackplane) and the bytes held from the driver.
+  MemoryCounters& counters() { return counters_; }
   bp_memory_stats stats();
-  void reset_peak();
   // Releases every cached buffer back to the driver.
   void empty_cache();
   // Bytes held from the driver (live + cached).
-  uint64_t reserved();
+  uint64_t reserved() const { return reserved_.load(std::memory_order_relaxed); }
 
-  // The size class a request of `size` bytes is rounded up to (exposed for tests).
-  static uint64_t size_class(uint64_t size);
+  // Classes up to 1 GiB, 16 buffers each; at most a quarter of the device's memory parked.
+  using Cache = sdk::SizeClassCache<bp_buffer, 30, 16>;
 
  private:
-  struct Cached {
-    bp_buffer* buf;
-    uint64_t stream_id;  // stream it was freed on, 0 for none
-  };
-
-  void release_cache_locked();
-  // Makes work on `stream` wait for the work that was queued on the freeing stream.
-  void order_after(const Cached& c, bp_stream* stream);
+  // Makes work on `stream` wait for the work queued on the stream that freed `buf`.
+  void order_after(const bp_buffer& buf, bp_stream* stream);
+  // Gives a buffer's cl_mem back to the driver and deletes it.
+  void destroy(bp_buffer* buf);
 
   Device& device_;
-  std::mutex mutex_;
-  std::map<uint64_t, std::vector<Cached>> cache_;  // size class -> free buffers
-  uint64_t allocated_ = 0, reserved_ = 0, cached_ = 0, peak_ = 0, num_allocs_ = 0;
+  Cache cache_;
+  std::atomic<uint64_t> reserved_{0};
+  MemoryCounters counters_;
 };
 
 }  // namespace bp::opencl

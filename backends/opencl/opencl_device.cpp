@@ -91,8 +91,6 @@ DeviceInfo query_info(cl_platform_id platform, cl_device_id d) {
   info.name = device_string(d, CL_DEVICE_NAME);
   info.vendor = device_string(d, CL_DEVICE_VENDOR);
   info.version = device_string(d, CL_DEVICE_VERSION);
-  info.driver_version = device_string(d, CL_DRIVER_VERSION);
-  info.platform = platform_string(platform, CL_PLATFORM_NAME);
   // BP_OPENCL_ORDER_KERNELS=0/1 overrides the detection (to reproduce PoCL's abort, or to test
   // the ordering on another driver).
   const char* order = std::getenv("BP_OPENCL_ORDER_KERNELS");
@@ -104,7 +102,6 @@ DeviceInfo query_info(cl_platform_id platform, cl_device_id d) {
   info.local_memory = device_value<cl_ulong>(d, CL_DEVICE_LOCAL_MEM_SIZE);
   info.compute_units = device_value<cl_uint>(d, CL_DEVICE_MAX_COMPUTE_UNITS);
   info.max_work_group = device_value<size_t>(d, CL_DEVICE_MAX_WORK_GROUP_SIZE, 1);
-  info.base_align_bytes = device_value<cl_uint>(d, CL_DEVICE_MEM_BASE_ADDR_ALIGN, 1024) / 8;
   const cl_device_type type = device_value<cl_device_type>(d, CL_DEVICE_TYPE);
   info.kind = (type & CL_DEVICE_TYPE_GPU)   ? BP_DEVICE_KIND_GPU
               : (type & CL_DEVICE_TYPE_CPU) ? BP_DEVICE_KIND_CPU

@@ -26,18 +26,15 @@ struct DeviceInfo {
   std::string name;            // CL_DEVICE_NAME
   std::string vendor;          // CL_DEVICE_VENDOR
   std::string version;         // CL_DEVICE_VERSION, "OpenCL 3.0 PoCL ..."
-  std::string driver_version;  // CL_DRIVER_VERSION
-  std::string platform;        // CL_PLATFORM_NAME
   std::string uuid;            // from cl_khr_device_uuid, else ""
   std::string pci_bus_id;      // from cl_khr_pci_bus_info or cl_nv_device_attribute_query
   uint64_t global_memory = 0;  // CL_DEVICE_GLOBAL_MEM_SIZE
   uint64_t max_alloc = 0;      // CL_DEVICE_MAX_MEM_ALLOC_SIZE
   uint64_t local_memory = 0;   // CL_DEVICE_LOCAL_MEM_SIZE
   uint32_t compute_units = 0;
-  size_t max_work_group = 0;      // CL_DEVICE_MAX_WORK_GROUP_SIZE
-  uint32_t base_align_bytes = 0;  // CL_DEVICE_MEM_BASE_ADDR_ALIGN / 8
-  bool fp64 = false;              // cl_khr_fp64 and a non-zero CL_DEVICE_DOUBLE_FP_CONFIG
-  int32_t compute_major = 0;      // NVIDIA compute capability when the driver reports it, else 0
+  size_t max_work_group = 0;  // CL_DEVICE_MAX_WORK_GROUP_SIZE
+  bool fp64 = false;          // cl_khr_fp64 and a non-zero CL_DEVICE_DOUBLE_FP_CONFIG
+  int32_t compute_major = 0;  // NVIDIA compute capability when the driver reports it, else 0
   int32_t compute_minor = 0;
   int32_t kind = BP_DEVICE_KIND_UNKNOWN;  // from CL_DEVICE_TYPE: CPU, GPU, or ACCELERATOR
   // Launches of one kernel on several queues are ordered one after another (Note [PoCL

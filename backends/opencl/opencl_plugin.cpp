@@ -216,7 +216,9 @@ class OpenclBackend final : public sdk::Backend {
   bp_buffer* mem_alloc(int32_t d, bp_stream* s, uint64_t size) override {
     Device& dev = device(d);
     if (s && s->device != &dev) mismatch("mem_alloc", dev, s);
-    return dev.allocator().allocate(size, s);
+    bp_buffer* buf = dev.allocator().allocate(size, s);
+    dev.allocator().counters().on_alloc(size);
+    return buf;
   }
 
   void mem_free(int32_t d, bp_stream* s, bp_buffer* buf, uint64_t) override {
@@ -226,13 +228,14 @@ class OpenclBackend final : public sdk::Backend {
                 sdk::format("opencl: mem_free: buffer of opencl:%d freed on %s", buf->device,
                             dev.label().c_str()));
     if (s && s->device != &dev) mismatch("mem_free", dev, s);
+    dev.allocator().counters().on_free(buf->size);
     dev.allocator().release(buf, s);
   }
 
   void memory_stats(int32_t d, bp_memory_stats& stats) override {
     stats = device(d).allocator().stats();
   }
-  void memory_reset_peak(int32_t d) override { device(d).allocator().reset_peak(); }
+  void memory_reset_peak(int32_t d) override { device(d).allocator().counters().reset_peak(); }
   bool has_empty_cache() const override { return true; }
   void memory_empty_cache(int32_t d) override { device(d).allocator().empty_cache(); }
 

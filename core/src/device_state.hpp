@@ -7,6 +7,7 @@
 #include <backplane/plugin_abi.h>
 #include <backplane/device.hpp>
 #include <backplane/errors.hpp>
+#include <backplane/memory_counters.hpp>
 #include <backplane/runtime.hpp>
 #include <backplane/tensor.hpp>
 
@@ -52,7 +53,6 @@ struct NativeSlots {
 struct Plugin {
   std::string path;
   const bp_plugin_api* api = nullptr;
-  bool has_minor1 = false;  // list_ops may be read
   // find_kernel_id may be called, and launch takes bp_attr arrays with ids (Note [Attribute
   // ids] in plugin_abi.h); false: names and bp_attr_minor1 arrays.
   bool has_minor2 = false;
@@ -98,6 +98,9 @@ struct DeviceState {
   // Device::supports and the fallbacks it guards (an old plugin without a fused op) ask the
   // plugin, and take `mu`, once per pair rather than once per call.
   std::array<std::atomic<bool>, static_cast<size_t>(kNumOps) * kNumDTypes> unsupported{};
+  // Every buffer allocated through this device (Note [Memory accounting] in
+  // memory_counters.hpp): counted in allocate, uncounted in release; imported buffers never.
+  sdk::MemoryCounters memory;
   // Ordinal and DLPack type of this device's memory, for 0-byte buffers whose handle is NULL
   // (asked of the plugin once, with a small allocation).
   std::once_flag native_identity_once;
@@ -128,8 +131,11 @@ struct DeviceState {
   bp_stream* create_default_stream();
   // Allocates on a stream (NULL: the default one); throws OutOfMemory naming the request.
   std::shared_ptr<Buffer> allocate(uint64_t bytes, std::shared_ptr<StreamState> stream);
-  // Frees a buffer on the stream it was allocated on (NULL: the default stream).
-  void release(bp_buffer* b, uint64_t size, const StreamState* stream) noexcept;
+  // Frees a buffer on the stream it was allocated on (NULL: the default stream); `counted`:
+  // made by allocate (not imported), so taken off the statistics.
+  void release(bp_buffer* b, uint64_t size, const StreamState* stream, bool counted) noexcept;
+  // MemoryStats: libbackplane's counts and the plugin's `reserved`. Throws on a plugin error.
+  MemoryStats memory_stats();
   // Native address of byte `offset` of a buffer of this device (handle may be NULL for a
   // 0-byte allocation); `size` is the buffer's size, for the bounds check.
   NativeBuffer native_of(bp_buffer* handle, uint64_t size, uint64_t offset);

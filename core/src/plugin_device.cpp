@@ -146,6 +146,7 @@ std::shared_ptr<Buffer> DeviceState::allocate(uint64_t bytes, std::shared_ptr<St
     }
     throw_plugin_error(api, err, self->str() + ": " + what);
   }
+  memory.on_alloc(bytes);
   try {
     const StreamState* on = stream.get();
     auto buf = Access::make_buffer(*self, b, bytes, std::move(stream), false);
@@ -153,12 +154,14 @@ std::shared_ptr<Buffer> DeviceState::allocate(uint64_t bytes, std::shared_ptr<St
       on_alloc(*self, b, bytes, on);
     return buf;
   } catch (...) {
-    release(b, bytes, nullptr);
+    release(b, bytes, nullptr, true);
     throw;
   }
 }
 
-void DeviceState::release(bp_buffer* b, uint64_t size, const StreamState* stream) noexcept {
+void DeviceState::release(bp_buffer* b, uint64_t size, const StreamState* stream,
+                          bool counted) noexcept {
+  if (counted) memory.on_free(size);
   bp_stream* s = stream ? stream->s : default_handle.load(std::memory_order_acquire);
   if (bp_error* e = api->mem_free(index, s, b, size)) {
     // A free that fails has nothing to hand the error to: report it once on stderr.
@@ -166,6 +169,21 @@ void DeviceState::release(bp_buffer* b, uint64_t size, const StreamState* stream
                  static_cast<unsigned long long>(size), e->message ? e->message : "");
     api->error_free(e);
   }
+}
+
+// Note [Memory accounting] in memory_counters.hpp: the plugin's allocated, peak_allocated and
+// num_allocs are not read.
+MemoryStats DeviceState::memory_stats() {
+  bp_memory_stats m{};
+  m.struct_size = sizeof m;
+  check(api, api->memory_stats(index, &m), "memory stats", self);
+  MemoryStats out;
+  out.allocated = memory.allocated();
+  out.reserved = m.reserved;
+  out.peak_allocated = memory.peak();
+  out.num_allocs = memory.live();
+  out.total_allocs = memory.total();
+  return out;
 }
 
 namespace {
@@ -223,7 +241,8 @@ Buffer::~Buffer() {
     } catch (...) {  // a free records what it can; it never fails for the profiler
     }
   }
-  detail::state(*device_).release(static_cast<bp_buffer*>(handle_), size_, stream_.get());
+  detail::state(*device_).release(static_cast<bp_buffer*>(handle_), size_, stream_.get(),
+                                  !imported_);
 }
 
 void* Buffer::host_pointer() const noexcept {
@@ -312,15 +331,10 @@ std::shared_ptr<Buffer> Allocator::allocate(uint64_t bytes) {
 }
 
 MemoryStats Allocator::stats() {
-  DeviceState& s = detail::state(*device_);
-  bp_memory_stats m{};
-  m.struct_size = sizeof m;
-  check(s.api, s.api->memory_stats(s.index, &m), "memory stats", device_);
-  return {m.allocated, m.reserved, m.peak_allocated, m.num_allocs};
+  return detail::state(*device_).memory_stats();
 }
 void Allocator::reset_peak() {
-  DeviceState& s = detail::state(*device_);
-  check(s.api, s.api->memory_reset_peak(s.index), "reset peak", device_);
+  detail::state(*device_).memory.reset_peak();
 }
 void Allocator::empty_cache() {
   DeviceState& s = detail::state(*device_);

@@ -112,7 +112,7 @@ std::shared_ptr<Buffer> Device::import_buffer(void* address, uint64_t size,
   try {
     return Access::make_buffer(*this, h, size, nullptr, /*imported=*/true);
   } catch (...) {
-    st.release(h, size, nullptr);  // out of host memory: hand the memory straight back
+    st.release(h, size, nullptr, false);  // out of host memory: hand the memory straight back
     throw;
   }
 }

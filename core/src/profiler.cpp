@@ -167,7 +167,7 @@ void memory_after(Device& dev, Rec& r) {
     s.api->error_free(e);
     return;
   }
-  r.allocated_after = m.allocated;
+  r.allocated_after = s.memory.allocated();  // Note [Memory accounting]
   r.reserved_after = m.reserved;
 }
 

@@ -40,11 +40,12 @@ std::string oom_summary(Device& dev) {
   if (bp_error* e = s.api->memory_stats(s.index, &m)) {
     s.api->error_free(e);
     out += "memory statistics unavailable";
-  } else {
-    out += format_size(m.allocated) + " allocated in " + std::to_string(m.num_allocs) +
+  } else {  // counts from libbackplane, `reserved` from the plugin (Note [Memory accounting])
+    const uint64_t allocated = s.memory.allocated();
+    out += format_size(allocated) + " allocated in " + std::to_string(s.memory.live()) +
            " blocks, " + format_size(m.reserved) + " reserved (" +
-           format_size(m.reserved > m.allocated ? m.reserved - m.allocated : 0) +
-           " reserved but unallocated), peak " + format_size(m.peak_allocated);
+           format_size(m.reserved > allocated ? m.reserved - allocated : 0) +
+           " reserved but unallocated), peak " + format_size(s.memory.peak());
   }
   out += "; device memory free " + format_size(dev.free_memory()) + " of " +
          format_size(dev.properties().total_memory);
@@ -333,9 +334,7 @@ MemorySnapshot memory_snapshot(Device& dev) {
   ObserverState& o = observer();
   // The lock keeps allocations of other threads out between the statistics and the table.
   std::lock_guard<std::mutex> lock(o.mu);
-  bp_memory_stats m{};
-  m.struct_size = sizeof m;
-  detail::check(s.api, s.api->memory_stats(s.index, &m), "memory snapshot", &dev);
+  const MemoryStats m = s.memory_stats();
   snap.allocated = m.allocated;
   snap.reserved = m.reserved;
   snap.peak_allocated = m.peak_allocated;

@@ -267,7 +267,6 @@ void RegistryState::register_plugin(PluginReport& r, const bp_plugin_api* a) {
   p->path = r.path;
   p->api = a;
   p->registry = this;
-  p->has_minor1 = a->abi_minor >= 1 && a->struct_size > BP_API_MINOR1_OFFSET;
   // Note [ABI versioning]: a minor-2 slot is read only when the table declares minor 2 and
   // its struct_size covers the slot.
   p->has_minor2 = BP_API_HAS_SLOT(a, 2, find_kernel_id);

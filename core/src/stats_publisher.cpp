@@ -55,7 +55,8 @@ void publish_once(Registry& reg, const std::string& name) {
                     {"allocated", m.allocated},
                     {"reserved", m.reserved},
                     {"peak_allocated", m.peak_allocated},
-                    {"num_allocs", m.num_allocs}});
+                    {"num_allocs", m.num_allocs},
+                    {"total_allocs", m.total_allocs}});
   }
   nlohmann::json j = {
       {"pid", static_cast<int64_t>(::getpid())},

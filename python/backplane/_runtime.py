@@ -59,8 +59,9 @@ def _dev(device):
 
 
 def memory_stats(device=None):
-    """{'allocated', 'reserved', 'peak_allocated', 'num_allocs'} in bytes / counts for
-    `device` (the default device when None)."""
+    """{'allocated', 'reserved', 'peak_allocated', 'num_allocs', 'total_allocs'} in bytes /
+    counts for `device` (the default device when None). libbackplane counts allocations
+    itself; 'reserved' comes from the backend."""
     return _dev(device).memory_stats()
 
 

@@ -103,6 +103,7 @@ nb::dict stats_dict(const MemoryStats& s) {
   out["reserved"] = s.reserved;
   out["peak_allocated"] = s.peak_allocated;
   out["num_allocs"] = s.num_allocs;
+  out["total_allocs"] = s.total_allocs;
   return out;
 }
 

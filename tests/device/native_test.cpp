@@ -179,9 +179,11 @@ TEST_P(NativeTest, ImportedMemoryIsNotCounted) {
     bp::MemoryStats during = dev().memory_stats();
     EXPECT_EQ(during.allocated, before.allocated);
     EXPECT_EQ(during.num_allocs, before.num_allocs);
+    EXPECT_EQ(during.total_allocs, before.total_allocs);
   }
   dev().synchronize();
   EXPECT_EQ(dev().memory_stats().allocated, before.allocated);
+  EXPECT_EQ(dev().memory_stats().total_allocs, before.total_allocs);
 }
 
 TEST_P(NativeTest, FromBlobBadArgumentsAreTypedAndNeverRelease) {

@@ -286,23 +286,6 @@ TEST_F(OpenclPlugin, BadLaunchesAreErrors) {
 
 // ---- Internals -------------------------------------------------------------------------------
 
-TEST(OpenclAllocator, SizeClasses) {
-  using bp::opencl::Allocator;
-  EXPECT_EQ(Allocator::size_class(1), 512u);
-  EXPECT_EQ(Allocator::size_class(512), 512u);
-  EXPECT_EQ(Allocator::size_class(513), 1024u);
-  EXPECT_EQ(Allocator::size_class(1 << 20), 1u << 20);
-  EXPECT_EQ(Allocator::size_class((1 << 20) + 1), (1u << 20) + (1u << 18));
-  EXPECT_EQ(Allocator::size_class(5u << 20), 5u << 20);
-  EXPECT_EQ(Allocator::size_class((5u << 20) + 1), 6u << 20);
-  for (uint64_t n = 1; n < (uint64_t{1} << 40); n = n * 3 + 7) {
-    uint64_t c = Allocator::size_class(n);
-    EXPECT_GE(c, n);
-    // Powers of two up to 1 MiB, then at most a quarter of slack.
-    EXPECT_LE(c, n <= (1u << 20) ? std::max<uint64_t>(512, 2 * n - 1) : n + n / 4) << n;
-  }
-}
-
 TEST(OpenclProgram, BuildErrorCarriesTheBuildLog) {
   cl_platform_id platform = nullptr;
   cl_uint np = 0;

@@ -61,13 +61,16 @@ struct DeviceProperties {
   DeviceKind kind = DeviceKind::cpu;
 };
 
-// Counted by libbackplane, which sees every allocation and free; `reserved` comes from the
-// backend. Buffers made by Device::import_buffer are not counted.
+// Counted by libbackplane, which sees every allocation and free (requested bytes, the same on
+// every backend; no lock, a few relaxed atomics per allocation); `reserved` comes from the
+// backend. Buffers made by Device::import_buffer are not counted; 0-byte buffers count as
+// allocations of 0 bytes.
 struct MemoryStats {
   uint64_t allocated = 0;       // live bytes handed out
-  uint64_t reserved = 0;        // bytes held from the system, caches included
-  uint64_t peak_allocated = 0;  // since the last reset_peak()
+  uint64_t reserved = 0;        // bytes held from the system, caches included (the backend's)
+  uint64_t peak_allocated = 0;  // high-water mark of allocated since the last reset_peak()
   uint64_t num_allocs = 0;      // live allocations
+  uint64_t total_allocs = 0;    // allocations made since the device was created
 };
 
 // Where one byte of device memory lives in the vendor's own terms (Note [Native handles] in
@@ -135,7 +138,8 @@ class BP_API Allocator {
   // Allocates on the device's default stream.
   std::shared_ptr<Buffer> allocate(uint64_t bytes);
   MemoryStats stats();
-  // Starts peak_allocated again from the current allocated.
+  // Starts peak_allocated again from the current allocated (libbackplane's count; the
+  // backend is not asked).
   void reset_peak();
   // Returns cached free memory to the system.
   void empty_cache();

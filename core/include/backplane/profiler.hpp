@@ -121,13 +121,14 @@ struct MemoryBlock {
 
 struct BP_API MemorySnapshot {
   std::string device;
-  // The plugin's memory statistics at the time of the snapshot.
+  // The device's memory statistics at the time of the snapshot (MemoryStats: counted by
+  // libbackplane, reserved from the plugin).
   uint64_t allocated = 0, reserved = 0, peak_allocated = 0, num_allocs = 0;
   uint64_t total_memory = 0, free_memory = 0;
   // Live blocks recorded by the history, largest first.
   std::vector<MemoryBlock> blocks;
-  // What the plugin counts that the history did not see (allocated before it started, or by the
-  // plugin itself): allocated - sum(blocks) and num_allocs - blocks.size().
+  // What libbackplane counts that the history did not see (allocated before it started):
+  // allocated - sum(blocks) and num_allocs - blocks.size().
   uint64_t untracked_bytes = 0, untracked_blocks = 0;
   // reserved - allocated: held by the allocator's cache, free for reuse.
   uint64_t cached() const { return reserved > allocated ? reserved - allocated : 0; }
@@ -135,7 +136,7 @@ struct BP_API MemorySnapshot {
   std::string json() const;
 };
 
-// The allocator of `device` now: the plugin's statistics and the blocks the history recorded.
+// The allocator of `device` now: its statistics and the blocks the history recorded.
 BP_API MemorySnapshot memory_snapshot(Device& device);
 
 // Where a program run with BACKPLANE_PUBLISH_STATS=1 publishes its allocator statistics for

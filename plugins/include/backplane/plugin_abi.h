@@ -135,7 +135,17 @@ typedef struct bp_device_properties {
                  * ACCELERATOR. */
 } bp_device_properties;
 
-/* Memory statistics of one device's allocator, in bytes unless named otherwise. */
+/* Memory statistics of one device's allocator, in bytes unless named otherwise.
+ *
+ * Who counts what (since 1.2; a documentation rule, no layout change): a host sees every size it
+ * passes to mem_alloc and mem_free, so it can count live bytes, their peak and live allocations
+ * itself, and libbackplane does (its MemoryStats; Note [Memory accounting] in
+ * memory_counters.hpp): from this struct it reads only `reserved`, what the plugin alone knows.
+ * A plugin still fills every field, for hosts that do not count and for bp-conformance, which
+ * checks them: `allocated`, `peak_allocated` and `num_allocs` over the buffers of mem_alloc that
+ * have not been freed (requested sizes; imported buffers and the plugin's own scratch memory
+ * excluded), as plugins of 1.0 and 1.1 already do. bp::sdk::MemoryCounters
+ * (memory_counters.hpp) keeps them without a lock. */
 typedef struct bp_memory_stats {
   size_t struct_size;
   uint64_t allocated;      /* live bytes handed out */
@@ -474,7 +484,8 @@ typedef struct bp_plugin_api {
    * Optional; NULL slot: the host always copies. */
   void* (*mem_host_pointer)(bp_buffer* buf);
   bp_error* (*memory_stats)(int32_t device, bp_memory_stats* out_stats);
-  /* Reset peak_allocated to the current allocated. */
+  /* Reset peak_allocated to the current allocated. (libbackplane keeps its own peak and does
+   * not call this.) */
   bp_error* (*memory_reset_peak)(int32_t device);
   /* Return cached free memory to the system (optional; NULL: nothing to release). */
   bp_error* (*memory_empty_cache)(int32_t device);
