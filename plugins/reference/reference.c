@@ -383,23 +383,6 @@ static bp_error* ref_device_properties(int32_t device, bp_device_properties* p) 
 
 /* ---- Kernels ------------------------------------------------------------------------------ */
 
-static int64_t numel(const bp_tensor_desc* t) {
-  int64_t n = 1;
-  int32_t d;
-  for (d = 0; d < t->rank; ++d) n *= t->shape[d];
-  return n;
-}
-
-static int64_t offset_of(const bp_tensor_desc* t, int64_t i) {
-  int64_t off = 0;
-  int32_t d;
-  for (d = t->rank - 1; d >= 0; --d) {
-    off += (i % t->shape[d]) * t->strides[d];
-    i /= t->shape[d];
-  }
-  return off;
-}
-
 /* add f32 computed into the stream's scratch array, created on first use and read back without
  * a lock, as a plugin may have done under the ABI 1.1 sentence "calls on one stream are
  * serialised by the host"; a call waits up to 100 ms for a second one on its stream so that the
@@ -411,7 +394,7 @@ static int scratch_add(bp_kernel* k, bp_stream* s, const bp_tensor_desc* in, int
   bp_buffer scratch_buf;
   bp_tensor_desc o = *out;
   struct timespec t0, now;
-  int64_t n = numel(out);
+  int64_t n = template_numel(out);
   pthread_mutex_lock(&g_mu);
   e = entry_of(s);
   pthread_mutex_unlock(&g_mu);
@@ -448,7 +431,7 @@ static bp_error* ref_launch(bp_kernel* k, bp_stream* s, const bp_tensor_desc* in
       scratch_add(k, s, in, nin, out, attrs, nattrs, &err))
     return err;
   err = base()->launch(k, s, in, nin, out, nout, attrs, nattrs);
-  if (err || nout != 1 || (n = numel(out)) == 0) return err;
+  if (err || nout != 1 || (n = template_numel(out)) == 0) return err;
   y = (float*)(out->buffer->data + out->offset);
   if (on(F_WRONG_ADD) && k->op == BP_OP_ADD)
     for (i = 0; i < n; ++i) y[i] += 0.5f;
@@ -456,7 +439,7 @@ static bp_error* ref_launch(bp_kernel* k, bp_stream* s, const bp_tensor_desc* in
     for (i = 0; i < n; ++i) y[i] *= 1.5f;
   if (on(F_OVERFLOW) && k->op == BP_OP_FILL) y[n] = y[n - 1]; /* one past the dense output */
   if (on(F_OVERFLOW) && k->op == BP_OP_COPY) {
-    int64_t last = offset_of(out, n - 1);
+    int64_t last = template_offset_of(out, n - 1);
     y[last + 1] = y[last];
   }
   return NULL;

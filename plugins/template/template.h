@@ -77,6 +77,11 @@ bp_error* template_copy_d2d(bp_stream* stream, bp_buffer* dst, uint64_t dst_offs
 
 /* ---- Kernels (template_kernels.c) ---- */
 
+/* Elements of a descriptor (the product of its shape). */
+int64_t template_numel(const bp_tensor_desc* t);
+/* Element offset of row-major element i of a strided view. */
+int64_t template_offset_of(const bp_tensor_desc* t, int64_t i);
+
 /* Why every other (op, dtype) pair is BP_SUPPORT_NO. */
 #define TEMPLATE_UNSUPPORTED_REASON \
   "the " TEMPLATE_NAME " backend implements fill, copy, add, mul and sum for f32 only"

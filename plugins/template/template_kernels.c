@@ -79,15 +79,14 @@ bp_error* template_find_kernel(int32_t device, const char* op, int32_t dtype,
 
 /* ---- Helpers ---------------------------------------------------------------------------- */
 
-static int64_t template_numel(const bp_tensor_desc* t) {
+int64_t template_numel(const bp_tensor_desc* t) {
   int64_t n = 1;
   int32_t d;
   for (d = 0; d < t->rank; ++d) n *= t->shape[d];
   return n;
 }
 
-/* Element offset of row-major element i of a strided view. */
-static int64_t template_offset_of(const bp_tensor_desc* t, int64_t i) {
+int64_t template_offset_of(const bp_tensor_desc* t, int64_t i) {
   int64_t off = 0;
   int32_t d;
   for (d = t->rank - 1; d >= 0; --d) {
