@@ -54,13 +54,16 @@ bp_error* template_mem_alloc(int32_t device, bp_stream* stream, uint64_t size,
                              bp_buffer** out_buf) {
   bp_buffer* b;
   void* data = NULL;
+  uint64_t total = 0, available = 0;
   bp_error* err = template_check_device(device, "mem_alloc");
   if (err) return err;
   /* 64 bytes of slack past the end, so that a kernel writing one element too far corrupts
-   * padding (which bp-conformance's guard bytes still see), not the heap. */
-  if (size > 0 && (size > (uint64_t)SIZE_MAX - 128 ||
+   * padding (which bp-conformance's guard bytes still see), not the heap. A request larger than
+   * the machine's memory is refused without asking the C library, which may abort instead of
+   * failing (AddressSanitizer's allocator does). */
+  if (size > ((uint64_t)1 << 32)) template_host_memory(&total, &available);
+  if (size > 0 && (size > (uint64_t)SIZE_MAX - 128 || (total != 0 && size > total) ||
                    posix_memalign(&data, 64, (size_t)((size + 63) / 64 * 64 + 64)) != 0)) {
-    uint64_t total, available;
     template_host_memory(&total, &available);
     return template_error(BP_ERROR_OUT_OF_MEMORY,
                           TEMPLATE_NAME
