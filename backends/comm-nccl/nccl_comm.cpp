@@ -193,30 +193,23 @@ void Comm::raise(ncclResult_t r, const std::string& what) {
 }
 
 void Comm::settle(ncclResult_t r, const std::string& what) {
-  if (r == ncclInProgress) [[likely]] {
-    // An enqueue settles within microseconds, on NCCL's own thread: poll with yields for the
-    // first millisecond (a 20 us sleep costs 60-100 us with the kernel's timer slack, which
-    // held every small collective on 4 H200s to ~140 us), then sleep between polls.
-    const auto start = Clock::now();
-    const auto spin_until = start + std::chrono::milliseconds(1);
-    while (r == ncclInProgress && Clock::now() < spin_until) {
-      std::this_thread::yield();
-      std::lock_guard<std::mutex> l(mu_);
-      if (aborted_.load() || !comm_)
-        fail(static_cast<bp_error_code>(BP_COMM_ERROR_ABORTED),
-             "nccl " + what + " on " + where() + ": the communicator was aborted");
-      if (lib_.CommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
-    }
-  }
-  auto deadline = Clock::now() + timeout_;
+  // An enqueue settles within microseconds, on NCCL's own thread: poll with yields for the first
+  // millisecond (a 20 us sleep costs 60-100 us with the kernel's timer slack, which held every
+  // small collective on 4 H200s to ~140 us), then sleep between polls.
+  const auto start = Clock::now();
+  const auto spin_until = start + std::chrono::milliseconds(1), deadline = start + timeout_;
   while (r == ncclInProgress) {
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+    const auto now = Clock::now();
+    if (now < spin_until)
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     std::lock_guard<std::mutex> l(mu_);
     if (aborted_.load() || !comm_)
       fail(static_cast<bp_error_code>(BP_COMM_ERROR_ABORTED),
            "nccl " + what + " on " + where() + ": the communicator was aborted");
     if (lib_.CommGetAsyncError(comm_, &r) != ncclSuccess) r = ncclInternalError;
-    if (r == ncclInProgress && Clock::now() > deadline)
+    if (r == ncclInProgress && now > deadline)
       fail(static_cast<bp_error_code>(BP_COMM_ERROR_TIMEOUT),
            "nccl " + what + " on " + where() + " did not settle within " +
                std::to_string(timeout_.count()) + " ms");

@@ -146,6 +146,9 @@ struct Group : std::enable_shared_from_this<Group> {
   std::thread monitor;
 
   std::string abort_key() const { return prefix + "abort"; }
+  // Collective #seq's keys (Note [Collective checks]): <base><rank> holds each rank's
+  // descriptor, <base>n counts the ranks done with it.
+  std::string check_base(int64_t seq) const { return prefix + "c/" + std::to_string(seq) + "/"; }
   std::string where() const {
     return "rank " + std::to_string(rank) + " of " + std::to_string(size);
   }

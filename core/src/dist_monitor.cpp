@@ -265,14 +265,14 @@ void Group::settle_collectives(const std::deque<Check>& checks, size_t count,
     } else if (auto w = c.work.lock()) {
       w->check_ok = true;
     }
-    counters.push_back(prefix + "c/" + std::to_string(c.seq) + "/n");
+    counters.push_back(check_base(c.seq) + "n");
   }
   // The rank whose add reaches the world size erases that number's keys.
   std::vector<int64_t> counts = monitor_store->add_many(counters, 1);
   std::vector<std::string> done;
   for (size_t i = 0; i < count; ++i) {
     if (counts[i] != size) continue;
-    std::string base = prefix + "c/" + std::to_string(checks[i].seq) + "/";
+    std::string base = check_base(checks[i].seq);
     for (int r = 0; r < size; ++r) done.push_back(base + std::to_string(r));
     done.push_back(base + "n");
   }
@@ -303,21 +303,19 @@ void Group::monitor_loop() {
     try {
       // Post every queued descriptor before waiting on any (Note [Collective checks]), in one
       // round trip.
+      // (Should set_many throw, `mine` is dropped below, so marking first is harmless.)
       std::vector<std::pair<std::string, std::string>> posts;
+      const auto now = Clock::now();
       for (Check& c : mine) {
         if (c.is_posted) continue;
         if (c.kind == Check::Kind::collective || c.kind == Check::Kind::leave)
-          posts.emplace_back(prefix + "c/" + std::to_string(c.seq) + "/" + std::to_string(rank),
-                             c.descriptor);
+          posts.emplace_back(check_base(c.seq) + std::to_string(rank), c.descriptor);
         else if (c.kind == Check::Kind::p2p_post)
           posts.emplace_back(c.key, c.descriptor);
+        c.is_posted = true;
+        c.posted = now;
       }
       monitor_store->set_many(posts);
-      for (Check& c : mine) {
-        if (c.is_posted) continue;
-        c.is_posted = true;
-        c.posted = Clock::now();
-      }
       while (!mine.empty() && (mine.front().kind == Check::Kind::p2p_post ||
                                mine.front().kind == Check::Kind::leave))
         mine.pop_front();
@@ -332,7 +330,7 @@ void Group::monitor_loop() {
       if (run > 1) {
         std::vector<std::string> keys;
         for (size_t i = 0; i < run; ++i) {
-          std::string base = prefix + "c/" + std::to_string(mine[i].seq) + "/";
+          std::string base = check_base(mine[i].seq);
           for (int r = 0; r < size; ++r) keys.push_back(base + std::to_string(r));
         }
         std::optional<std::vector<std::string>> descs;
@@ -357,7 +355,7 @@ void Group::monitor_loop() {
         try {
           if (c.kind == Check::Kind::collective) {
             std::vector<std::string> keys;
-            std::string base = prefix + "c/" + std::to_string(c.seq) + "/";
+            std::string base = check_base(c.seq);
             for (int r = 0; r < size; ++r) keys.push_back(base + std::to_string(r));
             std::vector<std::string> descs = monitor_store->get(keys, milliseconds(50));
             settle_collectives(mine, 1, descs);
@@ -383,8 +381,7 @@ void Group::monitor_loop() {
             // Which ranks have not posted this number yet.
             std::vector<int> missing;
             for (int r = 0; r < size; ++r)
-              if (!monitor_store->try_get(prefix + "c/" + std::to_string(c.seq) + "/" +
-                                          std::to_string(r)))
+              if (!monitor_store->try_get(check_base(c.seq) + std::to_string(r)))
                 missing.push_back(r);
             note = missing.empty() ? ""
                                    : ranks_text(missing) + " did not reach collective #" +

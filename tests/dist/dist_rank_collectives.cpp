@@ -3,6 +3,8 @@
 // regenerates every rank's inputs from the shared seed, so each checks the whole result.
 #include "dist_rank.hpp"
 
+#include <backplane_test/compare.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -87,43 +89,21 @@ std::vector<double> magnitude(const std::vector<std::vector<double>>& per_rank, 
   return m;
 }
 
-// Exact for integers and bool. Floating point: each element's error within the dtype's
-// tolerance times its scale, `mag[i]` for a sum or average (values of both signs can cancel to
-// almost nothing, where an error relative to the result means nothing), else the element itself,
-// never below the dtype's smallest normal value. "" when they agree, else the reason.
+// Through the tests' one comparison (tests/support's compare.hpp): integers and bool exactly;
+// floating point with the table's reduction tolerance, times the world size for f16/bf16 (whose
+// partial sums each round), each element measured against `mag`, the sum of the magnitudes
+// reduced into it, when given (values of both signs can cancel to almost nothing, where an error
+// relative to the result means nothing). "" when they agree, else the reason.
 std::string compare(const std::vector<double>& out, const std::vector<double>& ref, DType dt,
                     int world, const std::vector<double>& mag = {}) {
-  if (out.size() != ref.size())
-    return "got " + std::to_string(out.size()) + " values, expected " + std::to_string(ref.size());
-  if (!floating(dt)) {
-    for (size_t i = 0; i < out.size(); ++i)
-      if (out[i] != ref[i])
-        return "element " + std::to_string(i) + ": got " + std::to_string(out[i]) + ", expected " +
-               std::to_string(ref[i]);
-    return "";
-  }
-  double tol = dt == DType::f32   ? 1e-5
-               : dt == DType::f64 ? 1e-12
-               : dt == DType::f16 ? 2e-3 * world
-                                  : 1e-2 * world;
-  double tiny = dt == DType::f64   ? 2.2250738585072014e-308
-                : dt == DType::f16 ? 6.103515625e-05
-                                   : 1.1754943508222875e-38;
-  size_t worst = 0;
-  double worst_rel = -1;
-  for (size_t i = 0; i < out.size(); ++i) {
-    double scale = std::max(mag.empty() ? std::fabs(ref[i]) : mag[i], tiny);
-    double rel = std::fabs(out[i] - ref[i]) / scale;
-    if (!(rel <= worst_rel)) {
-      worst_rel = rel;
-      worst = i;
-    }
-  }
-  if (!out.empty() && !(worst_rel <= tol))
-    return "relative error " + std::to_string(worst_rel) + " > " + std::to_string(tol) +
-           "; worst element " + std::to_string(worst) + ": got " + std::to_string(out[worst]) +
-           ", expected " + std::to_string(ref[worst]);
-  return "";
+  const int32_t id = static_cast<int32_t>(dt);
+  bp_test::Tolerance tol;
+  if (floating(dt))
+    tol.rtol = bp_test::rtol(id, bp_test::OpClass::reduction) *
+               (dt == DType::f16 || dt == DType::bf16 ? world : 1);
+  tol.magnitude = mag;
+  bp_test::Verdict v = bp_test::compare(id, out, ref, tol);
+  return v ? "" : v.message;
 }
 
 struct Ctx {

@@ -12,6 +12,7 @@
 #include <backplane/dist.hpp>
 #include <backplane/plugin_sdk.hpp>
 #include <backplane/runtime.hpp>
+#include <backplane_test/compare.hpp>
 #include <plugin_host.hpp>
 
 #include <algorithm>
@@ -211,47 +212,22 @@ double combine(double a, double b, int32_t op, int32_t dt) {
   return a + b;
 }
 
-// Compares a collective's output with the float64 reference. Integers must match exactly.
-// Floating point: each element's error is bounded by the dtype's tolerance times `mag[i]`, the
-// sum of the magnitudes that went into it (a sum or average of values of both signs can cancel
-// to almost nothing, where an error relative to the result means nothing: three bf16 values
-// averaging to -0.002 carry roundings of their own size, ~1); without `mag` (copies, min, max)
-// the scale is the element itself.
+// A collective's output against the float64 reference, through the tests' one comparison
+// (tests/support's compare.hpp): integers exactly; floating point with the table's reduction
+// tolerance, times the world size for f16/bf16 (whose partial sums each round), each element
+// measured against `mag`, the sum of the magnitudes reduced into it when given (a sum or an
+// average of values of both signs can cancel to almost nothing: three bf16 values averaging to
+// -0.002 carry roundings of their own size, ~1).
 std::string compare(const std::vector<double>& out, const std::vector<double>& ref, int32_t dt,
                     int world, const std::vector<double>* mag = nullptr) {
-  if (!floating(dt)) {
-    for (size_t i = 0; i < ref.size(); ++i)
-      if (out[i] != ref[i])
-        return format("element %zu: got %.17g, expected %.17g", i, out[i], ref[i]);
-    return "";
+  bp_test::Tolerance tol;
+  if (floating(dt)) {
+    const bool half = dt == BP_DTYPE_F16 || dt == BP_DTYPE_BF16;
+    tol.rtol = bp_test::rtol(dt, bp_test::OpClass::reduction) * (half ? world : 1);
   }
-  double tol = dt == BP_DTYPE_F32   ? 1e-5
-               : dt == BP_DTYPE_F64 ? 1e-12
-               : dt == BP_DTYPE_F16 ? 2e-3 * world
-                                    : 1e-2 * world;
-  // The smallest scale an error is measured against: the dtype's smallest normal value.
-  double tiny = dt == BP_DTYPE_F32   ? 1.1754943508222875e-38
-                : dt == BP_DTYPE_F64 ? 2.2250738585072014e-308
-                : dt == BP_DTYPE_F16 ? 6.103515625e-05
-                                     : 1.1754943508222875e-38;
-  double worst = -1;
-  size_t wi = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    double scale = std::max(mag ? (*mag)[i] : std::fabs(ref[i]), tiny);
-    double r = std::fabs(out[i] - ref[i]) / scale;
-    if (!(r <= worst)) {
-      worst = r;
-      wi = i;
-    }
-  }
-  if (!ref.empty() && !(worst <= tol))
-    return format(
-        "relative error %.3g (to %s) > %.3g tolerance for %s over %zu values; worst element %zu: "
-        "got %.9g, "
-        "expected %.9g",
-        worst, mag ? "the sum of the magnitudes reduced" : "the expected value", tol,
-        bp_dtype_name(dt), ref.size(), wi, out[wi], ref[wi]);
-  return "";
+  if (mag) tol.magnitude = *mag;
+  bp_test::Verdict v = bp_test::compare(dt, out, ref, tol);
+  return v ? "" : v.message;
 }
 
 // ---- the host's store, as bp_comm_host ---------------------------------------------------------
