@@ -49,7 +49,7 @@ extern "C" {
 
 #define BP_ABI_MAJOR 1
 /* Minor history: see plugins/CHANGELOG.md. */
-#define BP_ABI_MINOR 2
+#define BP_ABI_MINOR 3
 
 #define BP_MAX_RANK 8
 
@@ -101,6 +101,7 @@ typedef struct bp_stream bp_stream; /* an ordered queue of work on one device */
 typedef struct bp_event bp_event;   /* a marker recorded on a stream */
 typedef struct bp_kernel bp_kernel; /* a resolved (op, dtype) implementation on one device */
 typedef struct bp_buffer bp_buffer; /* a device allocation; address it with a byte offset */
+typedef struct bp_graph bp_graph;   /* work captured from a stream, replayable (minor 3) */
 
 /* ---- Structs crossing the boundary ------------------------------------------------------ */
 
@@ -593,6 +594,41 @@ typedef struct bp_plugin_api {
    * BP_ERROR_INVALID_ARGUMENT for a queue of another device or context (named in the message),
    * BP_ERROR_UNSUPPORTED when the backend has no native queues to wrap. Thread-safe. */
   bp_error* (*stream_import)(int32_t device, void* native_stream, bp_stream** out_stream);
+
+  /* ---- minor 3 ---- */
+
+  /* Note [Native graphs] (minor 3): the work queued on one stream between graph_begin_capture
+   * and graph_end_capture is not run but captured (kernel launches, memset, copy_d2d, and
+   * copy_h2d / copy_d2h with page-locked host memory from host_alloc), and the graph replays it
+   * with one submission per graph_launch. Every slot of this group is optional, and a plugin
+   * has either all five or none: when any is NULL, or the plugin's abi_minor is below 3, or its
+   * struct_size does not cover them, libbackplane records the launches itself and replays the
+   * list (Note [Recorded graphs] in core; the documented default, which bp-conformance tests).
+   * What the host guarantees while a stream is capturing: it queues on that stream only the
+   * kinds of work listed above; it calls no synchronisation of that stream, records and waits
+   * for no event on it, and frees no buffer on it; every buffer the captured work touches was
+   * allocated on another stream (or before the capture) and stays alive until graph_destroy.
+   * What the plugin guarantees: memory it needs inside captured work (scratch, workspaces)
+   * stays valid and private to the graph until graph_destroy, so replays may follow each other
+   * and eager work on the same stream; a failed capture call leaves the stream as it was.
+   *
+   * Begins capturing `stream` (BP_ERROR_INVALID_ARGUMENT when it is already capturing). */
+  bp_error* (*graph_begin_capture)(bp_stream* stream);
+  /* Ends the capture of `stream` and returns what was captured in *out_graph (owned by the
+   * caller: graph_destroy). The stream is back to eager execution whatever the result; on an
+   * error (the capture was invalidated by something the driver refused) nothing is returned
+   * and nothing of the captured work remains. */
+  bp_error* (*graph_end_capture)(bp_stream* stream, bp_graph** out_graph);
+  /* Prepares a captured graph for launching (cudaGraphInstantiate); called once, before the
+   * first graph_launch. */
+  bp_error* (*graph_instantiate)(bp_graph* graph);
+  /* Queues one replay of an instantiated graph on `stream` (a stream of the graph's device;
+   * the host uses the stream it captured) and returns without waiting. Replays on one stream
+   * run in order, each after the work queued before it. */
+  bp_error* (*graph_launch)(bp_graph* graph, bp_stream* stream);
+  /* Destroys a graph, instantiated or not, and frees what the plugin kept for it. The host
+   * calls it only after every replay has finished (it synchronises the stream first). */
+  bp_error* (*graph_destroy)(bp_graph* graph);
 } bp_plugin_api;
 
 /* Byte offset of the first slot of minor 1: a table whose struct_size is at most this has
@@ -601,6 +637,8 @@ typedef struct bp_plugin_api {
 /* Byte offset of the first slot of minor 2: a table whose struct_size is at most this has no
  * minor-2 slot, whatever abi_minor it claims. */
 #define BP_API_MINOR2_OFFSET offsetof(bp_plugin_api, find_kernel_id)
+/* Byte offset of the first slot of minor 3 (the native graph slots). */
+#define BP_API_MINOR3_OFFSET offsetof(bp_plugin_api, graph_begin_capture)
 
 /* True when the host may read `slot` of `api`, a slot added in minor `minor`: the plugin
  * declares that minor and its struct_size covers the whole slot (Note [ABI versioning]).

@@ -370,6 +370,24 @@ class Backend {
   virtual bp_stream* stream_import(int32_t, void*) {
     fail(BP_ERROR_UNSUPPORTED, "stream_import is not implemented");
   }
+
+  // ---- minor 3: native graphs (Note [Native graphs] in plugin_abi.h) ----
+  // has_graphs() true sets all five slots; false leaves them NULL and libbackplane records the
+  // launches itself. The SDK has checked the stream, graph and out pointers for NULL.
+  virtual bool has_graphs() const { return false; }
+  virtual void graph_begin_capture(bp_stream*) {
+    fail(BP_ERROR_UNSUPPORTED, "graph_begin_capture is not implemented");
+  }
+  virtual bp_graph* graph_end_capture(bp_stream*) {
+    fail(BP_ERROR_UNSUPPORTED, "graph_end_capture is not implemented");
+  }
+  virtual void graph_instantiate(bp_graph*) {
+    fail(BP_ERROR_UNSUPPORTED, "graph_instantiate is not implemented");
+  }
+  virtual void graph_launch(bp_graph*, bp_stream*) {
+    fail(BP_ERROR_UNSUPPORTED, "graph_launch is not implemented");
+  }
+  virtual void graph_destroy(bp_graph*) {}
 };
 
 // Fills a bp_plugin_api table that forwards to the Backend returned by `get`.
@@ -590,6 +608,45 @@ struct Table {
             fail(BP_ERROR_INVALID_ARGUMENT,
                  format("%s: stream_import: out_stream is NULL", *kName));
           *out = get().stream_import(d, native);
+        });
+      };
+    }
+    if (b.has_graphs()) {
+      t.graph_begin_capture = [](bp_stream* s) {
+        return run([&] {
+          if (!s)
+            fail(BP_ERROR_INVALID_ARGUMENT,
+                 format("%s: graph_begin_capture: stream is NULL", *kName));
+          get().graph_begin_capture(s);
+        });
+      };
+      t.graph_end_capture = [](bp_stream* s, bp_graph** out) {
+        return run([&] {
+          if (!s || !out)
+            fail(BP_ERROR_INVALID_ARGUMENT,
+                 format("%s: graph_end_capture: stream or out_graph is NULL", *kName));
+          *out = nullptr;
+          *out = get().graph_end_capture(s);
+        });
+      };
+      t.graph_instantiate = [](bp_graph* g) {
+        return run([&] {
+          if (!g)
+            fail(BP_ERROR_INVALID_ARGUMENT, format("%s: graph_instantiate: graph is NULL", *kName));
+          get().graph_instantiate(g);
+        });
+      };
+      t.graph_launch = [](bp_graph* g, bp_stream* s) {
+        return run([&] {
+          if (!g || !s)
+            fail(BP_ERROR_INVALID_ARGUMENT,
+                 format("%s: graph_launch: graph or stream is NULL", *kName));
+          get().graph_launch(g, s);
+        });
+      };
+      t.graph_destroy = [](bp_graph* g) {
+        return run([&] {
+          if (g) get().graph_destroy(g);
         });
       };
     }
