@@ -13,6 +13,7 @@
 
 #include <array>
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -48,6 +49,18 @@ struct NativeSlots {
   decltype(bp_plugin_api::stream_import) stream_import = nullptr;
 };
 
+// The minor-3 native graph slots (Note [Native graphs] in plugin_abi.h), all five or none:
+// `begin_capture` is NULL unless the plugin's table has every one of them non-NULL.
+struct GraphSlots {
+  decltype(bp_plugin_api::graph_begin_capture) begin_capture = nullptr;
+  decltype(bp_plugin_api::graph_end_capture) end_capture = nullptr;
+  decltype(bp_plugin_api::graph_instantiate) instantiate = nullptr;
+  decltype(bp_plugin_api::graph_launch) launch = nullptr;
+  decltype(bp_plugin_api::graph_destroy) destroy = nullptr;
+};
+
+struct CaptureState;  // graph.cpp: an open capture on a device
+
 // A plugin loaded into one registry (the library itself is process-wide: Note [Registries] in
 // runtime.hpp).
 struct Plugin {
@@ -57,6 +70,7 @@ struct Plugin {
   // ids] in plugin_abi.h); false: names and bp_attr_minor1 arrays.
   bool has_minor2 = false;
   NativeSlots native;
+  GraphSlots graph;
   std::string no_devices_reason;
   RegistryState* registry = nullptr;
   std::vector<std::unique_ptr<Device>> devices;
@@ -105,6 +119,14 @@ struct DeviceState {
   // (asked of the plugin once, with a small allocation).
   std::once_flag native_identity_once;
   NativeBuffer native_identity;
+  // The capture open on this device (graph.cpp), else null: tested with one acquire load by
+  // launch, make_empty, release and the host reads and synchronisations it refuses.
+  std::atomic<CaptureState*> capture{nullptr};
+  // The stream graph pools allocate on (never captured), created by the first capture.
+  std::shared_ptr<StreamState> pool_stream;
+  // Page-locked host memory from Device::host_alloc (start -> bytes), for the capture checks.
+  std::mutex host_mu;
+  std::map<uintptr_t, uint64_t> host_blocks;
 
   static size_t slot(Op op, DType dtype) {
     return static_cast<size_t>(op) * kNumDTypes + static_cast<size_t>(dtype);

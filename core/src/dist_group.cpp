@@ -20,6 +20,7 @@
 #include "dist_internal.hpp"
 #include "profiler_internal.hpp"
 
+#include <backplane/graph.hpp>
 #include <backplane/runtime.hpp>
 
 #include <algorithm>
@@ -80,6 +81,10 @@ const char* plugin_list_reason(const bp::detail::CommRegistry& reg) {
 // ---- routes and communicators -----------------------------------------------------------------
 
 Route Group::route_for(Device& dev, const char* op) {
+  if (is_capturing(dev))
+    throw CaptureError(dev.str() + ": " + op +
+                       " cannot be captured in a graph: collectives synchronise with other "
+                       "ranks and are not part of graphs; run them between replays");
   const auto& reg = bp::detail::CommRegistry::get();
   const std::string& type = dev.type();
   auto require = [&](const bp::detail::CommPlugin* p, const std::string& name,

@@ -1,5 +1,6 @@
 // Device, Allocator, Buffer, Stream, Event and Kernel over a plugin's C table (device.hpp),
 // with their state in DeviceState (device_state.hpp).
+#include "graph_internal.hpp"
 #include "profiler_internal.hpp"
 #include "registry.hpp"
 #include "tensor_internal.hpp"
@@ -12,6 +13,7 @@
 namespace bp {
 
 using detail::Access;
+using detail::CaptureState;
 using detail::check;
 using detail::DeviceState;
 using detail::StreamState;
@@ -161,6 +163,8 @@ std::shared_ptr<Buffer> DeviceState::allocate(uint64_t bytes, std::shared_ptr<St
 
 void DeviceState::release(bp_buffer* b, uint64_t size, const StreamState* stream,
                           bool counted) noexcept {
+  if (CaptureState* c = capture.load(std::memory_order_acquire)) [[unlikely]]
+    if (capture_defer_free(*c, b, size, stream, counted)) return;
   if (counted) memory.on_free(size);
   bp_stream* s = stream ? stream->s : default_handle.load(std::memory_order_acquire);
   if (bp_error* e = api->mem_free(index, s, b, size)) {
@@ -223,6 +227,8 @@ void launch_unobserved(const Kernel& k, bp_stream* stream, std::span<const bp_te
 
 void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
             std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
+  if (CaptureState* c = state(k.device()).capture.load(std::memory_order_acquire)) [[unlikely]]
+    if (capture_launch(*c, k, stream, in, out, attrs)) return;
   if (observing()) [[unlikely]] {  // Note [Profiler cost when off] in profiler.hpp
     launch_observed(k, stream, in, out, attrs);
     return;
@@ -256,7 +262,17 @@ Stream::Stream(Device& device, std::shared_ptr<StreamState> state) noexcept
     : device_(&device), state_(std::move(state)) {}
 Stream::~Stream() = default;
 
+namespace {
+// Refuses `what` on a stream that a graph is capturing.
+void refuse_on_captured(const Device& dev, bp_stream* s, const char* what, const char* why) {
+  if (CaptureState* c = detail::capture_of(dev)) [[unlikely]]
+    if (detail::capture_stream(*c) == s) detail::refuse_capture(dev, what, why);
+}
+}  // namespace
+
 void Stream::synchronize() {
+  refuse_on_captured(*device_, state_->s, "synchronize",
+                     "the work queued during a capture runs only when the graph is replayed");
   const bp_plugin_api* api = detail::state(*device_).api;
   if (detail::observing()) [[unlikely]] {
     int64_t t0 = detail::clock_ns();
@@ -270,6 +286,8 @@ void Stream::synchronize() {
 // Note [Events without plugin support]: when a plugin leaves the event slots NULL, record
 // synchronises the stream and stamps a host clock, so wait() has nothing left to wait for.
 void Stream::wait(Event& event) {
+  refuse_on_captured(*device_, state_->s, "Stream::wait on an event",
+                     "a graph captures one stream and no events");
   bp_event* e = Access::handle(event);
   if (!e) return;
   const bp_plugin_api* api = detail::state(*device_).api;
@@ -283,6 +301,8 @@ Event::~Event() {
 }
 
 void Event::record(Stream& s) {
+  refuse_on_captured(*device_, detail::handle(s), "Event::record",
+                     "a graph captures one stream and no events");
   if (handle_) {
     const bp_plugin_api* api = detail::state(*device_).api;
     check(api, api->event_record(static_cast<bp_event*>(handle_), detail::handle(s)),
@@ -317,7 +337,14 @@ double Event::elapsed_ms(Event& end) {
 
 // The default stream lives as long as the device; any other stream is kept alive by the
 // buffers allocated on it, which are freed there (DeviceState::release).
+namespace {
+constexpr const char* kOutsidePool =
+    "an allocation outside the graph's pool; tensors created during the capture come from the "
+    "pool, buffers for the graph's inputs are allocated before begin_capture()";
+}
+
 std::shared_ptr<Buffer> Allocator::allocate(uint64_t bytes, Stream& stream) {
+  detail::refuse_if_capturing(*device_, "Allocator::allocate", kOutsidePool);
   if (&stream.device() != device_) [[unlikely]]
     throw DeviceMismatch("allocate: the stream belongs to " + stream.device().str() +
                          ", the allocation to " + device_->str());
@@ -327,6 +354,7 @@ std::shared_ptr<Buffer> Allocator::allocate(uint64_t bytes, Stream& stream) {
 }
 
 std::shared_ptr<Buffer> Allocator::allocate(uint64_t bytes) {
+  detail::refuse_if_capturing(*device_, "Allocator::allocate", kOutsidePool);
   return detail::state(*device_).allocate(bytes, {});
 }
 
@@ -337,6 +365,7 @@ void Allocator::reset_peak() {
   detail::state(*device_).memory.reset_peak();
 }
 void Allocator::empty_cache() {
+  detail::refuse_if_capturing(*device_, "Allocator::empty_cache", "it waits for the device");
   DeviceState& s = detail::state(*device_);
   if (s.api->memory_empty_cache)
     check(s.api, s.api->memory_empty_cache(s.index), "empty cache", device_);
@@ -430,6 +459,8 @@ bool Device::supports(Op op, DType dtype) {
 
 void Device::copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void* src, uint64_t n) {
   if (n == 0) return;
+  if (CaptureState* c = detail::capture_of(*this)) [[unlikely]]
+    if (detail::capture_h2d(*c, detail::handle(s), dst, dst_off, src, n)) return;
   const bp_plugin_api* api = state_->api;
   detail::ObservedCopy rec(detail::CopyKind::h2d, *this, detail::handle(s), n, detail::handle(dst));
   check(api, api->copy_h2d(detail::handle(s), detail::handle(dst), dst_off, src, n),
@@ -438,6 +469,8 @@ void Device::copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void
 }
 void Device::copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_off, uint64_t n) {
   if (n == 0) return;
+  if (CaptureState* c = detail::capture_of(*this)) [[unlikely]]
+    if (detail::capture_d2h(*c, detail::handle(s), dst, src, src_off, n)) return;
   const bp_plugin_api* api = state_->api;
   detail::ObservedCopy rec(detail::CopyKind::d2h, *this, detail::handle(s), n, nullptr);
   check(api, api->copy_d2h(detail::handle(s), dst, detail::handle(src), src_off, n),
@@ -447,6 +480,8 @@ void Device::copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_
 void Device::copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer& src,
                          uint64_t src_off, uint64_t n) {
   if (n == 0) return;
+  if (CaptureState* c = detail::capture_of(*this)) [[unlikely]]
+    if (detail::capture_d2d(*c, detail::handle(s), dst, dst_off, src, src_off, n)) return;
   const bp_plugin_api* api = state_->api;
   detail::ObservedCopy rec(detail::CopyKind::d2d, *this, detail::handle(s), n, detail::handle(dst));
   check(api,
@@ -457,6 +492,8 @@ void Device::copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer&
 }
 void Device::memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n) {
   if (n == 0) return;
+  if (CaptureState* c = detail::capture_of(*this)) [[unlikely]]
+    if (detail::capture_memset(*c, detail::handle(s), dst, off, value, n)) return;
   const bp_plugin_api* api = state_->api;
   detail::ObservedCopy rec(detail::CopyKind::memset, *this, detail::handle(s), n,
                            detail::handle(dst));
@@ -469,14 +506,25 @@ void* Device::host_alloc(uint64_t n) {
   if (api->host_alloc) {
     void* p = nullptr;
     check(api, api->host_alloc(index_, n, &p), "pinned host alloc", this);
+    note_host(p, n);
     return p;
   }
   void* p = std::aligned_alloc(64, (n + 63) / 64 * 64 + 64);
   if (!p) throw OutOfMemory(str() + ": out of host memory staging " + format_bytes(n));
+  note_host(p, n);
   return p;
+}
+void Device::note_host(void* p, uint64_t n) {
+  try {
+    detail::note_host_alloc(*state_, p, n);
+  } catch (...) {
+    host_free(p);
+    throw;
+  }
 }
 void Device::host_free(void* p) noexcept {
   if (!p) return;
+  detail::note_host_free(*state_, p);
   const bp_plugin_api* api = state_->api;
   if (api->host_alloc) {
     if (bp_error* e = api->host_free(index_, p)) api->error_free(e);
@@ -494,6 +542,11 @@ void Device::copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, 
                               uint64_t n) {
   if (n == 0) return;
   Device& sdev = src.device();
+  if (&sdev != this) {
+    constexpr const char* why = "a graph captures the work of one device";
+    detail::refuse_if_capturing(*this, "a copy between devices", why);
+    detail::refuse_if_capturing(sdev, "a copy between devices", why);
+  }
   Stream& ds = default_stream();
   Stream& ss = sdev.default_stream();
   if (&sdev == this) {

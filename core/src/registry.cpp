@@ -274,6 +274,11 @@ void RegistryState::register_plugin(PluginReport& r, const bp_plugin_api* a) {
   if (BP_API_HAS_SLOT(a, 2, stream_native)) p->native.stream_native = a->stream_native;
   if (BP_API_HAS_SLOT(a, 2, buffer_import)) p->native.buffer_import = a->buffer_import;
   if (BP_API_HAS_SLOT(a, 2, stream_import)) p->native.stream_import = a->stream_import;
+  // Note [Native graphs]: all five slots or none; a partial set is treated as none.
+  if (BP_API_HAS_SLOT(a, 3, graph_destroy) && a->graph_begin_capture && a->graph_end_capture &&
+      a->graph_instantiate && a->graph_launch && a->graph_destroy)
+    p->graph = {a->graph_begin_capture, a->graph_end_capture, a->graph_instantiate, a->graph_launch,
+                a->graph_destroy};
   p->no_devices_reason = r.device_count == 0 ? r.reason : "";
   Plugin& plugin = *p;
   plugins.push_back(std::move(p));

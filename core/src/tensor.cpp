@@ -3,6 +3,7 @@
 #include <backplane/tensor.hpp>
 
 #include "autograd_internal.hpp"
+#include "graph_internal.hpp"
 #include "tensor_internal.hpp"
 
 #include <algorithm>
@@ -69,7 +70,11 @@ Tensor make_empty(Device& dev, const Dims& shape, DType dtype) {
   ti->shape = shape;
   ti->strides = contiguous_strides(shape);
   uint64_t bytes = static_cast<uint64_t>(shape.numel()) * dtype_size(dtype);
-  ti->storage = state(dev).allocate(bytes, {});
+  DeviceState& s = state(dev);
+  if (CaptureState* c = s.capture.load(std::memory_order_acquire)) [[unlikely]]
+    ti->storage = capture_allocate(*c, bytes);  // Note [Graph pool]
+  else
+    ti->storage = s.allocate(bytes, {});
   return make_tensor(std::move(ti));
 }
 
@@ -87,6 +92,8 @@ Tensor make_view(const Tensor& base, const Dims& shape, const Dims& strides, int
 
 bp_tensor_desc desc(const Tensor& t) {
   const TensorImpl& i = impl(t);
+  if (g_open_captures.load(std::memory_order_relaxed) != 0) [[unlikely]]
+    if (CaptureState* c = capture_of(*i.device)) capture_keep(*c, i.storage);
   bp_tensor_desc d{};
   d.struct_size = sizeof d;
   d.buffer = i.storage ? handle(*i.storage) : nullptr;
@@ -156,6 +163,9 @@ int normalize_axis(int axis, int rank, const char* op) {
 }
 
 std::vector<char> read_bytes(const Tensor& t0, const char* what) {
+  refuse_if_capturing(t0.device(), what,
+                      "it reads values on the host, and the captured work runs only when the "
+                      "graph is replayed; read the graph's output tensors after replay()");
   Tensor t = t0.contiguous();
   size_t n = static_cast<size_t>(t.numel()) * dtype_size(t.dtype());
   std::vector<char> out(n);
@@ -528,6 +538,17 @@ Tensor from_bytes(const void* data, size_t nbytes, const Shape& shape, DType dty
     throw ShapeError("from_bytes: " + std::to_string(nbytes) + " bytes given, shape " + s.str() +
                      " of " + std::string(dtype_name(dtype)) + " needs " +
                      std::to_string(expected));
+  if (CaptureState* c = capture_of(device)) [[unlikely]] {
+    // A constant of the graph (Note [Graph semantics] in graph.hpp): uploaded now, outside the
+    // captured stream.
+    auto ti = std::make_shared<TensorImpl>();
+    ti->device = &device;
+    ti->dtype = dtype;
+    ti->shape = s;
+    ti->strides = contiguous_strides(s);
+    ti->storage = capture_constant(*c, data, nbytes);
+    return make_tensor(std::move(ti));
+  }
   Tensor t = make_empty(device, s, dtype);
   if (nbytes == 0) return t;
   Stream& st = device.default_stream();
@@ -657,6 +678,10 @@ namespace {
 Tensor random_tensor(Op op, const Shape& shape, Device& device, DType dtype, Generator* gen,
                      double p0, double p1) {
   check_domain(op, dtype);
+  refuse_if_capturing(device, op == Op::uniform ? "rand/uniform" : "randn/normal",
+                      "its seed and offset are fixed at capture, so every replay would repeat "
+                      "the same numbers; make random tensors before the capture and copy them "
+                      "into the graph's inputs");
   Tensor t = make_empty(device, Dims{std::span<const int64_t>(shape)}, dtype);
   uint64_t n = static_cast<uint64_t>(t.numel());
   uint64_t seed, offset;

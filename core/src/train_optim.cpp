@@ -1,5 +1,6 @@
 // Optimisers (Note [Training on a device] in train.hpp): in-place updates on each parameter's
 // device, state created lazily on the first step.
+#include <backplane/graph.hpp>
 #include <backplane/train.hpp>
 
 #include <cmath>
@@ -48,6 +49,11 @@ void SGD::step() {
     if (opt_.momentum != 0) {
       Tensor& buf = momentum_[k];
       if (!buf.defined()) {
+        if (is_capturing(p.device()))
+          throw CaptureError(p.device().str() +
+                             ": SGD.step with momentum cannot be captured in a graph before its "
+                             "momentum buffers exist (the first step creates them, and a "
+                             "replay would create them again); run one step before the capture");
         buf = d.clone();
       } else {
         buf.mul_(opt_.momentum);
@@ -78,6 +84,10 @@ void Adam::step() {
     Tensor& p = params_[k];
     Tensor g = p.grad();
     if (!g.defined()) continue;
+    if (is_capturing(p.device()))
+      throw CaptureError(p.device().str() +
+                         ": Adam.step cannot be captured in a graph: its bias correction uses "
+                         "the step count on the host, which a replay would not advance");
     if (opt_.weight_decay != 0) g = g + p.detach() * opt_.weight_decay;
     if (!m_[k].defined()) {
       m_[k] = zeros_like(p);

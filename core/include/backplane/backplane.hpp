@@ -8,6 +8,7 @@
 #include <backplane/dtype.hpp>
 #include <backplane/errors.hpp>
 #include <backplane/export.hpp>
+#include <backplane/graph.hpp>
 #include <backplane/nn.hpp>
 #include <backplane/ops.hpp>
 #include <backplane/parallel.hpp>

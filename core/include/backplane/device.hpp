@@ -86,7 +86,7 @@ struct NativeBuffer {
 // it was allocated on (which stays alive until then); keeps its device's plugin loaded. A
 // buffer made by Device::import_buffer wraps someone else's memory: "freed" then means handed
 // back to its owner (the release function runs once, after the work queued before the free).
-class BP_API Buffer {
+class BP_API Buffer : public std::enable_shared_from_this<Buffer> {
  public:
   ~Buffer();
   Buffer(const Buffer&) = delete;
@@ -258,7 +258,8 @@ class BP_API Device {
                    uint64_t n);
   void memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n);
   // Page-locked host memory for fast transfers to and from this device (ordinary 64-byte
-  // aligned memory when the backend has none). Free with host_free. Throws OutOfMemory.
+  // aligned memory when the backend has none). Free with host_free. Throws OutOfMemory. The
+  // only host memory a graph capture copies from or to (graph.hpp).
   void* host_alloc(uint64_t n);
   void host_free(void* p) noexcept;
   // Copies between this device and another device; same plugin -> peer copy, else staged
@@ -288,6 +289,7 @@ class BP_API Device {
  private:
   friend struct detail::Access;
   explicit Device(std::unique_ptr<detail::DeviceState> state);
+  void note_host(void* p, uint64_t n);  // tracks host_alloc memory (graph capture checks)
 
   std::string str_, type_, backend_;
   int index_;
