@@ -37,6 +37,8 @@ struct DeviceInfo {
   int sm_count = 0;
 };
 
+struct CudaGraph;  // cuda_graph.cpp
+
 // What a bp_stream* points to. Created by Device::create_stream, destroyed by
 // Device::destroy_stream. Several threads may use one stream at once (Note [Stream threading]
 // in plugin_abi.h): `stream`, `device` and `index` never change after creation, `cache` is
@@ -50,7 +52,20 @@ struct CudaStream {
   void* cublas_workspace = nullptr;
   size_t cublas_workspace_bytes = 0;
   bool owned = true;  // false for a stream_import wrapper: destroy never destroys `stream`
+  // The graph being captured on this stream (Note [Scratch in graphs]), else null.
+  std::atomic<CudaGraph*> capture{nullptr};
 };
+
+// ---- Graphs (cuda_graph.cpp; Note [Native graphs] in plugin_abi.h) ----
+// Scratch memory of a graph's captured work: taken from the graph's own blocks, which live
+// until the graph is destroyed.
+void* graph_scratch(CudaGraph& g, uint64_t size);
+void graph_scratch_free(CudaGraph& g, void* ptr, uint64_t size);
+CudaGraph* graph_begin_capture(CudaStream& s);
+CudaGraph* graph_end_capture(CudaStream& s);
+void graph_instantiate(CudaGraph& g);
+void graph_launch(CudaGraph& g, CudaStream& s);
+void graph_destroy(CudaGraph* g);
 
 // What a bp_event* points to.
 struct CudaEvent {
@@ -92,9 +107,13 @@ class Device {
   void* allocate(CudaStream& s, uint64_t size);
   // Frees a user allocation after the work queued on `s`; `size` is the requested size.
   void deallocate(CudaStream& s, void* ptr, uint64_t size);
-  // Scratch memory for kernels (CUB temp storage, partial sums): like allocate, not counted.
+  // Scratch memory for kernels (CUB temp storage, partial sums): like allocate, not counted;
+  // from the graph's blocks while `s` is capturing.
   void* allocate_scratch(CudaStream& s, uint64_t size);
   void free_scratch(CudaStream& s, void* ptr, uint64_t size);
+  // Sets up what captured matmuls need before a capture begins: the cuBLAS handle and the
+  // stream's workspace (which must outlive any graph).
+  void prepare_capture(CudaStream& s);
   void memory_stats(bp_memory_stats& out);
   void reset_peak();
   // Drains every stream cache, synchronises the device and trims the pool to zero.
@@ -141,6 +160,9 @@ class Device {
   void make_ready();
   // Creates a stream and registers it (ensure_ready must have run or be running).
   CudaStream* new_stream();
+  // The stream's block cache, else the pool (what allocate and scratch outside graphs use).
+  void* cached_alloc(CudaStream& s, uint64_t size);
+  void cached_free(CudaStream& s, void* ptr, uint64_t size);
   // Allocates `bytes` from the pool on `s`; retries once after emptying caches on OOM.
   void* pool_alloc(CudaStream& s, uint64_t bytes, uint64_t requested);
   // Drains the block caches of every registered stream (stream-ordered frees).

@@ -132,6 +132,20 @@ cublasComputeType_t compute_type(const LaunchArgs& a) {
   return CUBLAS_COMPUTE_32F;
 }
 
+}  // namespace
+
+void Device::prepare_capture(CudaStream& s) {
+  cublas_handle();
+  std::lock_guard<std::mutex> lock(cublas_mutex_);
+  if (!s.cublas_workspace) {  // Note [cuBLAS per stream]
+    const size_t bytes = workspace_bytes(*this);
+    s.cublas_workspace = allocate_scratch(s, bytes);
+    s.cublas_workspace_bytes = bytes;
+  }
+}
+
+namespace {
+
 // Sets the stream and its workspace on the device's handle; the caller holds cublas_mutex().
 cublasHandle_t bind_stream(const LaunchArgs& a) {
   Device& dev = *a.device;

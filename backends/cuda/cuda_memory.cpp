@@ -6,7 +6,7 @@ namespace bp::cuda {
 
 void* Device::allocate(CudaStream& s, uint64_t size) {
   if (size == 0) return nullptr;
-  void* p = allocate_scratch(s, size);
+  void* p = cached_alloc(s, size);
   counters_.on_alloc(size);
   return p;
 }
@@ -14,10 +14,25 @@ void* Device::allocate(CudaStream& s, uint64_t size) {
 void Device::deallocate(CudaStream& s, void* ptr, uint64_t size) {
   if (!ptr) return;
   counters_.on_free(size);
-  free_scratch(s, ptr, size);
+  cached_free(s, ptr, size);
 }
 
+// Note [Scratch in graphs] (cuda_graph.cpp): a capturing stream's scratch belongs to its graph.
 void* Device::allocate_scratch(CudaStream& s, uint64_t size) {
+  if (CudaGraph* g = s.capture.load(std::memory_order_acquire)) [[unlikely]]
+    return graph_scratch(*g, size);
+  return cached_alloc(s, size);
+}
+
+void Device::free_scratch(CudaStream& s, void* ptr, uint64_t size) {
+  if (CudaGraph* g = s.capture.load(std::memory_order_acquire)) [[unlikely]] {
+    graph_scratch_free(*g, ptr, size);
+    return;
+  }
+  cached_free(s, ptr, size);
+}
+
+void* Device::cached_alloc(CudaStream& s, uint64_t size) {
   const int cls = BlockCache::class_of(size == 0 ? 1 : size);
   if (cls >= 0) {
     if (void* p = s.cache.take(cls)) return p;
@@ -26,7 +41,7 @@ void* Device::allocate_scratch(CudaStream& s, uint64_t size) {
   return pool_alloc(s, size, size);
 }
 
-void Device::free_scratch(CudaStream& s, void* ptr, uint64_t size) {
+void Device::cached_free(CudaStream& s, void* ptr, uint64_t size) {
   if (!ptr) return;
   const int cls = BlockCache::class_of(size == 0 ? 1 : size);
   if (cls >= 0 && s.cache.put(cls, ptr)) return;

@@ -313,6 +313,25 @@ class CudaBackend final : public bp::sdk::Backend {
                            void* release_ctx) override {
     return runtime().device(device).import_buffer(address, size, release, release_ctx);
   }
+  // ---- Graphs (cuda_graph.cpp) ----
+
+  bool has_graphs() const override { return true; }
+  void graph_begin_capture(bp_stream* stream) override {
+    cuda::graph_begin_capture(stream_of(stream));
+  }
+  bp_graph* graph_end_capture(bp_stream* stream) override {
+    return reinterpret_cast<bp_graph*>(cuda::graph_end_capture(stream_of(stream)));
+  }
+  void graph_instantiate(bp_graph* graph) override {
+    cuda::graph_instantiate(*reinterpret_cast<CudaGraph*>(graph));
+  }
+  void graph_launch(bp_graph* graph, bp_stream* stream) override {
+    cuda::graph_launch(*reinterpret_cast<CudaGraph*>(graph), stream_of(stream));
+  }
+  void graph_destroy(bp_graph* graph) override {
+    cuda::graph_destroy(reinterpret_cast<CudaGraph*>(graph));
+  }
+
   bool has_stream_import() const override { return true; }
   bp_stream* stream_import(int32_t device, void* native_stream) override {
     return reinterpret_cast<bp_stream*>(
