@@ -16,8 +16,9 @@ const std::vector<std::string>& plugin_suites() {
 }
 
 const std::vector<std::string>& device_suites() {
-  static const std::vector<std::string> s = {"devices",  "memory", "copies",  "streams",
-                                             "optional", "native", "kernels", "concurrency"};
+  static const std::vector<std::string> s = {"devices", "memory",      "copies",
+                                             "streams", "optional",    "native",
+                                             "kernels", "concurrency", "graphs"};
   return s;
 }
 
@@ -46,6 +47,8 @@ bool build_suite(const std::string& suite, Context& ctx, std::vector<TestCase>& 
     build_kernels_suite(ctx, out);
   else if (suite == "concurrency")
     build_concurrency_suite(ctx, out);
+  else if (suite == "graphs")
+    build_graphs_suite(ctx, out);
   else
     return false;
   return true;
