@@ -184,6 +184,27 @@ void bench_overheads(bp::Device& d) {
   }
 }
 
+// 1000 one-element add_ captured once and replayed (bp::Graph), against the same 1000 queued
+// eagerly; per op, each batch of replays synchronised at its end.
+void bench_graphs(bp::Device& d) {
+  const std::string eager = "1000 tiny add_ eager", replay = "1000 tiny add_ graph replay";
+  if (!wanted(eager) && !wanted(replay)) return;
+  constexpr int kOps = 1000;
+  auto acc = bp::zeros({1}, d), y = bp::rand({1}, d);
+  auto block = [&] {
+    for (int i = 0; i < kOps; ++i) acc.add_(y);
+  };
+  if (wanted(eager)) emit(eager, d, host_us(d, block, 5, g_quick ? 2 : 20) / kOps, "us/op");
+  if (wanted(replay)) {
+    bp::Graph g = bp::capture(d, block);
+    emit(replay, d,
+         host_us(
+             d, [&] { g.replay(); }, 5, g_quick ? 5 : 50) /
+             kOps,
+         "us/op");
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -208,6 +229,7 @@ int main(int argc, char** argv) try {
     bench_matmul(*d, gpu);
     if (gpu) bench_copies(*d);
     bench_overheads(*d);
+    bench_graphs(*d);
   }
   return 0;
 } catch (const bp::Error& e) {

@@ -15,7 +15,10 @@
 #include <c10/core/Device.h>
 #include <torch/version.h>
 #ifdef BP_TORCH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #endif
 
 #include <algorithm>
@@ -111,6 +114,40 @@ void bench_overheads(const std::string& name) {
          "us/op");
 }
 
+// bp-bench's bench_graphs: 1000 one-element add_ queued eagerly, and captured in a CUDA graph
+// (at::cuda::CUDAGraph, captured on a side stream as PyTorch requires) and replayed.
+void bench_graphs(const std::string& name) {
+  const std::string eager = "1000 tiny add_ eager", replay = "1000 tiny add_ graph replay";
+  if (!wanted(eager) && !wanted(replay)) return;
+  constexpr int kOps = 1000;
+  const c10::Device d(name);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat).device(d);
+  at::Tensor acc = at::zeros({1}, f32), y = at::rand({1}, f32);
+  auto block = [&] {
+    for (int i = 0; i < kOps; ++i) acc.add_(y);
+  };
+  if (wanted(eager)) emit(eager, name, host_us(d, block, 5, g_quick ? 2 : 20) / kOps, "us/op");
+#ifdef BP_TORCH_CUDA
+  if (wanted(replay) && d.is_cuda()) {
+    at::cuda::CUDAGraph graph;
+    {
+      c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+      c10::cuda::CUDAStreamGuard guard(side);
+      block();  // warm-up on the capture stream
+      side.synchronize();
+      graph.capture_begin();
+      block();
+      graph.capture_end();
+    }
+    emit(replay, name,
+         host_us(
+             d, [&] { graph.replay(); }, 5, g_quick ? 5 : 50) /
+             kOps,
+         "us/op");
+  }
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -135,7 +172,9 @@ int main(int argc, char** argv) try {
   }
   for (const std::string& dev : devices) {
     std::fprintf(stderr, "%s (libtorch %s)\n", dev.c_str(), TORCH_VERSION);
-    bench_overheads(dev.rfind("cpu", 0) == 0 ? std::string("cpu") : dev);  // PyTorch's "cpu"
+    const std::string torch_name = dev.rfind("cpu", 0) == 0 ? std::string("cpu") : dev;
+    bench_overheads(torch_name);  // PyTorch's "cpu"
+    bench_graphs(torch_name);
   }
   return 0;
 } catch (const std::exception& e) {

@@ -51,6 +51,8 @@ struct TorchResult {
   std::string device_type;  // "cpu", "cuda"
   Timing timing;
   std::string description;
+  bool has_graph = false;  // a GRAPH line: the step captured in a CUDA graph and replayed
+  Timing graph;
 };
 
 // Runs `python script --machine --iters N` and reads its RESULT lines. `note` says why there
@@ -80,6 +82,16 @@ inline std::vector<TorchResult> run_torch(const std::string& python, const std::
       is >> r.device_type >> r.timing.median_us >> r.timing.queued_us;
       std::getline(is >> std::ws, r.description);
       out.push_back(r);
+    } else if (s.rfind("GRAPH ", 0) == 0) {
+      std::istringstream is(s.substr(6));
+      std::string type;
+      Timing t;
+      is >> type >> t.median_us >> t.queued_us;
+      for (TorchResult& r : out)
+        if (r.device_type == type) {
+          r.has_graph = true;
+          r.graph = t;
+        }
     } else if (s.rfind("UNAVAILABLE ", 0) == 0) {
       note = s.substr(12);
       if (!note.empty() && note.back() == '\n') note.pop_back();

@@ -8,6 +8,7 @@ CPU and, when available, on CUDA.
 Standalone:  python3 bench/train/torch_train.py [--iters 300] [--warmup 30]
 bp-bench-train runs it with --machine and reads lines
     RESULT <device> <median_us> <queued_us> <description>
+    GRAPH <device> <median_us> <queued_us>      (the step captured in a CUDA graph, replayed)
 """
 import argparse
 import statistics
@@ -48,6 +49,48 @@ def bench(torch, device, iters, warmup):
     return statistics.median(times), queued
 
 
+def bench_graph(torch, device, iters, warmup):
+    """The same step captured in a CUDA graph (torch.cuda.graph, the documented whole-network
+    capture: warm-up on a side stream, grads set to None, forward + backward + step captured
+    with static input tensors) and replayed; timed like bench()."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
+                              torch.nn.Linear(1024, 10)).to(device)
+    x = torch.randn(256, 1024, device=device)
+    y = (torch.arange(256, device=device) * 7) % 10
+    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            opt.zero_grad(set_to_none=True)
+            loss_fn(net(x), y).backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+    for _ in range(warmup):
+        graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        graph.replay()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e6)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        graph.replay()
+    torch.cuda.synchronize()
+    queued = (time.perf_counter() - t0) * 1e6 / iters
+    return statistics.median(times), queued
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=300)
@@ -71,6 +114,13 @@ def main():
             print(f"RESULT {d.type} {median:.3f} {queued:.3f} {desc}", flush=True)
         else:
             print(f"{d.type:6s} median {median:9.1f} us   queued {queued:9.1f} us   ({desc})")
+        if d.type == "cuda":
+            gmed, gqueued = bench_graph(torch, d, args.iters, args.warmup)
+            if args.machine:
+                print(f"GRAPH {d.type} {gmed:.3f} {gqueued:.3f}", flush=True)
+            else:
+                print(f"{d.type:6s} CUDA graph replay median {gmed:9.1f} us   queued "
+                      f"{gqueued:9.1f} us")
     return 0
 
 

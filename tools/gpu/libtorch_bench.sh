@@ -7,7 +7,8 @@
 # Compiles torch_per_op.cpp with g++ against the headers and libraries of the PyTorch pip
 # package (torch/include, torch/lib; CUDA headers from /usr/local/cuda), then runs
 # bench/compare.py --ref-bin on the per-op rows (1-element add queued, in place, with a sync;
-# alloc+free 1 MiB), REPEAT interleaved runs, medians. Output under $OUT (else ./libtorch-out).
+# alloc+free 1 MiB; 1000 tiny add_ eager and replayed from a graph: bp::Graph against
+# at::cuda::CUDAGraph), REPEAT interleaved runs, medians. Output under $OUT (else ./libtorch-out).
 set -euo pipefail
 build=${1:?usage: bash tools/gpu/libtorch_bench.sh BUILD_DIR [REPEAT] [DEVICE]...}
 repeat=${2:-3}
@@ -38,9 +39,11 @@ SH
 chmod +x "$out/torch-per-op.sh"
 
 for d in "${devices[@]}"; do
-  for only in "1-element" "alloc+free"; do
+  for only in "1-element" "alloc+free" "1000 tiny"; do
+    tag=${only// /_}
+    tag=${tag%%-*}
     python3 "$top/bench/compare.py" --bp "$build/bin/bp-bench" --device "$d" --only "$only" \
-      --repeat "$repeat" --ref-bin "$out/torch-per-op.sh" --json "$out/${d/:/}-${only%%-*}.json" \
-      2>"$out/${d/:/}-${only%%-*}.err" | tee -a "$out/table.txt"
+      --repeat "$repeat" --ref-bin "$out/torch-per-op.sh" --json "$out/${d/:/}-$tag.json" \
+      2>"$out/${d/:/}-$tag.err" | tee -a "$out/table.txt"
   done
 done
