@@ -24,13 +24,16 @@ out=$(cd "$out" && pwd)
 torch_dir=$(env LD_LIBRARY_PATH= python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')
 abi=$(env LD_LIBRARY_PATH= python3 -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
 cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
+# The CUDA runtime PyTorch ships (the graph rows call it through c10::cuda and CUDAGraph).
+cudart=$(ls "$torch_dir"/../nvidia/cu*/lib/libcudart.so.* 2>/dev/null | head -n 1)
+[ -n "$cudart" ] || cudart=$(ls "$torch_dir"/../nvidia/cuda_runtime/lib/libcudart.so.* 2>/dev/null | head -n 1)
 echo "libtorch from $torch_dir (CXX11 ABI $abi), CUDA headers from $cuda_inc"
 t0=$SECONDS
 g++ -O2 -std=c++17 -DBP_TORCH_CUDA -D_GLIBCXX_USE_CXX11_ABI="$abi" \
   -isystem "$torch_dir/include" -isystem "$torch_dir/include/torch/csrc/api/include" \
   -isystem "$cuda_inc" "$top/bench/libtorch/torch_per_op.cpp" -o "$out/torch-per-op" \
   -L"$torch_dir/lib" -Wl,-rpath,"$torch_dir/lib" -Wl,--no-as-needed \
-  -ltorch -ltorch_cpu -ltorch_cuda -lc10 -lc10_cuda
+  -ltorch -ltorch_cpu -ltorch_cuda -lc10 -lc10_cuda ${cudart:+"$cudart" -Wl,-rpath,"$(dirname "$cudart")"}
 echo "compiled in $((SECONDS - t0)) s"
 cat >"$out/torch-per-op.sh" <<SH
 #!/bin/sh
