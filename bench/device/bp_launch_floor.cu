@@ -7,7 +7,8 @@
 //   4. Backplane acc.add_(y)                      + libbackplane: checks, kernel cache, autograd
 //                                                  test, descriptors (no allocation)
 //   5. Backplane z = x + y                        + the output tensor's allocation and free
-//   6. 1000 z = x + y captured in a bp::Graph, replayed, per op
+//   6. empty kernel + cudaStreamSynchronize, and z = x + y + Device::synchronize
+//   7. 1000 acc.add_(y) captured in a bp::Graph, replayed, per op
 //
 //   bp-launch-floor [--device cuda:0] [--ops 20000]
 //
@@ -127,6 +128,18 @@ int main(int argc, char** argv) try {
           sync_raw, ops),
       floor);
 
+  const long synced_ops = std::max(100L, ops / 4);
+  row("empty kernel + cudaStreamSynchronize",
+      per_op_us(
+          [&] {
+            for (long i = 0; i < synced_ops; ++i) {
+              empty_kernel<<<1, 32, 0, s>>>();
+              CHECK_CUDA(cudaStreamSynchronize(s));
+            }
+          },
+          sync_raw, synced_ops),
+      floor);
+
   // 3: the plugin's launch slot with prepared descriptors, no libbackplane in between.
   bp::Tensor x = bp::rand({1}, d), y = bp::rand({1}, d), acc = bp::zeros({1}, d);
   if (const bp_plugin_api* api = cuda_table()) {
@@ -178,6 +191,16 @@ int main(int argc, char** argv) try {
             for (long i = 0; i < ops; ++i) bp::Tensor z = x + y;
           },
           sync_bp, ops),
+      floor);
+  row("Backplane z = x + y, then Device::synchronize",
+      per_op_us(
+          [&] {
+            for (long i = 0; i < synced_ops; ++i) {
+              bp::Tensor z = x + y;
+              d.synchronize();
+            }
+          },
+          sync_bp, synced_ops),
       floor);
   bp::Graph g = bp::capture(d, [&] {
     for (int i = 0; i < 1000; ++i) acc.add_(y);

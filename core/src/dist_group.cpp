@@ -81,10 +81,6 @@ const char* plugin_list_reason(const bp::detail::CommRegistry& reg) {
 // ---- routes and communicators -----------------------------------------------------------------
 
 Route Group::route_for(Device& dev, const char* op) {
-  if (is_capturing(dev))
-    throw CaptureError(dev.str() + ": " + op +
-                       " cannot be captured in a graph: collectives synchronise with other "
-                       "ranks and are not part of graphs; run them between replays");
   const auto& reg = bp::detail::CommRegistry::get();
   const std::string& type = dev.type();
   auto require = [&](const bp::detail::CommPlugin* p, const std::string& name,
@@ -203,6 +199,11 @@ class Issue {
   Issue(Group& g, const char* op, Device& dev, Stream* stream, Check::Kind kind,
         const std::string& descriptor, int peer = -1)
       : g_(g), lock_(g.issue_mu), dev_(dev), op_(op) {
+    // Refused before the call is numbered: the group is untouched and the capture stays open.
+    if (is_capturing(dev))
+      throw CaptureError(dev.str() + ": " + op +
+                         " cannot be captured in a graph: collectives synchronise with other "
+                         "ranks and are not part of graphs; run them between replays");
     g.throw_if_failed(op);
     if (stream && &stream->device() != &dev)
       throw DeviceMismatch(std::string(op) + ": the stream given belongs to " +

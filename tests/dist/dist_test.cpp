@@ -351,6 +351,25 @@ TEST(GroupOfOne, DistributedDataParallelKeepsGradientsAndNoticesReplacedParamete
   d::destroy_process_group();
 }
 
+TEST(GroupOfOne, CollectivesAreRefusedDuringAGraphCapture) {
+  d::init_process_group({.rank = 0, .world_size = 1});
+  bp::Device& cpu = bp::device("cpu:0");
+  bp::Tensor t = bp::rand({8}, cpu);
+  bp::Graph g;
+  g.begin_capture(cpu);
+  try {
+    (void)d::all_reduce(t);
+    ADD_FAILURE() << "all_reduce was captured";
+  } catch (const bp::CaptureError& e) {
+    EXPECT_NE(std::string(e.what()).find("all_reduce cannot be captured"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(g.capturing());
+  g.abort_capture();
+  d::all_reduce(t).wait();  // eager again: runs
+  d::destroy_process_group();
+}
+
 // ---- communicator plugins in the load report
 // -------------------------------------------------------
 
