@@ -16,22 +16,20 @@ import sys
 import time
 
 
-def bench(torch, device, iters, warmup):
+def setup(torch, device):
+    """The network, a fixed batch, SGD and the loss, seeded as bp-bench-train seeds its own."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
                               torch.nn.Linear(1024, 10)).to(device)
     x = torch.randn(256, 1024, device=device)
     y = (torch.arange(256, device=device) * 7) % 10
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    return net, x, y, opt, torch.nn.CrossEntropyLoss()
 
-    def step():
-        opt.zero_grad()
-        loss = loss_fn(net(x), y)
-        loss.backward()
-        opt.step()
 
+def timed(step, sync, iters, warmup):
+    """Median of single steps each followed by sync, after warm-up; then the mean per step of
+    `iters` steps queued back to back."""
     for _ in range(warmup):
         step()
     sync()
@@ -49,17 +47,24 @@ def bench(torch, device, iters, warmup):
     return statistics.median(times), queued
 
 
+def bench(torch, device, iters, warmup):
+    net, x, y, opt, loss_fn = setup(torch, device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
+    def step():
+        opt.zero_grad()
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        opt.step()
+
+    return timed(step, sync, iters, warmup)
+
+
 def bench_graph(torch, device, iters, warmup):
     """The same step captured in a CUDA graph (torch.cuda.graph, the documented whole-network
     capture: warm-up on a side stream, grads set to None, forward + backward + step captured
     with static input tensors) and replayed; timed like bench()."""
-    torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.ReLU(),
-                              torch.nn.Linear(1024, 10)).to(device)
-    x = torch.randn(256, 1024, device=device)
-    y = (torch.arange(256, device=device) * 7) % 10
-    opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    net, x, y, opt, loss_fn = setup(torch, device)
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -74,21 +79,7 @@ def bench_graph(torch, device, iters, warmup):
         loss = loss_fn(net(x), y)
         loss.backward()
         opt.step()
-    for _ in range(warmup):
-        graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        graph.replay()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - t0) * 1e6)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        graph.replay()
-    torch.cuda.synchronize()
-    queued = (time.perf_counter() - t0) * 1e6 / iters
-    return statistics.median(times), queued
+    return timed(graph.replay, torch.cuda.synchronize, iters, warmup)
 
 
 def main():

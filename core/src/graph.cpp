@@ -225,6 +225,39 @@ bool capture_launch(CaptureState& c, const Kernel& k, bp_stream* stream,
   return true;
 }
 
+namespace {
+// Queues a recorded memset or copy on `s`: at replay, or during a native capture (where the
+// plugin captures it).
+void run_transfer(const bp_plugin_api* api, const Device* dev, bp_stream* s, const RecordedOp& op) {
+  switch (op.kind) {
+    case RecordedOp::h2d:
+      check(api, api->copy_h2d(s, op.dst, op.dst_off, op.host_src, op.n), "copy host->device", dev);
+      break;
+    case RecordedOp::d2h:
+      check(api, api->copy_d2h(s, op.host_dst, op.src, op.src_off, op.n), "copy device->host", dev);
+      break;
+    case RecordedOp::d2d:
+      check(api, api->copy_d2d(s, op.dst, op.dst_off, op.src, op.src_off, op.n),
+            "copy device->device", dev);
+      break;
+    case RecordedOp::memset:
+      check(api, api->memset(s, op.dst, op.dst_off, op.value, op.n), "memset", dev);
+      break;
+    case RecordedOp::launch:
+      break;
+  }
+}
+
+bool capture_transfer(CaptureState& c, const RecordedOp& op) {
+  if (c.native)
+    run_transfer(c.ds->api, c.dev, c.stream, op);
+  else
+    record(c, op);
+  c.count.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+}  // namespace
+
 bool capture_h2d(CaptureState& c, bp_stream* s, Buffer& dst, uint64_t off, const void* src,
                  uint64_t n) {
   if (s != c.stream) return false;
@@ -233,19 +266,13 @@ bool capture_h2d(CaptureState& c, bp_stream* s, Buffer& dst, uint64_t off, const
                    "a graph copies from page-locked memory only (Device::host_alloc), whose "
                    "contents each replay reads again");
   keep_buffer(c, dst);
-  if (c.native) {
-    check(c.ds->api, c.ds->api->copy_h2d(s, handle(dst), off, src, n), "copy host->device", c.dev);
-  } else {
-    RecordedOp op;
-    op.kind = RecordedOp::h2d;
-    op.dst = handle(dst);
-    op.dst_off = off;
-    op.host_src = src;
-    op.n = n;
-    record(c, op);
-  }
-  c.count.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  RecordedOp op;
+  op.kind = RecordedOp::h2d;
+  op.dst = handle(dst);
+  op.dst_off = off;
+  op.host_src = src;
+  op.n = n;
+  return capture_transfer(c, op);
 }
 
 bool capture_d2h(CaptureState& c, bp_stream* s, void* dst, const Buffer& src, uint64_t off,
@@ -255,19 +282,13 @@ bool capture_d2h(CaptureState& c, bp_stream* s, void* dst, const Buffer& src, ui
     refuse_capture(*c.dev, "a copy to pageable host memory",
                    "a graph copies to page-locked memory only (Device::host_alloc)");
   keep_buffer(c, src);
-  if (c.native) {
-    check(c.ds->api, c.ds->api->copy_d2h(s, dst, handle(src), off, n), "copy device->host", c.dev);
-  } else {
-    RecordedOp op;
-    op.kind = RecordedOp::d2h;
-    op.src = handle(src);
-    op.src_off = off;
-    op.host_dst = dst;
-    op.n = n;
-    record(c, op);
-  }
-  c.count.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  RecordedOp op;
+  op.kind = RecordedOp::d2h;
+  op.src = handle(src);
+  op.src_off = off;
+  op.host_dst = dst;
+  op.n = n;
+  return capture_transfer(c, op);
 }
 
 bool capture_d2d(CaptureState& c, bp_stream* s, Buffer& dst, uint64_t dst_off, const Buffer& src,
@@ -275,40 +296,27 @@ bool capture_d2d(CaptureState& c, bp_stream* s, Buffer& dst, uint64_t dst_off, c
   if (s != c.stream) return false;
   keep_buffer(c, dst);
   keep_buffer(c, src);
-  if (c.native) {
-    check(c.ds->api, c.ds->api->copy_d2d(s, handle(dst), dst_off, handle(src), src_off, n),
-          "copy device->device", c.dev);
-  } else {
-    RecordedOp op;
-    op.kind = RecordedOp::d2d;
-    op.dst = handle(dst);
-    op.dst_off = dst_off;
-    op.src = handle(src);
-    op.src_off = src_off;
-    op.n = n;
-    record(c, op);
-  }
-  c.count.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  RecordedOp op;
+  op.kind = RecordedOp::d2d;
+  op.dst = handle(dst);
+  op.dst_off = dst_off;
+  op.src = handle(src);
+  op.src_off = src_off;
+  op.n = n;
+  return capture_transfer(c, op);
 }
 
 bool capture_memset(CaptureState& c, bp_stream* s, Buffer& dst, uint64_t off, int value,
                     uint64_t n) {
   if (s != c.stream) return false;
   keep_buffer(c, dst);
-  if (c.native) {
-    check(c.ds->api, c.ds->api->memset(s, handle(dst), off, value, n), "memset", c.dev);
-  } else {
-    RecordedOp op;
-    op.kind = RecordedOp::memset;
-    op.dst = handle(dst);
-    op.dst_off = off;
-    op.value = value;
-    op.n = n;
-    record(c, op);
-  }
-  c.count.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  RecordedOp op;
+  op.kind = RecordedOp::memset;
+  op.dst = handle(dst);
+  op.dst_off = off;
+  op.value = value;
+  op.n = n;
+  return capture_transfer(c, op);
 }
 
 namespace {
@@ -558,29 +566,12 @@ void Graph::replay() {
   const bp_tensor_desc* descs = g.rec.descs.data();
   const bp_attr* attrs = g.rec.attrs.data();
   for (const auto& op : g.rec.ops) {
-    switch (op.kind) {
-      case detail::RecordedOp::launch:
-        detail::launch_unobserved(*op.kernel, g.stream, {descs + op.first_desc, op.nin},
-                                  {descs + op.first_desc + op.nin, op.nout},
-                                  {attrs + op.first_attr, op.nattr});
-        break;
-      case detail::RecordedOp::h2d:
-        detail::check(api, api->copy_h2d(g.stream, op.dst, op.dst_off, op.host_src, op.n),
-                      "graph replay: copy host->device", g.dev);
-        break;
-      case detail::RecordedOp::d2h:
-        detail::check(api, api->copy_d2h(g.stream, op.host_dst, op.src, op.src_off, op.n),
-                      "graph replay: copy device->host", g.dev);
-        break;
-      case detail::RecordedOp::d2d:
-        detail::check(api, api->copy_d2d(g.stream, op.dst, op.dst_off, op.src, op.src_off, op.n),
-                      "graph replay: copy device->device", g.dev);
-        break;
-      case detail::RecordedOp::memset:
-        detail::check(api, api->memset(g.stream, op.dst, op.dst_off, op.value, op.n),
-                      "graph replay: memset", g.dev);
-        break;
-    }
+    if (op.kind == detail::RecordedOp::launch)
+      detail::launch_unobserved(*op.kernel, g.stream, {descs + op.first_desc, op.nin},
+                                {descs + op.first_desc + op.nin, op.nout},
+                                {attrs + op.first_attr, op.nattr});
+    else
+      detail::run_transfer(api, g.dev, g.stream, op);
   }
 }
 

@@ -52,15 +52,7 @@ std::vector<float> download(Context& c, bp_stream* s, bp_buffer* src, size_t n) 
 }
 
 bp_tensor_desc vec_desc(bp_buffer* b, int64_t n) {
-  bp_tensor_desc d;
-  std::memset(&d, 0, sizeof d);
-  d.struct_size = sizeof d;
-  d.buffer = b;
-  d.dtype = BP_DTYPE_F32;
-  d.rank = 1;
-  d.shape[0] = n;
-  d.strides[0] = 1;
-  return d;
+  return make_desc(b, 0, BP_DTYPE_F32, {n}, {1});
 }
 
 void expect_values(const std::vector<float>& got, const std::vector<double>& want,
