@@ -14,11 +14,13 @@ what went wrong (`ShapeError` is a `ValueError`, `DTypeError` a `TypeError`, ...
 """
 from . import _core
 from ._core import (
+    CaptureError,
     Device,
     DeviceError,
     DeviceMismatch,
     DTypeError,
     Error,
+    Graph,
     IOError,
     OutOfMemory,
     PluginError,
@@ -30,12 +32,14 @@ from ._core import (
     all_devices,
     allclose,
     allow_tf32,
+    capture,
     cat,
     default_device,
     device,
     devices,
     dtype,
     exp,
+    is_capturing,
     is_grad_enabled,
     load_report,
     log,
@@ -92,6 +96,7 @@ from ._tensor import (
     zeros_like,
 )
 from ._dlpack import from_dlpack
+from ._graph import graph
 from .serialization import load, load_metadata, save
 from . import nn, optim  # noqa: E402  (they use the names above)
 

@@ -31,6 +31,7 @@ enum class ErrorKind {
   dtype,
   io,
   sync,
+  capture,
   count_
 };
 PyObject* error_class(ErrorKind kind);
@@ -51,5 +52,6 @@ void register_tensor(nb::module_& m);
 void register_indexing(nb::class_<Tensor>& cls);
 void register_dlpack(nb::class_<Tensor>& cls, nb::module_& m);
 void register_train(nb::module_& m);
+void register_graph(nb::module_& m);
 
 }  // namespace bp::python

@@ -5,6 +5,7 @@
 // `except backplane.ShapeError` and `except ValueError` catch a shape mismatch:
 //   Error(RuntimeError)
 //   DeviceError(Error)             DeviceMismatch(Error)        SyncError(Error)
+//   CaptureError(Error)
 //   PluginError(Error)             OutOfMemory(Error, MemoryError)
 //   ShapeError(Error, ValueError)  DTypeError(Error, TypeError)
 //   UnsupportedError(Error, NotImplementedError)                IOError(Error, OSError)
@@ -62,6 +63,8 @@ void translate(const std::exception_ptr& p, void*) {
     set_error(ErrorKind::io, e.what());
   } catch (const SyncError& e) {
     set_error(ErrorKind::sync, e.what());
+  } catch (const CaptureError& e) {
+    set_error(ErrorKind::capture, e.what());
   } catch (const Error& e) {
     set_error(ErrorKind::error, e.what());
   }
@@ -102,6 +105,9 @@ void register_errors(nb::module_& m) {
        "A file that cannot be read or written, or whose contents are malformed."},
       {ErrorKind::sync, "SyncError", nullptr,
        "An implicit device-to-host synchronisation while sync-debug mode is 'error'."},
+      {ErrorKind::capture, "CaptureError", nullptr,
+       "Work that cannot be captured in a graph (a host read, a synchronisation, ...) queued "
+       "while a capture is open; it did nothing and the capture stays open."},
   };
   for (const ClassSpec& s : specs) {
     PyObject* bases = s.builtin ? PyTuple_Pack(2, base, s.builtin) : PyTuple_Pack(1, base);
