@@ -7,7 +7,8 @@
 //   appends every launch on the captured stream to a list (the Kernel, its descriptors and
 //   attributes by value), and likewise memsets and copies within the device or with page-locked
 //   host memory; nothing runs. replay() walks the list and calls the plugin's launch, memset and
-//   copy slots directly: no checks, no kernel lookup, no allocation, no autograd, no profiler.
+//   copy slots directly: no checks, no kernel lookup, no allocation, no autograd; a profiler
+//   session sees each replay as one host range ("graph replay (recorded)").
 //   The descriptors name buffers of the graph's pool or buffers the graph keeps alive, so the
 //   addresses stay valid for the graph's life. A replay holds the graph's mutex, so replays of
 //   one graph from several threads do not interleave.
@@ -23,6 +24,7 @@
 //   The pool lives while the graph or any tensor of it does; when it goes it waits for the
 //   device's default stream first, because eager work queued there may still read its blocks.
 #include <backplane/graph.hpp>
+#include <backplane/profiler.hpp>
 
 #include "graph_internal.hpp"
 #include "profiler_internal.hpp"
@@ -557,6 +559,7 @@ void Graph::replay() {
     detail::refuse_capture(*g.dev, "replaying another graph",
                            "graphs are not nested; replay before begin_capture or after "
                            "end_capture");
+  profiler::Range range(g.native ? "graph replay (native)" : "graph replay (recorded)");
   if (g.graph) {
     detail::check(ds.api, ds.plugin.graph.launch(g.graph, g.stream), "graph replay", g.dev);
     return;

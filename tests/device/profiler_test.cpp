@@ -3,6 +3,8 @@
 // up to the allocator's statistics, and out-of-memory errors carry the allocator summary.
 #include "device_params.hpp"
 
+#include <backplane/graph.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <chrono>
@@ -190,6 +192,25 @@ TEST_P(ProfilerTest, OffRecordsNothingAndStartTwiceIsAnError) {
     if (e["name"] == "add") ++adds;
   EXPECT_EQ(adds, 0u);
   EXPECT_THROW(bp::profiler::stop(), bp::Error);
+}
+
+// A replay is one range on the host track; its launches are not recorded one by one (they skip
+// dispatch, the profiler's hook included), and nothing of the capture is recorded as run.
+TEST_P(ProfilerTest, AGraphReplayIsOneRange) {
+  auto x = bp::ones({16}, dev());
+  bp::Graph g = bp::capture(dev(), [&] {
+    for (int i = 0; i < 5; ++i) x.add_(x);
+  });
+  bp::profiler::start();
+  g.replay();
+  g.replay();
+  dev().synchronize();
+  bp::profiler::stop();
+  const json trace = json::parse(bp::profiler::trace_json());
+  const std::string name = g.native() ? "graph replay (native)" : "graph replay (recorded)";
+  EXPECT_EQ(events(trace, "range", name, 0).size(), 2u) << name;
+  EXPECT_EQ(events(trace, "op", "add", 0).size(), 0u);
+  EXPECT_EQ(x.to_vector<float>(), std::vector<float>(16, 1024.0f));  // 2^10: ten doublings
 }
 
 TEST_P(ProfilerTest, ScopeObjectWritesTheTraceAndRangesNameBlocks) {
