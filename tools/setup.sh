@@ -108,7 +108,7 @@ asan_step() {
   # shellcheck disable=SC2046
   cmake --preset asan $(launcher_args)
   cmake --build --preset asan -j "$jobs" --target bp_unit_tests bp_device_tests \
-    bp-fixtures bp-smi backplane-cpu
+    bp_hot_path_tests bp-fixtures bp-smi backplane-cpu
   (cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
     ctest --output-on-failure -j "$jobs" -R '^(unit|device)\.' --timeout 600)
 }
@@ -121,7 +121,7 @@ tsan_step() {
   # shellcheck disable=SC2046
   cmake --preset tsan $(launcher_args)
   cmake --build --preset tsan -j "$jobs" --target bp_unit_tests bp_device_tests \
-    bp_stress_tests bp-fixtures bp-smi backplane-cpu backplane-opencl
+    bp_hot_path_tests bp_stress_tests bp-fixtures bp-smi backplane-cpu backplane-opencl
   (cd build-tsan &&
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$top/tools/tsan.supp" \
       setarch "$(uname -m)" -R \
