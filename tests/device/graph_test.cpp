@@ -168,6 +168,48 @@ TEST_P(GraphTest, OutputsOutliveTheGraphAndInputsAreKeptAlive) {
   EXPECT_TRUE(bptest::close(bp::DType::f32, values(z), ref));
 }
 
+TEST_P(GraphTest, MemoryReturnsToItsBaselineWhenTheGraphAndItsTensorsGo) {
+  bp::Device& d = dev();
+  bp::Tensor x = make(bptest::random_values(2048), {2048});
+  d.synchronize();
+  const uint64_t before = d.memory_stats().allocated;
+  {
+    bp::Tensor y;
+    bp::Graph g = bp::capture(
+        d, [&] { y = (x * 2.0 + 1.0).exp().sum(); }, mode());
+    EXPECT_GE(d.memory_stats().allocated, before + g.pool_bytes());
+    g.replay();
+    (void)y.item<float>();
+  }
+  d.synchronize();
+  EXPECT_EQ(d.memory_stats().allocated, before) << "the graph's pool was not freed";
+}
+
+TEST_P(GraphTest, OtherDevicesRunEagerlyDuringACapture) {
+  bp::Device* other = nullptr;
+  for (bp::Device* o : bp::devices())
+    if (o != &dev()) other = o;
+  if (!other) GTEST_SKIP() << "one device only";
+  auto v = bptest::random_values(64);
+  bp::Tensor x = make(v, {64});
+  std::vector<float> vf(v.begin(), v.end());
+  bp::Tensor on_other = bp::from_vector(vf, {64}, *other);
+  bp::Tensor y;
+  bp::Graph g;
+  g.begin_capture(dev(), mode());
+  y = x + 1.0;
+  EXPECT_FALSE(bp::is_capturing(*other));
+  // Work on another device runs now and reads back, while dev() is still capturing.
+  std::vector<double> twice(64);
+  for (int i = 0; i < 64; ++i) twice[i] = vf[i] * 2.0;
+  EXPECT_TRUE(bptest::close(bp::DType::f32, (on_other * 2.0).to_vector<double>(), twice));
+  g.end_capture();
+  g.replay();
+  std::vector<double> plus(64);
+  for (int i = 0; i < 64; ++i) plus[i] = vf[i] + 1.0;
+  EXPECT_TRUE(bptest::close(bp::DType::f32, values(y), plus));
+}
+
 TEST_P(GraphTest, HostDataBecomesAConstantOfTheGraph) {
   auto xv = bptest::random_values(4);
   bp::Tensor x = make(xv, {4});
