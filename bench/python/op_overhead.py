@@ -4,8 +4,9 @@ run, interleaved (goal on cuda:0: backplane's time at most 0.8x PyTorch's).
     python bench/python/op_overhead.py [--device cuda:0] [--n 20000] [--rounds 3] [--json F]
 
 Rows: the add queued n times then one synchronisation (the per-op cost of Python + dispatch +
-launch), and the add followed by a synchronisation each time (launch + wait). Medians over
-the rounds, in microseconds per op.
+launch), the add followed by a synchronisation each time (launch + wait), and 1000 add_
+captured once in a graph and replayed n / 1000 times (backplane.Graph against
+torch.cuda.CUDAGraph; CUDA only for torch). Medians over the rounds, in microseconds per op.
 """
 import argparse
 import json
@@ -47,7 +48,20 @@ def main():
     def bp_sync():
         dev.synchronize()
 
-    cases = {"add queued": [bp_queued], "add + sync": [bp_synced]}
+    acc = bp.zeros(1, device=dev)
+
+    def bp_block():
+        for _ in range(1000):
+            acc.add_(b)
+
+    graph = bp.capture(bp_block, dev)
+
+    def bp_replay(n):
+        for _ in range(max(n // 1000, 1)):
+            graph.replay()
+
+    cases = {"add queued": [bp_queued], "add + sync": [bp_synced],
+             "add_ x1000 graph replay": [bp_replay]}
     try:
         import torch
         tdev = torch.device(args.device.replace("cpu:0", "cpu"))
@@ -66,19 +80,38 @@ def main():
 
         cases["add queued"].append(t_queued)
         cases["add + sync"].append(t_synced)
+        if tdev.type == "cuda":
+            tacc = torch.zeros(1, device=tdev)
+            tgraph = torch.cuda.CUDAGraph()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(1000):  # warm-up on the capture stream
+                    tacc.add_(tb)
+            torch.cuda.current_stream().wait_stream(side)
+            with torch.cuda.graph(tgraph):
+                for _ in range(1000):
+                    tacc.add_(tb)
+
+            def t_replay(n):
+                for _ in range(max(n // 1000, 1)):
+                    tgraph.replay()
+
+            cases["add_ x1000 graph replay"].append(t_replay)
         ref = f"torch {torch.__version__}"
     except ImportError:
         tsync = None
         ref = None
     # Warm-up: caches, allocator pools, first launches.
     for fns in cases.values():
-        per_op(fns[0], bp_sync, 200)
+        per_op(fns[0], bp_sync, 1000)
         if len(fns) > 1:
-            per_op(fns[1], tsync, 200)
+            per_op(fns[1], tsync, 1000)
     results = {k: ([], []) for k in cases}
     for _ in range(args.rounds):
         for name, fns in cases.items():
-            n = args.n if name == "add queued" else max(args.n // 4, 100)
+            n = {"add queued": args.n, "add + sync": max(args.n // 4, 100)}.get(
+                name, max(args.n // 1000, 1) * 1000)
             results[name][0].append(per_op(fns[0], bp_sync, n))
             if len(fns) > 1:
                 results[name][1].append(per_op(fns[1], tsync, n))
