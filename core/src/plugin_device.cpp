@@ -335,13 +335,14 @@ double Event::elapsed_ms(Event& end) {
 
 // ---- Allocator -------------------------------------------------------------------------------
 
-// The default stream lives as long as the device; any other stream is kept alive by the
-// buffers allocated on it, which are freed there (DeviceState::release).
 namespace {
 constexpr const char* kOutsidePool =
     "an allocation outside the graph's pool; tensors created during the capture come from the "
     "pool, buffers for the graph's inputs are allocated before begin_capture()";
 }
+
+// The default stream lives as long as the device; any other stream is kept alive by the
+// buffers allocated on it, which are freed there (DeviceState::release).
 
 std::shared_ptr<Buffer> Allocator::allocate(uint64_t bytes, Stream& stream) {
   detail::refuse_if_capturing(*device_, "Allocator::allocate", kOutsidePool);

@@ -59,23 +59,29 @@ Dims contiguous_strides(const Dims& shape) {
   return s;
 }
 
-Tensor make_empty(Device& dev, const Dims& shape, DType dtype) {
-  for (int i = 0; i < shape.rank; ++i)
-    if (shape.d[i] < 0)
-      throw ShapeError("negative dimension " + std::to_string(shape.d[i]) + " in shape " +
-                       shape.str());
+namespace {
+// A contiguous tensor of `shape` over `storage`.
+Tensor dense_over(Device& dev, const Dims& shape, DType dtype, std::shared_ptr<Buffer> storage) {
   auto ti = std::make_shared<TensorImpl>();
   ti->device = &dev;
   ti->dtype = dtype;
   ti->shape = shape;
   ti->strides = contiguous_strides(shape);
+  ti->storage = std::move(storage);
+  return make_tensor(std::move(ti));
+}
+}  // namespace
+
+Tensor make_empty(Device& dev, const Dims& shape, DType dtype) {
+  for (int i = 0; i < shape.rank; ++i)
+    if (shape.d[i] < 0)
+      throw ShapeError("negative dimension " + std::to_string(shape.d[i]) + " in shape " +
+                       shape.str());
   uint64_t bytes = static_cast<uint64_t>(shape.numel()) * dtype_size(dtype);
   DeviceState& s = state(dev);
   if (CaptureState* c = s.capture.load(std::memory_order_acquire)) [[unlikely]]
-    ti->storage = capture_allocate(*c, bytes);  // Note [Graph pool]
-  else
-    ti->storage = s.allocate(bytes, {});
-  return make_tensor(std::move(ti));
+    return dense_over(dev, shape, dtype, capture_allocate(*c, bytes));  // Note [Graph pool]
+  return dense_over(dev, shape, dtype, s.allocate(bytes, {}));
 }
 
 Tensor make_view(const Tensor& base, const Dims& shape, const Dims& strides, int64_t offset) {
@@ -538,17 +544,10 @@ Tensor from_bytes(const void* data, size_t nbytes, const Shape& shape, DType dty
     throw ShapeError("from_bytes: " + std::to_string(nbytes) + " bytes given, shape " + s.str() +
                      " of " + std::string(dtype_name(dtype)) + " needs " +
                      std::to_string(expected));
-  if (CaptureState* c = capture_of(device)) [[unlikely]] {
-    // A constant of the graph (Note [Graph semantics] in graph.hpp): uploaded now, outside the
-    // captured stream.
-    auto ti = std::make_shared<TensorImpl>();
-    ti->device = &device;
-    ti->dtype = dtype;
-    ti->shape = s;
-    ti->strides = contiguous_strides(s);
-    ti->storage = capture_constant(*c, data, nbytes);
-    return make_tensor(std::move(ti));
-  }
+  // A constant of the graph (Note [Graph semantics] in graph.hpp): uploaded now, outside the
+  // captured stream.
+  if (CaptureState* c = capture_of(device)) [[unlikely]]
+    return dense_over(device, s, dtype, capture_constant(*c, data, nbytes));
   Tensor t = make_empty(device, s, dtype);
   if (nbytes == 0) return t;
   Stream& st = device.default_stream();
