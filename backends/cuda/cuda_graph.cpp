@@ -69,13 +69,10 @@ void graph_scratch_free(CudaGraph& g, void* ptr, uint64_t) {
 }
 
 CudaGraph* graph_begin_capture(CudaStream& s) {
-  if (s.capture.load(std::memory_order_acquire))
-    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
-                  bp::sdk::format("cuda:%d: graph_begin_capture on a stream that is already "
-                                  "capturing",
-                                  s.index));
   use_device(s.index);
-  s.device->prepare_capture(s);  // Note [Scratch in graphs]
+  // Note [Scratch in graphs]. On a stream that is already capturing this finds both set up
+  // (that capture's begin did it) and allocates nothing; the exchange below then refuses.
+  s.device->prepare_capture(s);
   auto* g = new CudaGraph();
   g->device = s.index;
   CudaGraph* expected = nullptr;

@@ -178,18 +178,16 @@ void record_launch(CaptureState& c, const Kernel& k, std::span<const bp_tensor_d
                    std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
   std::lock_guard<std::mutex> lock(c.mu);
   Recording& r = c.rec;
-  RecordedOp op;
-  op.kind = RecordedOp::launch;
-  op.kernel = &k;
-  op.first_desc = static_cast<uint32_t>(r.descs.size());
-  op.nin = static_cast<uint32_t>(in.size());
-  op.nout = static_cast<uint32_t>(out.size());
-  op.first_attr = static_cast<uint32_t>(r.attrs.size());
-  op.nattr = static_cast<uint32_t>(attrs.size());
+  r.ops.push_back({.kind = RecordedOp::launch,
+                   .kernel = &k,
+                   .first_desc = static_cast<uint32_t>(r.descs.size()),
+                   .nin = static_cast<uint32_t>(in.size()),
+                   .nout = static_cast<uint32_t>(out.size()),
+                   .first_attr = static_cast<uint32_t>(r.attrs.size()),
+                   .nattr = static_cast<uint32_t>(attrs.size())});
   r.descs.insert(r.descs.end(), in.begin(), in.end());
   r.descs.insert(r.descs.end(), out.begin(), out.end());
   r.attrs.insert(r.attrs.end(), attrs.begin(), attrs.end());
-  r.ops.push_back(op);
 }
 
 void record(CaptureState& c, const RecordedOp& op) {
@@ -206,13 +204,6 @@ bool is_host_block(DeviceState& s, const void* p, uint64_t n) {
   return a >= it->first && a + n <= it->first + it->second;
 }
 
-void keep_buffer(CaptureState& c, const Buffer& b) {
-  if (c.pool->owns(&b)) return;
-  std::shared_ptr<const Buffer> sp = b.weak_from_this().lock();
-  if (!sp) return;  // not owned by a shared_ptr (cannot happen for libbackplane's buffers)
-  std::lock_guard<std::mutex> lock(c.mu);
-  if (c.kept.insert(&b).second) c.keep.push_back(std::const_pointer_cast<Buffer>(sp));
-}
 }  // namespace
 
 bool capture_launch(CaptureState& c, const Kernel& k, bp_stream* stream,
@@ -267,14 +258,9 @@ bool capture_h2d(CaptureState& c, bp_stream* s, Buffer& dst, uint64_t off, const
     refuse_capture(*c.dev, "a copy from pageable host memory",
                    "a graph copies from page-locked memory only (Device::host_alloc), whose "
                    "contents each replay reads again");
-  keep_buffer(c, dst);
-  RecordedOp op;
-  op.kind = RecordedOp::h2d;
-  op.dst = handle(dst);
-  op.dst_off = off;
-  op.host_src = src;
-  op.n = n;
-  return capture_transfer(c, op);
+  capture_keep(c, dst);
+  return capture_transfer(
+      c, {.kind = RecordedOp::h2d, .dst = handle(dst), .host_src = src, .dst_off = off, .n = n});
 }
 
 bool capture_d2h(CaptureState& c, bp_stream* s, void* dst, const Buffer& src, uint64_t off,
@@ -283,42 +269,30 @@ bool capture_d2h(CaptureState& c, bp_stream* s, void* dst, const Buffer& src, ui
   if (!is_host_block(*c.ds, dst, n))
     refuse_capture(*c.dev, "a copy to pageable host memory",
                    "a graph copies to page-locked memory only (Device::host_alloc)");
-  keep_buffer(c, src);
-  RecordedOp op;
-  op.kind = RecordedOp::d2h;
-  op.src = handle(src);
-  op.src_off = off;
-  op.host_dst = dst;
-  op.n = n;
-  return capture_transfer(c, op);
+  capture_keep(c, src);
+  return capture_transfer(
+      c, {.kind = RecordedOp::d2h, .src = handle(src), .host_dst = dst, .src_off = off, .n = n});
 }
 
 bool capture_d2d(CaptureState& c, bp_stream* s, Buffer& dst, uint64_t dst_off, const Buffer& src,
                  uint64_t src_off, uint64_t n) {
   if (s != c.stream) return false;
-  keep_buffer(c, dst);
-  keep_buffer(c, src);
-  RecordedOp op;
-  op.kind = RecordedOp::d2d;
-  op.dst = handle(dst);
-  op.dst_off = dst_off;
-  op.src = handle(src);
-  op.src_off = src_off;
-  op.n = n;
-  return capture_transfer(c, op);
+  capture_keep(c, dst);
+  capture_keep(c, src);
+  return capture_transfer(c, {.kind = RecordedOp::d2d,
+                              .dst = handle(dst),
+                              .src = handle(src),
+                              .dst_off = dst_off,
+                              .src_off = src_off,
+                              .n = n});
 }
 
 bool capture_memset(CaptureState& c, bp_stream* s, Buffer& dst, uint64_t off, int value,
                     uint64_t n) {
   if (s != c.stream) return false;
-  keep_buffer(c, dst);
-  RecordedOp op;
-  op.kind = RecordedOp::memset;
-  op.dst = handle(dst);
-  op.dst_off = off;
-  op.value = value;
-  op.n = n;
-  return capture_transfer(c, op);
+  capture_keep(c, dst);
+  return capture_transfer(
+      c, {.kind = RecordedOp::memset, .dst = handle(dst), .dst_off = off, .n = n, .value = value});
 }
 
 namespace {
@@ -364,10 +338,12 @@ std::shared_ptr<Buffer> capture_constant(CaptureState& c, const void* data, uint
   return b;
 }
 
-void capture_keep(CaptureState& c, const std::shared_ptr<Buffer>& b) {
-  if (!b || c.pool->owns(b.get())) return;
+void capture_keep(CaptureState& c, const Buffer& b) {
+  if (c.pool->owns(&b)) return;  // the pool keeps its own blocks
+  std::shared_ptr<const Buffer> sp = b.weak_from_this().lock();
+  if (!sp) return;  // not owned by a shared_ptr (cannot happen for libbackplane's buffers)
   std::lock_guard<std::mutex> lock(c.mu);
-  if (c.kept.insert(b.get()).second) c.keep.push_back(b);
+  if (c.kept.insert(&b).second) c.keep.push_back(std::const_pointer_cast<Buffer>(sp));
 }
 
 bool capture_defer_free(CaptureState& c, bp_buffer* b, uint64_t size, const StreamState* stream,
@@ -457,7 +433,7 @@ Graph& Graph::operator=(Graph&& o) noexcept {
 }
 
 void Graph::begin_capture(Device& device, GraphMode mode) {
-  if (s_ && (s_->capture || !s_->rec.ops.empty() || s_->graph))
+  if (s_)
     throw Error(device.str() + ": Graph::begin_capture on a graph that already holds " +
                 (s_->capture ? "an open capture" : "a captured graph") +
                 "; use a new bp::Graph for each capture");

@@ -57,7 +57,7 @@ std::shared_ptr<Buffer> capture_allocate(CaptureState& c, uint64_t bytes);
 std::shared_ptr<Buffer> capture_constant(CaptureState& c, const void* data, uint64_t n);
 // Keeps `b` alive as long as the graph (a buffer captured work uses; pool buffers are kept by
 // the pool).
-void capture_keep(CaptureState& c, const std::shared_ptr<Buffer>& b);
+void capture_keep(CaptureState& c, const Buffer& b);
 // Defers the free of a buffer during a native capture until the capture has ended (a free on the
 // capturing stream would be captured). False: free it now.
 bool capture_defer_free(CaptureState& c, bp_buffer* b, uint64_t size, const StreamState* stream,

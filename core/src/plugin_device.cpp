@@ -504,24 +504,20 @@ void Device::memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n)
 
 void* Device::host_alloc(uint64_t n) {
   const bp_plugin_api* api = state_->api;
+  void* p = nullptr;
   if (api->host_alloc) {
-    void* p = nullptr;
     check(api, api->host_alloc(index_, n, &p), "pinned host alloc", this);
-    note_host(p, n);
-    return p;
+  } else {
+    p = std::aligned_alloc(64, (n + 63) / 64 * 64 + 64);
+    if (!p) throw OutOfMemory(str() + ": out of host memory staging " + format_bytes(n));
   }
-  void* p = std::aligned_alloc(64, (n + 63) / 64 * 64 + 64);
-  if (!p) throw OutOfMemory(str() + ": out of host memory staging " + format_bytes(n));
-  note_host(p, n);
-  return p;
-}
-void Device::note_host(void* p, uint64_t n) {
   try {
-    detail::note_host_alloc(*state_, p, n);
+    detail::note_host_alloc(*state_, p, n);  // the graph capture checks (graph_internal.hpp)
   } catch (...) {
     host_free(p);
     throw;
   }
+  return p;
 }
 void Device::host_free(void* p) noexcept {
   if (!p) return;

@@ -99,7 +99,7 @@ Tensor make_view(const Tensor& base, const Dims& shape, const Dims& strides, int
 bp_tensor_desc desc(const Tensor& t) {
   const TensorImpl& i = impl(t);
   if (g_open_captures.load(std::memory_order_relaxed) != 0) [[unlikely]]
-    if (CaptureState* c = capture_of(*i.device)) capture_keep(*c, i.storage);
+    if (CaptureState* c = capture_of(*i.device); c && i.storage) capture_keep(*c, *i.storage);
   bp_tensor_desc d{};
   d.struct_size = sizeof d;
   d.buffer = i.storage ? handle(*i.storage) : nullptr;

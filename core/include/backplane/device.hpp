@@ -289,7 +289,6 @@ class BP_API Device {
  private:
   friend struct detail::Access;
   explicit Device(std::unique_ptr<detail::DeviceState> state);
-  void note_host(void* p, uint64_t n);  // tracks host_alloc memory (graph capture checks)
 
   std::string str_, type_, backend_;
   int index_;
