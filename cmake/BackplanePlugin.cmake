@@ -8,7 +8,7 @@
 # behaves like an install) and installed to <libdir>/backplane/plugins.
 #
 # It also registers the CTest test conformance.<name>: bp-conformance --plugin <the .so>, the
-# whole conformance kit on every device of the plugin (tools/bp-conformance/README.md). A plugin
+# whole conformance kit on every device of the plugin (plugins/conformance/README.md). A plugin
 # that finds no device is skipped with the reason bp-conformance prints (its exit status 77 is
 # CTest's SKIP_RETURN_CODE). The tool is Backplane's own in its build tree, the installed
 # bin/bp-conformance for an out-of-tree plugin (Backplane_CONFORMANCE, set by find_package);
@@ -75,7 +75,7 @@ endfunction()
 
 # bp_add_comm_plugin(<name> SOURCES <src>... [LIBRARIES <lib>...])
 #
-# The same for a communicator plugin (plugins/include/backplane/comm_abi.h): a MODULE library
+# The same for a communicator plugin (plugins/include/backplane/abi/comm_abi.h): a MODULE library
 # libbackplane-comm-<name>.so whose one exported symbol is bp_comm_get_api, beside the device
 # plugins (the loader finds both in one search).
 function(bp_add_comm_plugin name)

@@ -1,8 +1,8 @@
 // The Gloo communicator (Note [Gloo threads] in gloo_comm.hpp).
 #include "gloo_comm.hpp"
 
-#include <backplane/half.h>
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/abi/half.h>
+#include <backplane/sdk/plugin_sdk.hpp>
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>

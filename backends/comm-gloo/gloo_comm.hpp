@@ -14,7 +14,7 @@
 //   connections, so the peers' operations fail too.
 #pragma once
 
-#include <backplane/comm_abi.h>
+#include <backplane/abi/comm_abi.h>
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/device.h>

@@ -1,9 +1,9 @@
-// The Gloo communicator plugin's C table (plugins/include/backplane/comm_abi.h): the only
+// The Gloo communicator plugin's C table (plugins/include/backplane/abi/comm_abi.h): the only
 // file that touches the ABI. Every slot converts exceptions into error objects.
 #include "gloo_comm.hpp"
 
-#include <backplane/comm_abi.h>
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/abi/comm_abi.h>
+#include <backplane/sdk/plugin_sdk.hpp>
 
 #include <gloo/config.h>
 

@@ -1,7 +1,7 @@
 // The NCCL communicator (Note [NCCL without hangs] in nccl_comm.hpp).
 #include "nccl_comm.hpp"
 
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/sdk/plugin_sdk.hpp>
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>

@@ -14,7 +14,7 @@
 
 #include "nccl_api.h"
 
-#include <backplane/comm_abi.h>
+#include <backplane/abi/comm_abi.h>
 
 #include <atomic>
 #include <chrono>

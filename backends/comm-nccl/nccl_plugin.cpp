@@ -1,9 +1,9 @@
-// The NCCL communicator plugin's C table (plugins/include/backplane/comm_abi.h): the only file
+// The NCCL communicator plugin's C table (plugins/include/backplane/abi/comm_abi.h): the only file
 // that touches the ABI. Every slot converts exceptions into error objects.
 #include "nccl_comm.hpp"
 
-#include <backplane/comm_abi.h>
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/abi/comm_abi.h>
+#include <backplane/sdk/plugin_sdk.hpp>
 
 #include <cuda_runtime_api.h>
 

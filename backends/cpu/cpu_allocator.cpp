@@ -3,7 +3,7 @@
 
 #include "cpu_device.hpp"
 
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/sdk/plugin_sdk.hpp>
 
 #include <stdlib.h>
 #include <tbb/scalable_allocator.h>

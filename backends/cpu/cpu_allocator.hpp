@@ -10,8 +10,8 @@
 #ifndef BACKPLANE_CPU_ALLOCATOR_HPP_
 #define BACKPLANE_CPU_ALLOCATOR_HPP_
 
-#include <backplane/plugin_abi.h>
-#include <backplane/memory_counters.hpp>
+#include <backplane/abi/plugin_abi.h>
+#include <backplane/sdk/memory_counters.hpp>
 
 #include <cstdint>
 

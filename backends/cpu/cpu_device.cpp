@@ -1,7 +1,7 @@
 // Device facts of the CPU backend (cpu_device.hpp).
 #include "cpu_device.hpp"
 
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/sdk/plugin_sdk.hpp>
 
 #include <sys/sysinfo.h>
 #include <tbb/info.h>

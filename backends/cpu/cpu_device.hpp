@@ -6,7 +6,7 @@
 #ifndef BACKPLANE_CPU_DEVICE_HPP_
 #define BACKPLANE_CPU_DEVICE_HPP_
 
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 
 #include <cstdint>
 

@@ -9,9 +9,9 @@
 #ifndef BACKPLANE_CPU_KERNELS_HPP_
 #define BACKPLANE_CPU_KERNELS_HPP_
 
-#include <backplane/op_catalogue.h>
-#include <backplane/plugin_abi.h>
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/abi/op_catalogue.h>
+#include <backplane/abi/plugin_abi.h>
+#include <backplane/sdk/plugin_sdk.hpp>
 
 #include <cstdint>
 #include <string>

@@ -29,8 +29,8 @@
 #include "cpu_device.hpp"
 #include "cpu_kernels.hpp"
 
-#include <backplane/plugin_abi.h>
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/abi/plugin_abi.h>
+#include <backplane/sdk/plugin_sdk.hpp>
 
 #include <atomic>
 #include <chrono>

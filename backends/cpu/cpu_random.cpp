@@ -6,7 +6,7 @@
 #include "cpu_strided.hpp"
 #include "cpu_types.hpp"
 
-#include <backplane/philox.h>
+#include <backplane/abi/philox.h>
 
 #include <cmath>
 #include <type_traits>

@@ -13,7 +13,7 @@
 
 #include "cpu_kernels.hpp"
 
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>

@@ -6,8 +6,8 @@
 #ifndef BACKPLANE_CPU_TYPES_HPP_
 #define BACKPLANE_CPU_TYPES_HPP_
 
-#include <backplane/half.h>
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/half.h>
+#include <backplane/abi/plugin_abi.h>
 
 #include <cstdint>
 #include <limits>

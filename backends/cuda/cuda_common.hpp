@@ -5,7 +5,7 @@
 #ifndef BACKPLANE_CUDA_COMMON_HPP_
 #define BACKPLANE_CUDA_COMMON_HPP_
 
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/sdk/plugin_sdk.hpp>
 
 #include <cuda_runtime_api.h>
 

@@ -11,7 +11,7 @@
 #include "cuda_common.hpp"
 #include "cuda_memory.hpp"
 
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 
 #include <cuda_runtime_api.h>
 

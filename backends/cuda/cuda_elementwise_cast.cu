@@ -4,7 +4,7 @@
 // in particular) on a dense output is one cudaMemsetAsync.
 #include "cuda_elementwise.cuh"
 
-#include <backplane/half.h>
+#include <backplane/abi/half.h>
 
 #include <cstring>
 

@@ -26,8 +26,8 @@
 #ifndef BACKPLANE_CUDA_MEMORY_HPP_
 #define BACKPLANE_CUDA_MEMORY_HPP_
 
-#include <backplane/memory_counters.hpp>
-#include <backplane/size_class_cache.hpp>
+#include <backplane/sdk/memory_counters.hpp>
+#include <backplane/sdk/size_class_cache.hpp>
 
 #include <cstdint>
 

@@ -8,7 +8,7 @@
 
 #include "cuda_kernels.hpp"
 
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 
 namespace bp::cuda {
 

@@ -14,7 +14,7 @@
 #ifndef BACKPLANE_CUDA_PLAN_HPP_
 #define BACKPLANE_CUDA_PLAN_HPP_
 
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 
 #include <cstdint>
 

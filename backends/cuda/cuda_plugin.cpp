@@ -8,7 +8,7 @@
 #include "cuda_nvtx.hpp"
 #include "cuda_ops.hpp"
 
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/sdk/plugin_sdk.hpp>
 
 namespace bp::cuda {
 namespace {

@@ -9,7 +9,7 @@
 //   one FMA, which rounds once and can differ in the last bit. normal uses the accurate (not
 //   fast-math) logf/sqrtf/sinf/cosf and agrees with other devices to their accuracy.
 #define BP_PHILOX_FN __host__ __device__ static inline
-#include <backplane/philox.h>
+#include <backplane/abi/philox.h>
 
 #include "cuda_common.hpp"
 #include "cuda_elementwise.cuh"

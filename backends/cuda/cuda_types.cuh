@@ -5,7 +5,7 @@
 #ifndef BACKPLANE_CUDA_TYPES_CUH_
 #define BACKPLANE_CUDA_TYPES_CUH_
 
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

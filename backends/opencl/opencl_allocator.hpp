@@ -6,8 +6,8 @@
 
 #include "opencl_common.hpp"
 
-#include <backplane/memory_counters.hpp>
-#include <backplane/size_class_cache.hpp>
+#include <backplane/sdk/memory_counters.hpp>
+#include <backplane/sdk/size_class_cache.hpp>
 
 #include <atomic>
 #include <cstdint>

@@ -11,8 +11,8 @@
 #include <CL/cl.h>
 #include <CL/cl_ext.h>
 
-#include <backplane/plugin_abi.h>
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/abi/plugin_abi.h>
+#include <backplane/sdk/plugin_sdk.hpp>
 
 #include <cstdint>
 #include <string>

@@ -8,7 +8,7 @@
 #include "opencl_device.hpp"
 #include "opencl_program.hpp"
 
-#include <backplane/op_catalogue.h>
+#include <backplane/abi/op_catalogue.h>
 
 #include <cstdint>
 #include <mutex>

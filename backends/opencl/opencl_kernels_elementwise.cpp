@@ -15,7 +15,7 @@
 #include "opencl_allocator.hpp"
 #include "opencl_kernels.hpp"
 
-#include <backplane/half.h>
+#include <backplane/abi/half.h>
 
 #include <cstring>
 

@@ -6,7 +6,7 @@
 #include "opencl_kernels.hpp"
 #include "opencl_program.hpp"
 
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/sdk/plugin_sdk.hpp>
 
 #include <array>
 #include <atomic>

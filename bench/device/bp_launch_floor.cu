@@ -14,8 +14,8 @@
 //
 // Each row: host microseconds per op, median of 5 batches of `ops` calls, each batch followed by
 // one synchronisation. Plain numbers for a report; the layer costs are the differences.
-#include <backplane/op_catalogue.h>
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/op_catalogue.h>
+#include <backplane/abi/plugin_abi.h>
 #include <backplane/backplane.hpp>
 
 #include <cuda_runtime.h>

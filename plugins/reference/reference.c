@@ -19,7 +19,7 @@
 
 #include "template.h"
 
-#include <backplane/op_table.h>
+#include <backplane/abi/op_table.h>
 
 #include <pthread.h>
 #include <stdio.h>

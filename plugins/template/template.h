@@ -16,8 +16,8 @@
 #ifndef BACKPLANE_TEMPLATE_H_
 #define BACKPLANE_TEMPLATE_H_
 
-#include <backplane/op_catalogue.h>
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/op_catalogue.h>
+#include <backplane/abi/plugin_abi.h>
 
 #include <stdint.h>
 

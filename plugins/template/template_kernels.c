@@ -11,7 +11,7 @@
  */
 #include "template.h"
 
-#include <backplane/op_table.h>
+#include <backplane/abi/op_table.h>
 
 #include <stdlib.h>
 #include <string.h>

@@ -3,7 +3,7 @@
 // view), Device::import_buffer / import_stream, Stream::native_handle, and the typed errors.
 #include "device_params.hpp"
 
-#include <backplane/plugin_abi.h>  // BP_DLPACK_* values
+#include <backplane/abi/plugin_abi.h>  // BP_DLPACK_* values
 
 #include <climits>
 #include <cstdio>

@@ -1,5 +1,5 @@
 // libFuzzer target: bp::parse_device_string on arbitrary bytes (Note [Device strings] in
-// core/src/device_string.cpp). Any input must either parse or throw bp::DeviceError whose
+// core/src/runtime/device_string.cpp). Any input must either parse or throw bp::DeviceError whose
 // message quotes the string and states the grammar; nothing else may happen. A string that
 // parses follows the grammar and is its own canonical form ("type:index", or "type" for
 // index 0), which parses back to the same device.

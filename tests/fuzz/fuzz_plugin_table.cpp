@@ -1,5 +1,5 @@
 // libFuzzer target: the loader's checks of a plugin table (bp::detail::check_plugin_table, Note
-// [Plugin table checks] in core/src/registry.cpp) on arbitrary tables in memory.
+// [Plugin table checks] in core/src/runtime/registry.cpp) on arbitrary tables in memory.
 //
 // Input: 2 bytes of declared struct_size (little-endian), then the table's bytes, then up to
 // three NUL-separated strings. The table lives in a heap block of exactly
@@ -12,7 +12,7 @@
 // major version, every required slot set, the event slots all set or all NULL, and a device
 // type that bp::parse_device_string accepts as a bare type; the report then carries the
 // table's identity.
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 #include <backplane/errors.hpp>
 #include <backplane/runtime.hpp>
 

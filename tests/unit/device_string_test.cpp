@@ -1,4 +1,4 @@
-// The device-string grammar (Note [Device strings] in core/src/device_string.cpp).
+// The device-string grammar (Note [Device strings] in core/src/runtime/device_string.cpp).
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
 

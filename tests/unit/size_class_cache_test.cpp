@@ -2,8 +2,8 @@
 // (memory_counters.hpp): classes, reuse, bounds, and many threads parking and taking blocks at
 // once without any block being handed out twice or lost.
 #include <gtest/gtest.h>
-#include <backplane/memory_counters.hpp>
-#include <backplane/size_class_cache.hpp>
+#include <backplane/sdk/memory_counters.hpp>
+#include <backplane/sdk/size_class_cache.hpp>
 #include <backplane_test/seed.hpp>
 
 #include <algorithm>

@@ -3,7 +3,7 @@
 // why they cannot run), and every device (name, memory used/total, the backend serving it), the way
 // nvidia-smi shows one vendor's GPUs. `--json` prints the same for scripts. `--watch [seconds]`
 // redraws the device table every interval until interrupted, like `nvidia-smi -l`.
-#include <backplane/comm_abi.h>
+#include <backplane/abi/comm_abi.h>
 #include <backplane/backplane.hpp>
 #include <backplane/dist.hpp>
 
@@ -140,7 +140,7 @@ void print_devices(const std::vector<DeviceRow>& rows) {
 }
 
 // The allocator statistics other processes publish (Note [Published allocator statistics] in
-// core/src/stats_publisher.cpp); files of processes that are gone are removed.
+// core/src/profiler/stats_publisher.cpp); files of processes that are gone are removed.
 void print_published() {
   namespace fs = std::filesystem;
   const std::string dir = bp::stats_publish_dir();

@@ -13,7 +13,7 @@
 // Usage: cpu_threshold_bench [repetitions (default 30)] [threads (default: all)]
 #include "../cpu_kernels.hpp"
 
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 
 #include <tbb/global_control.h>
 #include <tbb/info.h>

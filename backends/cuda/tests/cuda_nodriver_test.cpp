@@ -2,7 +2,7 @@
 // and checks the behaviour that CI can see without a GPU: the plugin loads, init succeeds and
 // device_count is 0 with a reason naming the driver. On a machine with a GPU the same test
 // checks the opposite: at least one device and an empty reason.
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 #include <backplane_test/plugin_test.hpp>
 
 #include <dlfcn.h>

@@ -8,7 +8,7 @@
 // skips cleanly when the plugin reports no device (CI).
 #include "cuda_test_support.hpp"
 
-#include <backplane/op_catalogue.h>
+#include <backplane/abi/op_catalogue.h>
 
 #include <algorithm>
 #include <chrono>

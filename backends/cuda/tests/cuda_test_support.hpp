@@ -7,7 +7,7 @@
 #ifndef BACKPLANE_CUDA_TEST_SUPPORT_HPP_
 #define BACKPLANE_CUDA_TEST_SUPPORT_HPP_
 
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 #include <backplane_test/gtest_compare.hpp>
 #include <backplane_test/plugin_test.hpp>
 

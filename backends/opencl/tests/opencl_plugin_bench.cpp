@@ -1,7 +1,7 @@
 // Not a test: times a few ops of libbackplane-opencl.so on each device through the ABI, with
 // the plugin's own events (so it also shows whether the driver's marker timing works).
 // Usage: opencl_plugin_bench [plugin.so]
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 
 #include <dlfcn.h>
 

@@ -13,7 +13,7 @@
 #include "opencl_device.hpp"
 #include "opencl_program.hpp"
 
-#include <backplane/plugin_sdk.hpp>
+#include <backplane/sdk/plugin_sdk.hpp>
 #include <conformance_gtest.hpp>
 
 #include <algorithm>

@@ -6,7 +6,7 @@
 // Everything runs on the test's thread. The plugin is loaded once per process, never unloaded.
 #pragma once
 
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 #include <backplane_test/gtest_compare.hpp>
 #include <backplane_test/plugin_test.hpp>
 

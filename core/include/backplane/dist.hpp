@@ -1,5 +1,5 @@
 // bp::dist: process groups and collectives across processes and hosts, on the communicator
-// plugins (libbackplane-comm-<name>.so, plugins/include/backplane/comm_abi.h) that the field
+// plugins (libbackplane-comm-<name>.so, plugins/include/backplane/abi/comm_abi.h) that the field
 // trusts: NCCL for CUDA memory, Gloo for host memory over TCP.
 //
 //   bp::dist::init_process_group();                 // rank, world size, rendezvous from the env

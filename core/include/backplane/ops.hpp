@@ -3,7 +3,7 @@
 // per-device kernel cache.
 #pragma once
 
-#include <backplane/op_list.h>
+#include <backplane/abi/op_list.h>
 
 #include <array>
 #include <cstdint>

@@ -31,7 +31,7 @@
 #ifndef BACKPLANE_TEST_COMPARE_HPP_
 #define BACKPLANE_TEST_COMPARE_HPP_
 
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 #include <backplane_test/tolerance.hpp>
 
 #include <algorithm>

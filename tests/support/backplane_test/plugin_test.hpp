@@ -7,11 +7,11 @@
 #ifndef BACKPLANE_TEST_PLUGIN_TEST_HPP_
 #define BACKPLANE_TEST_PLUGIN_TEST_HPP_
 
-#include <backplane/dtype_io.h>
-#include <backplane/half.h>
-#include <backplane/plugin_abi.h>
+#include <backplane_test/dtype_io.h>
+#include <backplane/abi/half.h>
+#include <backplane/abi/plugin_abi.h>
 #include <backplane_test/seed.hpp>
-#include <plugin_host.hpp>  // core/src/host: the loader's tables (links backplane_host)
+#include <plugin_host.hpp>  // core/src/runtime/host: the loader's tables (links backplane_host)
 
 #include <unistd.h>
 

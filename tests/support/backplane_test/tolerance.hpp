@@ -10,7 +10,7 @@
 #ifndef BACKPLANE_TEST_TOLERANCE_HPP_
 #define BACKPLANE_TEST_TOLERANCE_HPP_
 
-#include <backplane/plugin_abi.h>
+#include <backplane/abi/plugin_abi.h>
 
 #include <cstdint>
 #include <initializer_list>

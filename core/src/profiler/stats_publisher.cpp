@@ -1,0 +1,111 @@
+// Note [Published allocator statistics]
+//   bp-smi runs in a process of its own, so it cannot ask another program's allocators what they
+//   hold. A program started with BACKPLANE_PUBLISH_STATS=1 writes, twice a second from a thread of
+//   its own, <stats_publish_dir()>/<pid>.json: its pid, command name and per device the
+//   allocator's allocated, reserved and peak bytes (the plugin's memory statistics). The thread
+//   starts when the process's registry is created (after its plugins are loaded) and the file
+//   is removed at normal exit; bp-smi --watch lists the files of live processes and ignores
+//   (and removes) those of processes that are gone. Off (the default) nothing of this runs.
+#include "runtime/registry.hpp"
+
+#include <backplane/profiler.hpp>
+#include <backplane/runtime.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <unistd.h>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace bp {
+
+std::string stats_publish_dir() {
+  if (const char* d = std::getenv("BACKPLANE_STATS_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x)
+    return std::string(x) + "/backplane-stats";
+  return "/tmp/backplane-stats-" + std::to_string(::getuid());
+}
+
+namespace detail {
+
+namespace {
+
+std::string& published_file() {
+  static std::string* f = new std::string;
+  return *f;
+}
+
+std::string command_name() {
+  std::ifstream f("/proc/self/comm");
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+void publish_once(Registry& reg, const std::string& name) {
+  nlohmann::json devs = nlohmann::json::array();
+  for (Device* d : reg.devices()) {
+    MemoryStats m = d->memory_stats();
+    devs.push_back({{"device", d->str()},
+                    {"allocated", m.allocated},
+                    {"reserved", m.reserved},
+                    {"peak_allocated", m.peak_allocated},
+                    {"num_allocs", m.num_allocs},
+                    {"total_allocs", m.total_allocs}});
+  }
+  nlohmann::json j = {
+      {"pid", static_cast<int64_t>(::getpid())},
+      {"command", name},
+      {"time",
+       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
+      {"devices", std::move(devs)}};
+  const std::string& path = published_file();
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << j.dump();
+    if (!f) return;
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
+void remove_published() {
+  std::remove(published_file().c_str());
+}
+
+}  // namespace
+
+void maybe_publish_stats(Registry& reg) {
+  const char* on = std::getenv("BACKPLANE_PUBLISH_STATS");
+  if (!on || std::string(on) != "1") return;
+  std::string dir = stats_publish_dir();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "backplane: BACKPLANE_PUBLISH_STATS: cannot create %s: %s\n", dir.c_str(),
+                 ec.message().c_str());
+    return;
+  }
+  published_file() = dir + "/" + std::to_string(::getpid()) + ".json";
+  std::string name = command_name();
+  std::atexit(remove_published);
+  std::thread([&reg, name] {
+    for (;;) {
+      try {
+        publish_once(reg, name);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "backplane: BACKPLANE_PUBLISH_STATS: %s\n", e.what());
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }).detach();
+}
+
+}  // namespace detail
+}  // namespace bp

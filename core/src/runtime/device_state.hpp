@@ -1,0 +1,243 @@
+// Internal: what libbackplane keeps behind the public Device, Stream, Buffer, Event and Kernel
+// classes (device.hpp) over a plugin's C table, and the one way into their private parts
+// (Access). Nothing here is exported.
+#pragma once
+
+#include <backplane/abi/op_catalogue.h>
+#include <backplane/abi/plugin_abi.h>
+#include <backplane/device.hpp>
+#include <backplane/errors.hpp>
+#include <backplane/sdk/memory_counters.hpp>
+#include <backplane/runtime.hpp>
+#include <backplane/tensor.hpp>
+
+#include <array>
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace bp::detail {
+
+struct RegistryState;
+struct TensorImpl;
+
+// Converts a plugin's error object (freed here) into the matching bp::Error subclass:
+// BP_ERROR_OUT_OF_MEMORY -> OutOfMemory, BP_ERROR_UNSUPPORTED -> UnsupportedError,
+// anything else -> PluginError. `context` says what the host was doing ("cuda:0: launch add").
+// With `invalid_is_device_error`, BP_ERROR_INVALID_ARGUMENT becomes DeviceError (a bad
+// address or foreign queue handed to an import) instead of PluginError.
+[[noreturn]] void throw_plugin_error(const bp_plugin_api* api, bp_error* err,
+                                     const std::string& context,
+                                     bool invalid_is_device_error = false);
+
+inline void check(const bp_plugin_api* api, bp_error* err, const char* what, const Device* dev) {
+  if (err) [[unlikely]]
+    throw_plugin_error(api, err, (dev ? dev->str() + ": " : std::string()) + what);
+}
+
+// The minor-2 slots the host may call, copied from the table at registration: NULL when the
+// plugin leaves a slot NULL or its table does not have it (abi_minor < 2, or a struct_size
+// that does not cover the slot). Nothing else reads these slots from the table.
+struct NativeSlots {
+  decltype(bp_plugin_api::buffer_native) buffer_native = nullptr;
+  decltype(bp_plugin_api::stream_native) stream_native = nullptr;
+  decltype(bp_plugin_api::buffer_import) buffer_import = nullptr;
+  decltype(bp_plugin_api::stream_import) stream_import = nullptr;
+};
+
+// The minor-3 native graph slots (Note [Native graphs] in plugin_abi.h), all five or none:
+// `begin_capture` is NULL unless the plugin's table has every one of them non-NULL.
+struct GraphSlots {
+  decltype(bp_plugin_api::graph_begin_capture) begin_capture = nullptr;
+  decltype(bp_plugin_api::graph_end_capture) end_capture = nullptr;
+  decltype(bp_plugin_api::graph_instantiate) instantiate = nullptr;
+  decltype(bp_plugin_api::graph_launch) launch = nullptr;
+  decltype(bp_plugin_api::graph_destroy) destroy = nullptr;
+};
+
+struct CaptureState;  // graph.cpp: an open capture on a device
+
+// A plugin loaded into one registry (the library itself is process-wide: Note [Registries] in
+// runtime.hpp).
+struct Plugin {
+  std::string path;
+  const bp_plugin_api* api = nullptr;
+  // find_kernel_id may be called, and launch takes bp_attr arrays with ids (Note [Attribute
+  // ids] in plugin_abi.h); false: names and bp_attr_minor1 arrays.
+  bool has_minor2 = false;
+  NativeSlots native;
+  GraphSlots graph;
+  std::string no_devices_reason;
+  RegistryState* registry = nullptr;
+  std::vector<std::unique_ptr<Device>> devices;
+};
+
+// A plugin stream shared by its Stream object and the buffers allocated on it (a Buffer frees
+// on the stream it was allocated on). The last owner synchronises and destroys it; a wrapper of
+// a foreign queue (Device::import_stream) is destroyed without waiting, since the work it
+// queued belongs to the queue's owner (a DLPack consumer must not be blocked by its producer).
+struct StreamState {
+  StreamState(Device& d, bp_stream* h, bool imported = false) noexcept
+      : dev(d), s(h), imported(imported) {}
+  ~StreamState();
+  StreamState(const StreamState&) = delete;
+  StreamState& operator=(const StreamState&) = delete;
+  Device& dev;
+  bp_stream* s;
+  bool imported;
+};
+
+// Everything of a Device that is not a static fact: the plugin table, streams, the kernel cache.
+struct DeviceState {
+  DeviceState(Plugin& p, int32_t i) noexcept : plugin(p), api(p.api), index(i) {}
+
+  Plugin& plugin;
+  const bp_plugin_api* api;
+  int32_t index;
+  Device* self = nullptr;  // set by the Device that owns this state
+
+  // The default stream, created on first use (Note [Per-op hot path] in tensor_ops.cpp: one
+  // atomic load once created).
+  std::atomic<Stream*> default_stream{nullptr};
+  std::atomic<bp_stream*> default_handle{nullptr};
+  std::mutex mu;  // guards slow paths: stream creation, kernel resolution
+  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<std::unique_ptr<Kernel>> kernel_store;
+  std::array<std::atomic<Kernel*>, static_cast<size_t>(kNumOps) * kNumDTypes> kernels{};
+  // Set once the backend has answered BP_ERROR_UNSUPPORTED for (op, dtype), so that
+  // Device::supports and the fallbacks it guards (an old plugin without a fused op) ask the
+  // plugin, and take `mu`, once per pair rather than once per call.
+  std::array<std::atomic<bool>, static_cast<size_t>(kNumOps) * kNumDTypes> unsupported{};
+  // Every buffer allocated through this device (Note [Memory accounting] in
+  // memory_counters.hpp): counted in allocate, uncounted in release; imported buffers never.
+  sdk::MemoryCounters memory;
+  // Ordinal and DLPack type of this device's memory, for 0-byte buffers whose handle is NULL
+  // (asked of the plugin once, with a small allocation).
+  std::once_flag native_identity_once;
+  NativeBuffer native_identity;
+  // The capture open on this device (graph.cpp), else null: tested with one acquire load by
+  // launch, make_empty, release and the host reads and synchronisations it refuses.
+  std::atomic<CaptureState*> capture{nullptr};
+  // The stream graph pools allocate on (never captured), created by the first capture.
+  std::shared_ptr<StreamState> pool_stream;
+  // Page-locked host memory from Device::host_alloc (start -> bytes), for the capture checks.
+  std::mutex host_mu;
+  std::map<uintptr_t, uint64_t> host_blocks;
+
+  static size_t slot(Op op, DType dtype) {
+    return static_cast<size_t>(op) * kNumDTypes + static_cast<size_t>(dtype);
+  }
+  Kernel& kernel(Op op, DType dtype) {
+    Kernel* k = kernels[slot(op, dtype)].load(std::memory_order_acquire);
+    return k ? *k : resolve_kernel(op, dtype);
+  }
+  // The default stream's plugin handle.
+  bp_stream* stream_handle() {
+    bp_stream* s = default_handle.load(std::memory_order_acquire);
+    return s ? s : create_default_stream();
+  }
+  Stream& stream() {
+    Stream* s = default_stream.load(std::memory_order_acquire);
+    if (s) return *s;
+    create_default_stream();
+    return *default_stream.load(std::memory_order_acquire);
+  }
+  bool has_events() const { return api->event_create != nullptr; }
+
+  Kernel& resolve_kernel(Op op, DType dtype);  // throws DTypeError, UnsupportedError
+  Kernel* try_resolve(Op op, DType dtype);     // nullptr when the backend lacks it
+  bp_stream* create_default_stream();
+  // Allocates on a stream (NULL: the default one); throws OutOfMemory naming the request.
+  std::shared_ptr<Buffer> allocate(uint64_t bytes, std::shared_ptr<StreamState> stream);
+  // Frees a buffer on the stream it was allocated on (NULL: the default stream); `counted`:
+  // made by allocate (not imported), so taken off the statistics.
+  void release(bp_buffer* b, uint64_t size, const StreamState* stream, bool counted) noexcept;
+  // MemoryStats: libbackplane's counts and the plugin's `reserved`. Throws on a plugin error.
+  MemoryStats memory_stats();
+  // Native address of byte `offset` of a buffer of this device (handle may be NULL for a
+  // 0-byte allocation); `size` is the buffer's size, for the bounds check.
+  NativeBuffer native_of(bp_buffer* handle, uint64_t size, uint64_t offset);
+  void* stream_native(bp_stream* s);
+  // UnsupportedError for a missing minor-2 slot: names the device, what was asked, the
+  // plugin, its ABI and whether its table lacks the slot (`in_table` false) or leaves it NULL.
+  [[noreturn]] void no_native_slot(const char* slot, const char* what, bool in_table) const;
+};
+
+// libbackplane's access to the private parts of the public classes (their one friend).
+struct Access {
+  // Tensor
+  static TensorImpl& impl(const Tensor& t) { return *t.impl_; }
+  static const std::shared_ptr<TensorImpl>& impl_ptr(const Tensor& t) { return t.impl_; }
+  static Tensor tensor(std::shared_ptr<TensorImpl> impl) { return Tensor(std::move(impl)); }
+
+  // Device
+  static DeviceState& state(const Device& d) { return *d.state_; }
+  static std::unique_ptr<Device> make_device(std::unique_ptr<DeviceState> state) {
+    return std::unique_ptr<Device>(new Device(std::move(state)));
+  }
+
+  // Buffer
+  static bp_buffer* handle(const Buffer& b) { return static_cast<bp_buffer*>(b.handle_); }
+  static std::shared_ptr<Buffer> make_buffer(Device& d, bp_buffer* h, uint64_t size,
+                                             std::shared_ptr<StreamState> stream, bool imported) {
+    return std::make_shared<Buffer>(Key{}, d, h, size, std::move(stream), imported);
+  }
+
+  // Stream
+  static bp_stream* handle(const Stream& s) { return s.state_->s; }
+  static const std::shared_ptr<StreamState>& shared_state(const Stream& s) { return s.state_; }
+  static std::unique_ptr<Stream> make_stream(Device& d, bp_stream* h, bool imported = false) {
+    return std::unique_ptr<Stream>(new Stream(d, std::make_shared<StreamState>(d, h, imported)));
+  }
+
+  // Event
+  static bp_event* handle(const Event& e) { return static_cast<bp_event*>(e.handle_); }
+  static std::unique_ptr<Event> make_event(Device& d, bp_event* e) {
+    return std::unique_ptr<Event>(new Event(d, e));
+  }
+
+  // Kernel
+  static bp_kernel* handle(const Kernel& k) { return static_cast<bp_kernel*>(k.handle_); }
+  static std::unique_ptr<Kernel> make_kernel(Device& d, Op op, DType dtype, bp_kernel* k) {
+    return std::unique_ptr<Kernel>(new Kernel(d, op, dtype, k));
+  }
+
+  // Registry
+  static RegistryState& state(const Registry& r) { return *r.s_; }
+};
+
+inline DeviceState& state(const Device& d) {
+  return Access::state(d);
+}
+inline bp_buffer* handle(const Buffer& b) {
+  return Access::handle(b);
+}
+inline bp_stream* handle(const Stream& s) {
+  return Access::handle(s);
+}
+
+// Queues `k` on `stream` with tensor descriptors and attributes (Note [Attribute ids]: plugins
+// of minor 0 and 1 get attribute arrays of their own layout).
+void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> inputs,
+            std::span<const bp_tensor_desc> outputs, std::span<const bp_attr> attrs);
+// The per-op path (Note [Per-op hot path]): the kernel for (op, dtype) from the device's
+// cache, launched on its default stream.
+inline void launch(Device& dev, Op op, DType dtype, std::span<const bp_tensor_desc> inputs,
+                   std::span<const bp_tensor_desc> outputs, std::span<const bp_attr> attrs = {}) {
+  DeviceState& s = state(dev);
+  launch(s.kernel(op, dtype), s.stream_handle(), inputs, outputs, attrs);
+}
+
+// True when `dev`'s plugin takes attribute ALPHA on add and sub (minor >= 2).
+inline bool takes_alpha(const Device& dev) {
+  return state(dev).plugin.has_minor2;
+}
+
+// Sync-debug hook: called before an implicit device-to-host read on `dev`.
+void note_implicit_sync(const Device& dev, const char* what);
+
+}  // namespace bp::detail

@@ -1,0 +1,539 @@
+// Plugin discovery, loading and the load report (Note [Plugin search order] in runtime.hpp).
+//
+// Note [Plugin lifetime]
+//   Plugin libraries are opened with RTLD_NOW | RTLD_LOCAL, once per process whichever
+//   registries ask for them (load_library keeps the table of opened libraries), initialised
+//   once, and never closed: buffers, streams and kernels they created may be referenced until
+//   process exit, and unloading a GPU driver stack while anything is alive is a crash. The
+//   process default registry is never destroyed for the same reason (no static-destruction-order
+//   hazards at exit); another registry, when destroyed, synchronises and destroys its devices'
+//   streams, and its libraries stay open.
+//
+// Note [Plugin table checks]
+//   check_plugin_table() is everything the loader verifies in a table before it calls init():
+//   the table is large enough to hold the identity fields, the major version is the host's, the
+//   table holds every minor-0 slot and each required one is set, the five event slots are all
+//   set or all NULL, and the device type is a valid device-string prefix. It reads fields in
+//   that order and never past struct_size, so a truncated or hostile table gives a reason, not
+//   a crash; tests/fuzz/fuzz_plugin_table.cpp feeds it arbitrary tables.
+#include "runtime/registry.hpp"
+#include "runtime/config_internal.hpp"
+
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <set>
+
+namespace bp::detail {
+
+namespace fs = std::filesystem;
+
+std::string library_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<const void*>(&library_dir), &info) && info.dli_fname) {
+    std::error_code ec;
+    fs::path p = fs::canonical(info.dli_fname, ec);
+    if (!ec) return p.parent_path().string();
+  }
+  return "";
+}
+
+// "libbackplane-cuda.so" -> "cuda"; "" when the file name does not follow the pattern.
+std::string plugin_name_from_file(const std::string& path) {
+  std::string f = fs::path(path).filename().string();
+  const std::string prefix = "libbackplane-", suffix = ".so";
+  if (f.size() <= prefix.size() + suffix.size() || f.rfind(prefix, 0) != 0 ||
+      f.compare(f.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return "";
+  return f.substr(prefix.size(), f.size() - prefix.size() - suffix.size());
+}
+
+bool is_elf_file(const std::string& path, std::string& why) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    why = "cannot be opened for reading";
+    return false;
+  }
+  char magic[4] = {};
+  in.read(magic, 4);
+  if (in.gcount() < 4 || std::memcmp(magic,
+                                     "\x7f"
+                                     "ELF",
+                                     4) != 0) {
+    why = "not an ELF shared object";
+    return false;
+  }
+  return true;
+}
+
+// Turns dlerror()'s text into "dependency libfoo.so.1 not found" when that is what it says.
+std::string explain_dlerror(const std::string& path, const std::string& err) {
+  const std::string marker = ": cannot open shared object file";
+  size_t pos = err.find(marker);
+  if (pos != std::string::npos) {
+    std::string lib = err.substr(0, pos);
+    size_t colon = lib.rfind(": ");
+    if (colon != std::string::npos) lib = lib.substr(colon + 2);
+    if (lib != path && fs::path(lib).filename() != fs::path(path).filename())
+      return "dependency " + lib + " not found (" + err + ")";
+  }
+  return "dlopen failed: " + err;
+}
+
+void* open_library(const std::string& path, const char* entry_symbol, const char* hint,
+                   void** out_entry, std::string& reason) {
+  *out_entry = nullptr;
+  if (!is_elf_file(path, reason)) return nullptr;
+  dlerror();
+  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    reason = explain_dlerror(path, e ? e : "unknown error");
+    return nullptr;
+  }
+  *out_entry = dlsym(h, entry_symbol);
+  if (!*out_entry) {
+    reason = "missing entry symbol " + std::string(entry_symbol) + " (" + hint + ")";
+    dlclose(h);
+    return nullptr;
+  }
+  return h;
+}
+
+bool is_comm_plugin_name(const std::string& name) {
+  return name.rfind("comm-", 0) == 0;
+}
+
+std::vector<std::string> plugin_search_entries() {
+  std::vector<std::string> entries = RegistryOptions::from_environment().plugin_paths;
+  std::string own = library_dir();
+  if (!own.empty()) entries.push_back(own + "/backplane/plugins");
+  return entries;
+}
+
+namespace {
+
+// A device plugin's name from its file name; communicator plugins (libbackplane-comm-*.so) have
+// a report of their own (comm_registry.cpp), so they give "".
+std::string name_from_file(const fs::path& p) {
+  std::string name = plugin_name_from_file(p.string());
+  return is_comm_plugin_name(name) ? "" : name;
+}
+
+bool valid_type(const char* t) {
+  if (!t || !*t || !(*t >= 'a' && *t <= 'z')) return false;
+  for (const char* c = t; *c; ++c)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= '0' && *c <= '9') || *c == '_')) return false;
+  return true;
+}
+
+// Required slots of a minor-0 table, by name, for the report.
+const char* missing_required_slot(const bp_plugin_api* a) {
+  // clang-format off
+#define BP_REQUIRE(slot) \
+  if (!a->slot) return #slot;
+  BP_REQUIRE(error_free) BP_REQUIRE(init) BP_REQUIRE(device_count)
+  BP_REQUIRE(device_properties) BP_REQUIRE(stream_create) BP_REQUIRE(stream_destroy)
+  BP_REQUIRE(stream_synchronize) BP_REQUIRE(mem_alloc) BP_REQUIRE(mem_free)
+  BP_REQUIRE(memory_stats) BP_REQUIRE(memory_reset_peak) BP_REQUIRE(memset)
+  BP_REQUIRE(copy_h2d) BP_REQUIRE(copy_d2h) BP_REQUIRE(copy_d2d) BP_REQUIRE(find_kernel)
+  BP_REQUIRE(launch)
+#undef BP_REQUIRE
+      // clang-format on
+      return nullptr;
+}
+
+std::string version_string(uint32_t major, uint32_t minor) {
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+// A library opened and checked once (Note [Plugin lifetime]).
+struct OpenedLibrary {
+  void* handle;
+  PluginReport report;       // as the first load saw it
+  const bp_plugin_api* api;  // nullptr when init failed
+};
+std::mutex g_libraries_mutex;
+std::vector<OpenedLibrary>& opened_libraries() {         // guarded by g_libraries_mutex
+  static auto* libs = new std::vector<OpenedLibrary>();  // never destroyed
+  return *libs;
+}
+
+}  // namespace
+
+std::string check_plugin_table(const bp_plugin_api* api, PluginReport& r) {
+  constexpr size_t kMinor0Size = BP_API_MINOR1_OFFSET;
+  if (api->struct_size < offsetof(bp_plugin_api, version) + sizeof(api->version))
+    return "plugin table is too small (" + std::to_string(api->struct_size) + " bytes)";
+  r.abi_major = api->abi_major;
+  r.abi_minor = api->abi_minor;
+  r.name = api->name ? api->name : "";
+  r.device_type = api->device_type ? api->device_type : "";
+  r.version = api->version ? api->version : "";
+  if (api->abi_major != BP_ABI_MAJOR)
+    return "ABI " + version_string(api->abi_major, api->abi_minor) + " vs host " +
+           version_string(BP_ABI_MAJOR, BP_ABI_MINOR) +
+           ": major versions differ; rebuild the plugin against this Backplane";
+  if (api->struct_size < kMinor0Size)
+    return "plugin table of " + std::to_string(api->struct_size) +
+           " bytes is smaller than ABI 1.0 requires (" + std::to_string(kMinor0Size) + ")";
+  if (const char* slot = missing_required_slot(api))
+    return std::string("required slot '") + slot + "' is NULL";
+  bool ev_any = api->event_create || api->event_destroy || api->event_record ||
+                api->stream_wait_event || api->event_synchronize;
+  bool ev_all = api->event_create && api->event_destroy && api->event_record &&
+                api->stream_wait_event && api->event_synchronize;
+  if (ev_any && !ev_all) return "event slots must be all set or all NULL";
+  if (!valid_type(api->device_type))
+    return "device type '" + r.device_type + "' is not lower-case [a-z][a-z0-9_]*";
+  return "";
+}
+
+PluginReport load_library(const std::string& path, const bp_plugin_api** out_api) {
+  *out_api = nullptr;
+  PluginReport r;
+  r.path = path;
+  r.status = PluginReport::Status::failed;
+  r.decision = "failed";
+  void* entry = nullptr;
+  void* h =
+      open_library(path, BP_PLUGIN_ENTRY_SYMBOL,
+                   "is it a Backplane plugin built with BP_SDK_DEFINE_PLUGIN or exporting it?",
+                   &entry, r.reason);
+  if (!h) return r;
+  auto get = reinterpret_cast<bp_plugin_get_api_fn>(entry);
+  std::lock_guard<std::mutex> lock(g_libraries_mutex);
+  for (const OpenedLibrary& lib : opened_libraries()) {
+    if (lib.handle != h) continue;
+    dlclose(h);  // drops this call's reference; the first one keeps the library open
+    PluginReport again = lib.report;
+    again.path = path;
+    *out_api = lib.api;
+    return again;
+  }
+  const bp_plugin_api* api = get(BP_ABI_MAJOR, BP_ABI_MINOR);
+  if (!api) {
+    r.reason = std::string(BP_PLUGIN_ENTRY_SYMBOL) + " returned no table for host ABI " +
+               version_string(BP_ABI_MAJOR, BP_ABI_MINOR);
+    dlclose(h);
+    return r;
+  }
+  r.reason = check_plugin_table(api, r);
+  if (!r.reason.empty()) {
+    dlclose(h);
+    return r;
+  }
+  if (bp_error* e = api->init()) {
+    r.reason = std::string("init failed: ") + (e->message ? e->message : "");
+    if (e->native_name && *e->native_name) r.reason += std::string(" [") + e->native_name + "]";
+    api->error_free(e);
+    // Not closed: init may have started threads or loaded drivers (Note [Plugin lifetime]).
+    opened_libraries().push_back({h, r, nullptr});
+    return r;
+  }
+  const char* reason = "";
+  int32_t n = api->device_count(&reason);
+  r.device_count = n < 0 ? 0 : n;
+  if (r.device_count == 0)
+    r.reason = std::string("0 devices because ") + (reason && *reason ? reason : "none found");
+  r.status = PluginReport::Status::loaded;
+  r.decision = "loaded";
+  opened_libraries().push_back({h, r, api});
+  *out_api = api;
+  return r;
+}
+
+RegistryOptions options_from(const Config& c) {
+  RegistryOptions o;
+  o.plugin_paths = env_plugin_path();
+  for (const auto& p : c.plugin_paths) o.plugin_paths.push_back(p);
+  o.allow = c.allow;
+  o.deny = c.deny;
+  o.default_device = c.default_device;
+  const char* env = std::getenv("BACKPLANE_DEVICE");
+  o.default_device_origin = env && *env ? "BACKPLANE_DEVICE" : "config file " + c.source;
+  return o;
+}
+
+// ---- RegistryState ---------------------------------------------------------------------------
+
+void RegistryState::register_plugin(PluginReport& r, const bp_plugin_api* a) {
+  auto p = std::make_unique<Plugin>();
+  p->path = r.path;
+  p->api = a;
+  p->registry = this;
+  // Note [ABI versioning]: a minor-2 slot is read only when the table declares minor 2 and
+  // its struct_size covers the slot.
+  p->has_minor2 = BP_API_HAS_SLOT(a, 2, find_kernel_id);
+  if (BP_API_HAS_SLOT(a, 2, buffer_native)) p->native.buffer_native = a->buffer_native;
+  if (BP_API_HAS_SLOT(a, 2, stream_native)) p->native.stream_native = a->stream_native;
+  if (BP_API_HAS_SLOT(a, 2, buffer_import)) p->native.buffer_import = a->buffer_import;
+  if (BP_API_HAS_SLOT(a, 2, stream_import)) p->native.stream_import = a->stream_import;
+  // Note [Native graphs]: all five slots or none; a partial set is treated as none.
+  if (BP_API_HAS_SLOT(a, 3, graph_destroy) && a->graph_begin_capture && a->graph_end_capture &&
+      a->graph_instantiate && a->graph_launch && a->graph_destroy)
+    p->graph = {a->graph_begin_capture, a->graph_end_capture, a->graph_instantiate, a->graph_launch,
+                a->graph_destroy};
+  p->no_devices_reason = r.device_count == 0 ? r.reason : "";
+  Plugin& plugin = *p;
+  plugins.push_back(std::move(p));
+  try {
+    for (int i = 0; i < r.device_count; ++i)
+      plugin.devices.push_back(Access::make_device(std::make_unique<DeviceState>(plugin, i)));
+  } catch (const Error& e) {
+    plugin.devices.clear();
+    r.status = PluginReport::Status::failed;
+    r.decision = "failed";
+    r.reason = std::string("reading device properties failed: ") + e.what();
+    r.device_count = 0;
+    plugin.no_devices_reason = r.reason;
+  }
+}
+
+std::vector<Device*> RegistryState::devices() const {
+  std::vector<Device*> out;
+  for (const auto& p : plugins)
+    for (const auto& d : p->devices) out.push_back(d.get());
+  return out;
+}
+
+Plugin* RegistryState::plugin_for_type(std::string_view type) const {
+  for (const auto& p : plugins)
+    if (p->api->device_type == type && !p->devices.empty()) return p.get();
+  for (const auto& p : plugins)
+    if (p->api->device_type == type) return p.get();
+  return nullptr;
+}
+
+const PluginReport* RegistryState::report_for_type(std::string_view type) const {
+  const PluginReport* best = nullptr;
+  for (const auto& r : report) {
+    if (r.device_type == type || r.name == type) {
+      if (!best || r.status == PluginReport::Status::loaded) best = &r;
+    }
+  }
+  return best;
+}
+
+std::vector<std::string> RegistryState::known_types() const {
+  std::vector<std::string> out;
+  for (const auto& p : plugins) out.push_back(p->api->device_type);
+  return out;
+}
+
+std::string RegistryState::device_list() const {
+  std::string out;
+  for (Device* d : devices()) out += (out.empty() ? "" : ", ") + d->str();
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace bp::detail
+
+// ---- Registry --------------------------------------------------------------------------------
+
+namespace bp {
+
+using detail::Plugin;
+using detail::RegistryState;
+
+RegistryOptions RegistryOptions::from_environment() {
+  return detail::options_from(Config::load());
+}
+
+Registry::Registry(RegistryOptions options)
+    : s_(std::make_unique<RegistryState>(std::move(options))) {
+  namespace fs = std::filesystem;
+  RegistryState& st = *s_;
+  const RegistryOptions& opt = st.options;
+  std::vector<std::string> entries = opt.plugin_paths;
+  if (opt.search_library_dir) {
+    std::string own = detail::library_dir();
+    if (!own.empty()) entries.push_back(own + "/backplane/plugins");
+  }
+
+  std::vector<std::string> candidates;
+  std::set<std::string> seen;
+  for (const auto& e : entries) {
+    std::error_code ec;
+    if (fs::is_directory(e, ec)) {
+      std::vector<std::string> files;
+      for (const auto& f : fs::directory_iterator(e, ec))
+        if (!detail::name_from_file(f.path()).empty()) files.push_back(f.path().string());
+      std::sort(files.begin(), files.end());
+      for (auto& f : files)
+        if (seen.insert(fs::weakly_canonical(f, ec).string()).second) candidates.push_back(f);
+    } else if (fs::exists(e, ec)) {
+      if (detail::is_comm_plugin_name(detail::plugin_name_from_file(e))) continue;
+      if (seen.insert(fs::weakly_canonical(e, ec).string()).second) candidates.push_back(e);
+    } else {
+      PluginReport r;
+      r.path = e;
+      r.status = PluginReport::Status::skipped;
+      r.decision = "skipped";
+      r.reason = "no such file or directory";
+      st.report.push_back(std::move(r));
+    }
+  }
+
+  auto skip = [&st](const std::string& path, const std::string& name, std::string reason) {
+    PluginReport r;
+    r.path = path;
+    r.name = name;
+    r.status = PluginReport::Status::skipped;
+    r.decision = "skipped";
+    r.reason = std::move(reason);
+    st.report.push_back(std::move(r));
+  };
+  std::set<std::string> types;
+  for (const auto& path : candidates) {
+    std::string name = detail::name_from_file(path);
+    auto listed = [&](const std::vector<std::string>& l) {
+      return std::find(l.begin(), l.end(), name) != l.end();
+    };
+    if (!name.empty() && !opt.allow.empty() && !listed(opt.allow)) {
+      skip(path, name, "not in the allow list (BACKPLANE_PLUGINS or plugins.allow)");
+      continue;
+    }
+    if (!name.empty() && listed(opt.deny)) {
+      skip(path, name, "in the deny list (plugins.deny)");
+      continue;
+    }
+    if (!name.empty()) {
+      auto prev = std::find_if(st.plugins.begin(), st.plugins.end(),
+                               [&](const auto& p) { return p->api->name && name == p->api->name; });
+      if (prev != st.plugins.end()) {
+        skip(path, name, "shadowed by " + (*prev)->path + " (earlier in the search order)");
+        continue;
+      }
+    }
+    const bp_plugin_api* api = nullptr;
+    PluginReport r = detail::load_library(path, &api);
+    if (r.status == PluginReport::Status::loaded) {
+      if (types.count(r.device_type)) {
+        r.status = PluginReport::Status::skipped;
+        r.decision = "skipped";
+        r.reason = "device type '" + r.device_type + "' is already served by another plugin";
+      } else {
+        st.register_plugin(r, api);
+        if (r.status == PluginReport::Status::loaded) types.insert(r.device_type);
+      }
+    }
+    st.report.push_back(r);
+  }
+}
+
+Registry::~Registry() = default;
+
+Registry& Registry::process_default() {
+  // Never destroyed: Note [Plugin lifetime].
+  static Registry* r = [] {
+    auto* reg = new Registry(detail::options_from(detail::settings()));
+    detail::maybe_publish_stats(*reg);
+    return reg;
+  }();
+  return *r;
+}
+
+const std::vector<PluginReport>& Registry::report() const {
+  return s_->report;
+}
+
+std::vector<Device*> Registry::devices() const {
+  return s_->devices();
+}
+
+std::vector<Device*> Registry::devices(DeviceKind kind) const {
+  std::vector<Device*> out;
+  for (Device* d : s_->devices())
+    if (d->properties().kind == kind) out.push_back(d);
+  return out;
+}
+
+Device& Registry::device(std::string_view spec) {
+  DeviceSpec s = parse_device_string(spec);
+  RegistryState& st = *s_;
+  Plugin* p = st.plugin_for_type(s.type);
+  if (!p) {
+    std::string msg = "unknown device type '" + s.type + "' in '" + std::string(spec) + "'";
+    if (const PluginReport* r = st.report_for_type(s.type))
+      msg += ": plugin " + r->path + " " + r->decision + ": " + r->reason;
+    std::string known;
+    for (const auto& t : st.known_types()) known += (known.empty() ? "" : ", ") + t;
+    msg += "; known device types: " + (known.empty() ? std::string("none") : known) +
+           "; devices: " + st.device_list();
+    throw DeviceError(msg);
+  }
+  if (p->devices.empty())
+    throw DeviceError(std::string(spec) + " is not available: " + p->no_devices_reason +
+                      " (plugin " + p->path + "); devices: " + st.device_list());
+  if (s.index >= static_cast<int>(p->devices.size()))
+    throw DeviceError("device " + s.type + ":" + std::to_string(s.index) +
+                      " does not exist: index out of range, " + s.type + " has " +
+                      std::to_string(p->devices.size()) +
+                      " device(s); devices: " + st.device_list());
+  return *p->devices[s.index];
+}
+
+int Registry::num_devices(std::string_view type) const {
+  Plugin* p = s_->plugin_for_type(type);
+  return p ? static_cast<int>(p->devices.size()) : 0;
+}
+
+Device& Registry::try_device(std::string_view spec) {
+  DeviceSpec s = parse_device_string(spec);
+  Plugin* p = s_->plugin_for_type(s.type);
+  if (p && s.index < static_cast<int>(p->devices.size())) return *p->devices[s.index];
+  return device("cpu:0");
+}
+
+std::vector<Device*> Registry::all_devices(std::string_view type) {
+  std::vector<Device*> out;
+  if (Plugin* p = s_->plugin_for_type(type))
+    for (const auto& d : p->devices) out.push_back(d.get());
+  if (out.empty()) out.push_back(&device("cpu:0"));
+  return out;
+}
+
+Availability Registry::is_available(std::string_view type) const {
+  Plugin* p = s_->plugin_for_type(type);
+  if (p && !p->devices.empty()) return {true, ""};
+  if (p) return {false, p->no_devices_reason};
+  if (const PluginReport* r = s_->report_for_type(type))
+    return {false, "plugin " + r->path + " " + r->decision + ": " + r->reason};
+  return {false, "no plugin provides device type '" + std::string(type) + "'"};
+}
+
+Device& Registry::default_device() {
+  if (Device* d = s_->default_device.load(std::memory_order_acquire)) return *d;
+  const RegistryOptions& o = s_->options;
+  Device* d = nullptr;
+  if (!o.default_device.empty()) {
+    try {
+      d = &device(o.default_device);
+    } catch (const DeviceError& e) {
+      throw DeviceError("default device from " +
+                        (o.default_device_origin.empty() ? std::string("the registry options")
+                                                         : o.default_device_origin) +
+                        ": " + e.what());
+    }
+  } else {
+    d = &device("cpu:0");
+  }
+  s_->default_device.store(d, std::memory_order_release);
+  return *d;
+}
+
+void Registry::set_default_device(Device& d) {
+  s_->default_device.store(&d, std::memory_order_release);
+}
+
+void Registry::synchronize() {
+  for (Device* d : s_->devices()) d->synchronize();
+}
+
+}  // namespace bp

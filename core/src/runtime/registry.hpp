@@ -1,0 +1,73 @@
+// Internal: registries and the process-wide table of opened plugin libraries (Note
+// [Registries] in runtime.hpp).
+#pragma once
+
+#include "runtime/device_state.hpp"
+
+#include <backplane/runtime.hpp>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace bp::detail {
+
+struct RegistryState {
+  explicit RegistryState(RegistryOptions o) : options(std::move(o)) {}
+  RegistryOptions options;
+  std::vector<PluginReport> report;
+  std::vector<std::unique_ptr<Plugin>> plugins;
+  std::atomic<Device*> default_device{nullptr};
+
+  std::vector<Device*> devices() const;
+  Plugin* plugin_for_type(std::string_view type) const;
+  // The report line of the plugin that serves (or failed to serve) a device type.
+  const PluginReport* report_for_type(std::string_view type) const;
+  std::vector<std::string> known_types() const;
+  std::string device_list() const;  // "cpu:0, cuda:0" or "none"
+  // Adds a loaded plugin and its devices; marks the report failed if properties fail.
+  void register_plugin(PluginReport& r, const bp_plugin_api* api);
+};
+
+// Opens one candidate file with every check of Note [Plugin search order] and initialises it,
+// once per process per library: a library already opened (by any registry) gives its first
+// report again, with `path` as given, and init is never called twice. *out_api is the table
+// of a loaded plugin, else nullptr.
+PluginReport load_library(const std::string& path, const bp_plugin_api** out_api);
+
+// The loader's checks of a plugin's table, before anything in it is called (Note [Plugin table
+// checks] in registry.cpp): returns "" when the table may be used, else the reason for the load
+// report. Fills r's ABI version, name, device type and version as far as the table's
+// struct_size covers them. Reads nothing past api->struct_size, calls no slot; the strings it
+// reads must be NUL-terminated or NULL. Used by load_library and by the fuzz target
+// tests/fuzz/fuzz_plugin_table.cpp on tables in memory.
+// Exported deliberately for that fuzz target (this header is not installed).
+BP_API std::string check_plugin_table(const bp_plugin_api* api, PluginReport& r);
+
+// The registry options of a configuration (BACKPLANE_PLUGIN_PATH first).
+RegistryOptions options_from(const Config& c);
+
+// Loader pieces shared with the communicator registry (comm_registry.cpp).
+std::string library_dir();  // directory of libbackplane.so, "" when unknown
+// "libbackplane-cuda.so" -> "cuda", "libbackplane-comm-nccl.so" -> "comm-nccl"; "" otherwise.
+std::string plugin_name_from_file(const std::string& path);
+bool is_comm_plugin_name(const std::string& name);  // "comm-*"
+bool is_elf_file(const std::string& path, std::string& why);
+// Checks that `path` is an ELF file, dlopens it (RTLD_NOW | RTLD_LOCAL) and finds
+// `entry_symbol`: the handle, or nullptr with `reason` set (`hint` says what the file should
+// have been when the symbol is missing).
+void* open_library(const std::string& path, const char* entry_symbol, const char* hint,
+                   void** out_entry, std::string& reason);
+// dlerror() text -> "dependency libfoo.so.1 not found (...)" or "dlopen failed: ...".
+std::string explain_dlerror(const std::string& path, const std::string& err);
+// The entries of the search order (Note [Plugin search order]): BACKPLANE_PLUGIN_PATH, the
+// config file's paths, the library's own plugin folder.
+std::vector<std::string> plugin_search_entries();
+
+// Starts the BACKPLANE_PUBLISH_STATS=1 thread (Note [Published allocator statistics] in
+// stats_publisher.cpp) for the process default registry; nothing when the variable is not set.
+void maybe_publish_stats(Registry& reg);
+
+}  // namespace bp::detail

@@ -1,0 +1,105 @@
+// Tensors over native memory: Tensor::native, Tensor::data_ptr and bp::from_blob (plugin ABI
+// 1.2, Note [Native handles] in plugin_abi.h).
+#include <backplane/tensor.hpp>
+
+#include "tensor/tensor_internal.hpp"
+
+#include <cstdio>
+
+namespace bp {
+
+NativeBuffer Tensor::native() const {
+  if (!defined()) throw Error("native(): undefined tensor (default-constructed bp::Tensor)");
+  const detail::TensorImpl& i = *impl_;
+  uint64_t off = static_cast<uint64_t>(i.offset) * dtype_size(i.dtype);
+  if (!i.storage) return detail::state(*i.device).native_of(nullptr, off, off);
+  return i.storage->native(off);
+}
+
+void* Tensor::data_ptr() const {
+  return native().address;
+}
+
+namespace {
+
+std::string dims_text(const Shape& s) {
+  std::string out = "[";
+  for (size_t k = 0; k < s.size(); ++k) out += (k ? ", " : "") + std::to_string(s[k]);
+  return out + "]";
+}
+
+}  // namespace
+
+Tensor from_blob(Device& dev, void* address, Shape shape, Shape strides, DType dtype,
+                 std::function<void()> release) {
+  const int code = static_cast<int>(dtype);
+  if (code < 0 || code >= kNumDTypes)
+    throw DTypeError("from_blob: dtype value " + std::to_string(code) +
+                     " is not a Backplane dtype (f32, f64, f16, bf16, i32, i64, u8, bool)");
+  Dims s{std::span<const int64_t>(shape)};  // ShapeError past kMaxRank
+  for (int k = 0; k < s.rank; ++k)
+    if (s.d[k] < 0)
+      throw ShapeError("from_blob: negative dimension " + std::to_string(s.d[k]) + " in shape " +
+                       dims_text(shape));
+  Dims st;
+  if (strides.empty()) {
+    st = detail::contiguous_strides(s);
+  } else {
+    if (strides.size() != shape.size())
+      throw ShapeError("from_blob: " + std::to_string(strides.size()) + " strides " +
+                       dims_text(strides) + " for a shape of rank " + std::to_string(shape.size()) +
+                       " " + dims_text(shape) +
+                       " (give one stride per dimension, or none for row-major)");
+    st = Dims{std::span<const int64_t>(strides)};
+    for (int k = 0; k < st.rank; ++k)
+      if (st.d[k] < 0)
+        throw ShapeError("from_blob: stride " + std::to_string(st.d[k]) + " of dimension " +
+                         std::to_string(k) + " is negative (strides " + dims_text(strides) +
+                         "); pass the address of the lowest element and non-negative strides");
+  }
+  // The memory the view reaches: 1 + sum((size - 1) * stride) elements, none when empty.
+  const uint64_t esize = dtype_size(dtype);
+  uint64_t bytes = 0;
+  bool empty = false;  // (not s.numel(): the product may overflow before the check below)
+  for (int k = 0; k < s.rank; ++k) empty = empty || s.d[k] == 0;
+  if (!empty) {
+    int64_t count = 1;
+    for (int k = 0; k < s.rank; ++k)
+      if (__builtin_mul_overflow(count, s.d[k], &count))
+        throw ShapeError("from_blob: shape " + dims_text(shape) + " has more than 2^63 elements");
+    int64_t last = 0;
+    bool overflow = false;
+    for (int k = 0; k < s.rank; ++k) {
+      int64_t step = 0;
+      overflow = overflow || __builtin_mul_overflow(s.d[k] - 1, st.d[k], &step) ||
+                 __builtin_add_overflow(last, step, &last);
+    }
+    int64_t elements = 0, total = 0;
+    overflow = overflow || __builtin_add_overflow(last, int64_t{1}, &elements) ||
+               __builtin_mul_overflow(elements, static_cast<int64_t>(esize), &total);
+    if (overflow)
+      throw ShapeError("from_blob: shape " + dims_text(shape) + " with strides " +
+                       dims_text(st.vec()) + " reaches more than 2^63 bytes");
+    bytes = static_cast<uint64_t>(total);
+  }
+  if (!address && bytes != 0)
+    throw DeviceError("from_blob: the address is NULL for a tensor of shape " + s.str() + " on " +
+                      dev.str());
+  if (reinterpret_cast<uintptr_t>(address) % esize != 0) {
+    char where[32];
+    std::snprintf(where, sizeof where, "%p", address);
+    throw DTypeError("from_blob: address " + std::string(where) + " is not aligned to the " +
+                     std::to_string(esize) + "-byte size of " + std::string(dtype_name(dtype)) +
+                     " elements");
+  }
+  std::shared_ptr<Buffer> buf = dev.import_buffer(address, bytes, std::move(release));
+  auto ti = std::make_shared<detail::TensorImpl>();
+  ti->storage = std::move(buf);
+  ti->device = &dev;
+  ti->dtype = dtype;
+  ti->shape = s;
+  ti->strides = st;
+  return detail::make_tensor(std::move(ti));
+}
+
+}  // namespace bp
