@@ -20,13 +20,6 @@ using namespace detail;
 
 namespace detail {
 
-void throw_domain_error(Op op, DType dtype) {
-  const int32_t o = static_cast<int32_t>(op);
-  throw DTypeError(std::string(op_name(op)) + ": dtype " + std::string(dtype_name(dtype)) +
-                   " is outside the op's dtype domain; " + std::string(op_name(op)) +
-                   " is defined for " + bp_op_domain_text(o) + " only (cast first)");
-}
-
 Tensor unary_raw(Op op, const Tensor& a) {
   check_domain(op, a.dtype());
   Device& dev = a.device();
