@@ -13,7 +13,7 @@
 #include <backplane/sdk/plugin_sdk.hpp>
 #include <backplane/runtime.hpp>
 #include <backplane_test/compare.hpp>
-#include <plugin_host.hpp>
+#include <comm_host.hpp>
 
 #include <algorithm>
 #include <chrono>

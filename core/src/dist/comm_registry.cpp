@@ -4,7 +4,7 @@
 // slots), never unloaded (Note [Plugin lifetime] in registry.cpp).
 #include "dist/comm_registry.hpp"
 #include "runtime/config_internal.hpp"
-#include "runtime/host/plugin_host.hpp"
+#include "dist/host/comm_host.hpp"
 #include "runtime/registry.hpp"
 
 #include <dlfcn.h>

@@ -8,7 +8,7 @@
 #include <backplane/runtime.hpp>
 #include <backplane/tensor.hpp>
 
-#include "autograd/autograd_internal.hpp"
+#include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 
 #include <cmath>
