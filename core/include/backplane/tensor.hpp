@@ -54,7 +54,7 @@ struct Meta;
 namespace detail {
 struct TensorImpl;  // storage and geometry; libbackplane's own
 struct TensorAccess;
-}
+}  // namespace detail
 
 // The most dimensions a tensor has (the plugin ABI's BP_MAX_RANK).
 inline constexpr int kMaxRank = 8;

@@ -3,8 +3,8 @@
 // (ELF, dlopen with missing dependencies named, entry symbol, ABI major, table size, required
 // slots), never unloaded (Note [Plugin lifetime] in registry.cpp).
 #include "dist/comm_registry.hpp"
-#include "runtime/config_internal.hpp"
 #include "dist/host/comm_host.hpp"
+#include "runtime/config_internal.hpp"
 #include "runtime/registry.hpp"
 
 #include <dlfcn.h>

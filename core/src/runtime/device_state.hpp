@@ -7,8 +7,8 @@
 #include <backplane/abi/plugin_abi.h>
 #include <backplane/device.hpp>
 #include <backplane/errors.hpp>
-#include <backplane/sdk/memory_counters.hpp>
 #include <backplane/runtime.hpp>
+#include <backplane/sdk/memory_counters.hpp>
 
 #include <array>
 #include <atomic>

@@ -2,8 +2,8 @@
 #include <backplane/runtime.hpp>
 #include <backplane/tensor.hpp>
 
-#include "tensor/grad_record.hpp"
 #include "graph/graph_internal.hpp"
+#include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 
 #include <algorithm>
