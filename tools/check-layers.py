@@ -2,6 +2,7 @@
 """Checks that core/src's layers depend only downwards, and draws the dependency graph.
 
 Usage: check-layers.py [--dot FILE] [SOURCE_ROOT]
+       check-layers.py --self-test   (the checker on a made-up tree with one upward include)
 
 core/src holds one folder a layer. A file depends on a layer when it includes one of that
 layer's internal headers ("tensor/tensor_internal.hpp") or one of the public headers the layer
@@ -31,7 +32,26 @@ INTERNAL = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"')
 EXTERNAL = re.compile(r"^\s*#\s*include\s+<backplane/([a-z_]+\.hpp)>")
 
 
+def self_test():
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        root = pathlib.Path(d)
+        for layer, text in (("runtime", '#include "tensor/tensor_internal.hpp"\n'),
+                            ("tensor", '#include "runtime/device_state.hpp"\n')):
+            (root / "core" / "src" / layer).mkdir(parents=True)
+            (root / "core" / "src" / layer / "a.cpp").write_text(text)
+        (root / "core" / "include" / "backplane").mkdir(parents=True)
+        bad = main(["check-layers.py", str(root)])
+        (root / "core" / "src" / "runtime" / "a.cpp").write_text("#include <vector>\n")
+        good = main(["check-layers.py", str(root)])
+    ok = bad == 1 and good == 0
+    print("self-test:", "passed" if ok else f"FAILED (upward tree gave {bad}, clean tree {good})")
+    return 0 if ok else 1
+
+
 def main(argv):
+    if argv[1:] == ["--self-test"]:
+        return self_test()
     dot = None
     if len(argv) > 2 and argv[1] == "--dot":
         dot, argv = argv[2], [argv[0]] + argv[3:]
