@@ -16,41 +16,61 @@
 #define BACKPLANE_OP_LIST_H_
 
 /* clang-format off */
-#define BP_OP_CATALOGUE(X)                                                                   \
-  X(fill, Fill, FILL, ALL)                                                                   \
-  X(copy, Copy, COPY, ALL)                                                                   \
-  X(cast, Cast, CAST, ALL)                                                                   \
-  X(add, Add, ADD, ARITH)                                                                    \
-  X(sub, Sub, SUB, ARITH)                                                                    \
-  X(mul, Mul, MUL, ARITH)                                                                    \
-  X(div, Div, DIV, FLOAT)                                                                    \
-  X(pow, Pow, POW, FLOAT)                                                                    \
-  X(maximum, Maximum, MAXIMUM, ARITH)                                                        \
-  X(minimum, Minimum, MINIMUM, ARITH)                                                        \
-  X(eq, Eq, EQ, ALL)                                                                         \
-  X(ne, Ne, NE, ALL)                                                                         \
-  X(lt, Lt, LT, ALL)                                                                         \
-  X(le, Le, LE, ALL)                                                                         \
-  X(gt, Gt, GT, ALL)                                                                         \
-  X(ge, Ge, GE, ALL)                                                                         \
-  X(where, Where, WHERE, ALL)                                                                \
-  X(neg, Neg, NEG, SIGNED)                                                                   \
-  X(exp, Exp, EXP, FLOAT)                                                                    \
-  X(log, Log, LOG, FLOAT)                                                                    \
-  X(sqrt, Sqrt, SQRT, FLOAT)                                                                 \
-  X(relu, Relu, RELU, SIGNED)                                                                \
-  X(sigmoid, Sigmoid, SIGMOID, FLOAT)                                                        \
-  X(tanh, Tanh, TANH, FLOAT)                                                                 \
-  X(abs, Abs, ABS, SIGNED)                                                                   \
-  X(sum, Sum, SUM, SIGNED)                                                                   \
-  X(mean, Mean, MEAN, FLOAT)                                                                 \
-  X(max, Max, MAX, SIGNED)                                                                   \
-  X(matmul, Matmul, MATMUL, FLOAT)                                                           \
-  X(uniform, Uniform, UNIFORM, FLOAT)                                                        \
-  X(normal, Normal, NORMAL, FLOAT)                                                           \
-  X(sumsq, Sumsq, SUMSQ, FLOAT)                                                              \
-  X(norm, Norm, NORM, FLOAT)                                                                 \
-  X(linear, Linear, LINEAR, FLOAT)
+#define BP_OP_CATALOGUE(X)                                                               \
+  X(fill, Fill, FILL, ALL)                                                               \
+  X(copy, Copy, COPY, ALL)                                                               \
+  X(cast, Cast, CAST, ALL)                                                               \
+  X(add, Add, ADD, ARITH)                                                                \
+  X(sub, Sub, SUB, ARITH)                                                                \
+  X(mul, Mul, MUL, ARITH)                                                                \
+  X(div, Div, DIV, FLOAT)                                                                \
+  X(pow, Pow, POW, FLOAT)                                                                \
+  X(maximum, Maximum, MAXIMUM, ARITH)                                                    \
+  X(minimum, Minimum, MINIMUM, ARITH)                                                    \
+  X(eq, Eq, EQ, ALL)                                                                     \
+  X(ne, Ne, NE, ALL)                                                                     \
+  X(lt, Lt, LT, ALL)                                                                     \
+  X(le, Le, LE, ALL)                                                                     \
+  X(gt, Gt, GT, ALL)                                                                     \
+  X(ge, Ge, GE, ALL)                                                                     \
+  X(where, Where, WHERE, ALL)                                                            \
+  X(neg, Neg, NEG, SIGNED)                                                               \
+  X(exp, Exp, EXP, FLOAT)                                                                \
+  X(log, Log, LOG, FLOAT)                                                                \
+  X(sqrt, Sqrt, SQRT, FLOAT)                                                             \
+  X(relu, Relu, RELU, SIGNED)                                                            \
+  X(sigmoid, Sigmoid, SIGMOID, FLOAT)                                                    \
+  X(tanh, Tanh, TANH, FLOAT)                                                             \
+  X(abs, Abs, ABS, SIGNED)                                                               \
+  X(sum, Sum, SUM, SIGNED)                                                               \
+  X(mean, Mean, MEAN, FLOAT)                                                             \
+  X(max, Max, MAX, SIGNED)                                                               \
+  X(matmul, Matmul, MATMUL, FLOAT)                                                       \
+  X(uniform, Uniform, UNIFORM, FLOAT)                                                    \
+  X(normal, Normal, NORMAL, FLOAT)                                                       \
+  X(sumsq, Sumsq, SUMSQ, FLOAT)                                                          \
+  X(norm, Norm, NORM, FLOAT)                                                             \
+  X(linear, Linear, LINEAR, FLOAT)                                                       \
+  X(conv2d, Conv2d, CONV2D, FLOAT)                                                       \
+  X(conv2d_backward_input, Conv2dBackwardInput, CONV2D_BACKWARD_INPUT, FLOAT)            \
+  X(conv2d_backward_weight, Conv2dBackwardWeight, CONV2D_BACKWARD_WEIGHT, FLOAT)         \
+  X(max_pool2d, MaxPool2d, MAX_POOL2D, FLOAT)                                            \
+  X(max_pool2d_backward, MaxPool2dBackward, MAX_POOL2D_BACKWARD, FLOAT)                  \
+  X(avg_pool2d, AvgPool2d, AVG_POOL2D, FLOAT)                                            \
+  X(avg_pool2d_backward, AvgPool2dBackward, AVG_POOL2D_BACKWARD, FLOAT)                  \
+  X(adaptive_avg_pool2d, AdaptiveAvgPool2d, ADAPTIVE_AVG_POOL2D, FLOAT)                  \
+  X(adaptive_avg_pool2d_backward, AdaptiveAvgPool2dBackward, ADAPTIVE_AVG_POOL2D_BACKWARD, FLOAT) \
+  X(batch_norm, BatchNorm, BATCH_NORM, FLOAT)                                            \
+  X(batch_norm_backward, BatchNormBackward, BATCH_NORM_BACKWARD, FLOAT)                  \
+  X(dropout, Dropout, DROPOUT, FLOAT)                                                    \
+  X(max_dim, MaxDim, MAX_DIM, SIGNED)                                                    \
+  X(min_dim, MinDim, MIN_DIM, SIGNED)                                                    \
+  X(gather, Gather, GATHER, ALL)                                                         \
+  X(scatter_add, ScatterAdd, SCATTER_ADD, ARITH)                                         \
+  X(softmax, Softmax, SOFTMAX, FLOAT)                                                    \
+  X(log_softmax, LogSoftmax, LOG_SOFTMAX, FLOAT)                                         \
+  X(softmax_backward, SoftmaxBackward, SOFTMAX_BACKWARD, FLOAT)                          \
+  X(log_softmax_backward, LogSoftmaxBackward, LOG_SOFTMAX_BACKWARD, FLOAT)
 /* clang-format on */
 
 #endif /* BACKPLANE_OP_LIST_H_ */

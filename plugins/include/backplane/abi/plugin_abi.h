@@ -49,7 +49,7 @@ extern "C" {
 
 #define BP_ABI_MAJOR 1
 /* Minor history: see plugins/CHANGELOG.md. */
-#define BP_ABI_MINOR 3
+#define BP_ABI_MINOR 4
 
 #define BP_MAX_RANK 8
 
@@ -188,7 +188,24 @@ typedef enum bp_attr_id {
   BP_ATTR_ID_STD = 11,
   BP_ATTR_ID_ALPHA = 12,
   BP_ATTR_ID_ACTIVATION = 13,
-  BP_ATTR_ID_COUNT = 14
+  /* ---- minor 4: the convolutional family ---- */
+  BP_ATTR_ID_AXIS = 14,
+  BP_ATTR_ID_STRIDE_H = 15,
+  BP_ATTR_ID_STRIDE_W = 16,
+  BP_ATTR_ID_PAD_H = 17,
+  BP_ATTR_ID_PAD_W = 18,
+  BP_ATTR_ID_DILATION_H = 19,
+  BP_ATTR_ID_DILATION_W = 20,
+  BP_ATTR_ID_GROUPS = 21,
+  BP_ATTR_ID_KERNEL_H = 22,
+  BP_ATTR_ID_KERNEL_W = 23,
+  BP_ATTR_ID_CEIL_MODE = 24,
+  BP_ATTR_ID_COUNT_INCLUDE_PAD = 25,
+  BP_ATTR_ID_TRAINING = 26,
+  BP_ATTR_ID_MOMENTUM = 27,
+  BP_ATTR_ID_EPS = 28,
+  BP_ATTR_ID_P = 29,
+  BP_ATTR_ID_COUNT = 30
 } bp_attr_id;
 
 /* Values of attribute ACTIVATION (op linear). */
@@ -231,9 +248,21 @@ typedef struct bp_attr_minor1 {
 
 /* Name of attribute id `id` ("value"), or "?" out of range. */
 static inline const char* bp_attr_name(int32_t id) {
-  static const char* const names[BP_ATTR_ID_COUNT] = {
-      "?",      "value", "scalar", "reverse", "inplace", "allow_tf32", "seed",
-      "offset", "low",   "high",   "mean",    "std",     "alpha",      "activation"};
+  static const char* const names[BP_ATTR_ID_COUNT] = {"?",          "value",
+                                                      "scalar",     "reverse",
+                                                      "inplace",    "allow_tf32",
+                                                      "seed",       "offset",
+                                                      "low",        "high",
+                                                      "mean",       "std",
+                                                      "alpha",      "activation",
+                                                      "axis",       "stride_h",
+                                                      "stride_w",   "pad_h",
+                                                      "pad_w",      "dilation_h",
+                                                      "dilation_w", "groups",
+                                                      "kernel_h",   "kernel_w",
+                                                      "ceil_mode",  "count_include_pad",
+                                                      "training",   "momentum",
+                                                      "eps",        "p"};
   return (id > 0 && id < BP_ATTR_ID_COUNT) ? names[id] : "?";
 }
 
@@ -382,6 +411,70 @@ typedef void (*bp_release_fn)(void* release_ctx);
  *   normal      -> out           SEED, OFFSET (INT, default 0), MEAN, STD (FLOAT, default 0, 1)
  *               Random numbers follow Note [Philox stream] in backplane/philox.h exactly, so
  *               one seed gives the same values on every device.
+ *
+ * Minor 4, the convolutional family. Every tensor of these ops is dense (row-major
+ * contiguous; the host makes inputs so), images are NCHW, and shapes are not broadcast. The
+ * host checks every shape and attribute before it launches (a plugin may rely on them) and
+ * gives the output shapes. Spatial attributes (INT): STRIDE_H/W (default 1; pooling: the
+ * kernel size), PAD_H/W (default 0, zeros on both sides; -inf for max pooling), DILATION_H/W
+ * (default 1), GROUPS (default 1), KERNEL_H/W (pooling, required), CEIL_MODE (pooling, default
+ * 0). Output size P = floor((H + 2 pad_h - dilation_h (R - 1) - 1) / stride_h) + 1 (Q likewise;
+ * with CEIL_MODE the ceiling, less one when the last window would start in the right padding).
+ * f16 and bf16 accumulate in f32 (Note [Conversions]).
+ *   conv2d      x[N,C,H,W], w[K,C/G,R,S] (, bias[K]) -> y[N,K,P,Q]: the cross-correlation of
+ *               torch.nn.functional.conv2d with G = GROUPS (C and K multiples of G); ALLOW_TF32
+ *               as for matmul.
+ *   conv2d_backward_input   dy[N,K,P,Q], w[K,C/G,R,S] -> dx[N,C,H,W]; conv2d's attributes.
+ *   conv2d_backward_weight  x[N,C,H,W], dy[N,K,P,Q] -> dw[K,C/G,R,S]; conv2d's attributes.
+ *               (The bias gradient is dy summed over N, P and Q: the host uses sum.)
+ *   max_pool2d  x[N,C,H,W] -> y[N,C,P,Q], indices[N,C,P,Q] (I64): indices = h * W + w of each
+ *               window's maximum, the first in row-major window order on ties; a NaN counts as
+ *               the maximum (its first position). The host keeps PAD <= KERNEL / 2.
+ *   max_pool2d_backward  dy[N,C,P,Q], indices[N,C,P,Q] (I64) -> dx[N,C,H,W]: dx = 0, then
+ *               dx[n,c,indices[n,c,p,q]] += dy[n,c,p,q], adding in row-major (p, q) order.
+ *   avg_pool2d  x[N,C,H,W] -> y[N,C,P,Q]: KERNEL, STRIDE, PAD, CEIL_MODE as max_pool2d;
+ *               COUNT_INCLUDE_PAD (INT, default 1): the divisor is the window clipped to the
+ *               padded input (1) or to the input itself (0), as torch.nn.functional.avg_pool2d.
+ *   avg_pool2d_backward  dy[N,C,P,Q] -> dx[N,C,H,W]; avg_pool2d's attributes.
+ *   adaptive_avg_pool2d  x[N,C,H,W] -> y[N,C,P,Q]: y[n,c,p,q] is the mean of rows
+ *               floor(p H / P) .. ceil((p + 1) H / P) - 1 and columns floor(q W / Q) ..
+ *               ceil((q + 1) W / Q) - 1.
+ *   adaptive_avg_pool2d_backward  dy[N,C,P,Q] -> dx[N,C,H,W].
+ *   batch_norm  x[N,C,L], weight[C], bias[C], running_mean[C], running_var[C] -> y[N,C,L]
+ *               (, save_mean[C], save_invstd[C]). EPS (FLOAT, default 1e-5), TRAINING (INT,
+ *               default 0), MOMENTUM (FLOAT, default 0.1). The host passes any [N, C, ...]
+ *               input as [N,C,L]. The per-channel tensors are f32 when x is f16 or bf16 and of
+ *               x's dtype otherwise. Training: per channel, mean and biased variance over N and
+ *               L; y = (x - mean) * invstd * weight + bias with invstd = 1 / sqrt(var + eps);
+ *               save_mean and save_invstd written; running_mean and running_var updated in
+ *               place as r = (1 - momentum) r + momentum b, with the unbiased variance
+ *               (var * n / (n - 1), n = N L >= 2). Evaluation: the running statistics
+ *               normalise and only y is written (the save outputs may be absent).
+ *   batch_norm_backward  dy[N,C,L], x[N,C,L], weight[C], save_mean[C], save_invstd[C] ->
+ *               dx[N,C,L], dweight[C], dbias[C]: the gradient of training-mode batch_norm.
+ *               Per-channel tensors typed as in batch_norm; EPS as there.
+ *   dropout     x -> y: P (FLOAT in [0, 1)), SEED, OFFSET (INT). Element i (row-major) is kept
+ *               when the uniform draw u of Note [Philox stream] for (seed, offset, i) is >= p,
+ *               and scaled by 1 / (1 - p); the others are 0. So one seed gives the same mask on
+ *               every device, and the backward is the same op on dy with the same seed and
+ *               offset.
+ *   max_dim min_dim  x -> values, indices (I64) along AXIS (INT, required): both have x's rank
+ *               with size 1 on AXIS (length >= 1); the first position of the maximum (minimum);
+ *               a NaN counts as the extreme, as in torch.max(x, dim).
+ *   gather      x, index (I64) -> out along AXIS: index has x's rank and index.shape[d] <=
+ *               x.shape[d] for d != AXIS; out has index's shape and out[i] = x[i with
+ *               i_AXIS = index[i]]. An index outside [0, x.shape[AXIS]) is an error
+ *               (BP_ERROR_INVALID_ARGUMENT naming the index, its position and the size).
+ *   scatter_add base, index (I64), src -> out along AXIS: out = base, then out[i with i_AXIS =
+ *               index[i]] += src[i] for every position i of src (index and src share a shape;
+ *               gather's backward). Contributions to one element add in row-major order of
+ *               src, so the result does not depend on the device. Index errors as gather. INPLACE
+ *               as elsewhere (out is base).
+ *   softmax log_softmax  x -> y along AXIS: exp(x - m) / sum(exp(x - m)) with m the maximum
+ *               along AXIS, and its logarithm (x - m - log(sum(exp(x - m)))); finite for any
+ *               finite input.
+ *   softmax_backward      y, dy -> dx along AXIS: dx = y * (dy - sum(dy * y)).
+ *   log_softmax_backward  y, dy -> dx along AXIS: dx = dy - exp(y) * sum(dy).
  * Outputs are dense (row-major contiguous) for every op but copy, whose output may be any
  * non-overlapping strided view (writing into a slice). Outputs never alias inputs unless the
  * host says so with INPLACE (INT 1), where out and input 0 describe the same memory.
@@ -394,7 +487,13 @@ typedef void (*bp_release_fn)(void* release_ctx);
  *     f32 f64 f16 bf16 i32 i64 u8 (ARITH, no bool)   add sub mul maximum minimum
  *     f32 f64 f16 bf16 i32 i64 (SIGNED)              neg relu abs sum max
  *     f32 f64 f16 bf16 (FLOAT)    div pow exp log sqrt sigmoid tanh mean matmul uniform normal
- *                                 sumsq norm linear
+ *                                 sumsq norm linear conv2d conv2d_backward_input
+ *                                 conv2d_backward_weight max_pool2d max_pool2d_backward
+ *                                 avg_pool2d avg_pool2d_backward adaptive_avg_pool2d
+ *                                 adaptive_avg_pool2d_backward batch_norm batch_norm_backward
+ *                                 dropout softmax log_softmax softmax_backward
+ *                                 log_softmax_backward
+ *   minor 4 besides: max_dim min_dim (SIGNED), gather (ALL), scatter_add (ARITH)
  *   A host never asks for a pair outside the domain (libbackplane raises DTypeError naming the
  *   op, the dtype and the domain); a plugin declares those pairs BP_SUPPORT_NO with
  *   bp_op_domain_reason. Inside the domain a plugin may still lack a pair (UNSUPPORTED, with
