@@ -11,6 +11,7 @@
 #include <backplane/functions.hpp>
 #include <backplane/graph.hpp>
 #include <backplane/nn.hpp>
+#include <backplane/nn_conv.hpp>
 #include <backplane/nn_functional.hpp>
 #include <backplane/ops.hpp>
 #include <backplane/parallel.hpp>

@@ -24,7 +24,12 @@ std::string shape_of(const Tensor& t) {
   return "[" + impl(t).shape.str() + "]";
 }
 std::string pair_str(int64_t h, int64_t w) {
-  return "(" + std::to_string(h) + ", " + std::to_string(w) + ")";
+  std::string s = "(";  // appended, not "(" + ...: GCC 12 warns falsely (-Wrestrict) on that
+  s += std::to_string(h);
+  s += ", ";
+  s += std::to_string(w);
+  s += ")";
+  return s;
 }
 
 // Launches `op` over dense descriptors of the given tensors (undefined ones are skipped).
