@@ -2,8 +2,8 @@
 #include <backplane/runtime.hpp>
 #include <backplane/tensor.hpp>
 
-#include "autograd/autograd_internal.hpp"
 #include "graph/graph_internal.hpp"
+#include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 
 #include <algorithm>
@@ -674,7 +674,11 @@ void manual_seed(uint64_t seed) {
 }
 
 namespace detail {
-void draw_philox(Generator* gen, uint64_t n, uint64_t& seed, uint64_t& offset) {
+void draw_philox(Device& dev, const char* what, Generator* gen, uint64_t n, uint64_t& seed,
+                 uint64_t& offset) {
+  refuse_if_capturing(dev, what,
+                      "its seed and offset are fixed at capture, so every replay would draw the "
+                      "same numbers; run it outside the capture");
   std::lock_guard<std::mutex> lock(g_gen_mu);
   Generator& g = gen ? *gen : default_generator();
   seed = g.seed();

@@ -4,7 +4,7 @@
 #include <backplane/functions.hpp>
 #include <backplane/runtime.hpp>
 
-#include "autograd/autograd_internal.hpp"
+#include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 #include "tensor/tensor_nn_internal.hpp"
 

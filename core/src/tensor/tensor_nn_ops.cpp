@@ -4,8 +4,7 @@
 #include <backplane/nn_functional.hpp>
 #include <backplane/runtime.hpp>
 
-#include "autograd/autograd_internal.hpp"
-#include "graph/graph_internal.hpp"
+#include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 #include "tensor/tensor_nn_internal.hpp"
 
@@ -475,11 +474,9 @@ Tensor dropout(const Tensor& input, double p, bool training) {
   check_domain(Op::dropout, input.dtype());
   if (!training || p == 0.0) return input;
   if (p == 1.0) return input * 0.0;
-  refuse_if_capturing(input.device(), "dropout",
-                      "its seed and offset are fixed at capture, so every replay would drop the "
-                      "same elements");
   uint64_t seed = 0, offset = 0;
-  draw_philox(nullptr, static_cast<uint64_t>(input.numel()), seed, offset);
+  draw_philox(input.device(), "dropout", nullptr, static_cast<uint64_t>(input.numel()), seed,
+              offset);
   Tensor x = input.contiguous();
   Tensor y = dropout_raw(x, p, seed, offset);
   if (autograd::needs_grad({&x}))
