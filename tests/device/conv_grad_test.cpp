@@ -2,6 +2,8 @@
 // finite differences of its own forward; on every device in f32, forward values and gradients
 // against those f64 results from the same inputs (the analytic formulas as cpu:0 computes them
 // in f64). Inputs are fresh random values from the printed seed (BP_TEST_SEED replays).
+// BP_TEST_REFERENCE_DEVICE names another f64 device to play cpu:0's part (the reference backend,
+// reference:0, checks the formulas independently of the cpu backend's kernels).
 #include "device_params.hpp"
 
 #include <backplane/nn_conv.hpp>
@@ -172,6 +174,11 @@ Values make_values(const Case& c, size_t out_numel) {
   return v;
 }
 
+bp::Device& ref_device() {
+  const char* name = std::getenv("BP_TEST_REFERENCE_DEVICE");
+  return bp::device(name && *name ? name : "cpu:0");
+}
+
 bp::Tensor on(bp::Device& d, const std::vector<double>& v, const bp::Shape& s, bp::DType dt) {
   return bp::from_vector<double>(v, s, d).to(dt);
 }
@@ -197,7 +204,7 @@ Result run(const Case& c, const Values& v, bp::Device& d, bp::DType dt) {
 
 double loss_f64(const Case& c, const Values& v, const std::vector<std::vector<double>>& xs) {
   bp::NoGradGuard no_grad;
-  bp::Device& cpu = bp::device("cpu:0");
+  bp::Device& cpu = ref_device();
   Inputs in;
   for (size_t k = 0; k < c.shapes.size(); ++k)
     in.push_back(on(cpu, xs[k], c.shapes[k], bp::DType::f64));
@@ -208,8 +215,7 @@ double loss_f64(const Case& c, const Values& v, const std::vector<std::vector<do
 size_t out_numel(const Case& c) {
   bp::NoGradGuard no_grad;
   Inputs in;
-  for (const bp::Shape& s : c.shapes)
-    in.push_back(bp::ones(s, bp::device("cpu:0"), bp::DType::f64));
+  for (const bp::Shape& s : c.shapes) in.push_back(bp::ones(s, ref_device(), bp::DType::f64));
   return static_cast<size_t>(c.f(in).numel());
 }
 
@@ -223,10 +229,10 @@ bool supports(bp::Device& d, const Case& c, bp::DType dt) {
 
 // Every gradient against central differences of the f64 forward on cpu:0.
 TEST(ConvGrad, FiniteDifferencesF64Cpu) {
-  bp::Device& cpu = bp::device("cpu:0");
+  bp::Device& cpu = ref_device();
   for (const Case& c : cases()) {
     if (!supports(cpu, c, bp::DType::f64)) {
-      ADD_FAILURE() << c.name << ": cpu:0 lacks an op of the case in f64";
+      ADD_FAILURE() << c.name << ": " << cpu.str() << " lacks an op of the case in f64";
       continue;
     }
     Values v = make_values(c, out_numel(c));
@@ -256,7 +262,7 @@ class ConvGradDevice : public bptest::DeviceTest {};
 
 // Forward values and gradients in f32 (and f64 where the device has it) against cpu:0's f64.
 TEST_P(ConvGradDevice, MatchesF64Reference) {
-  bp::Device& cpu = bp::device("cpu:0");
+  bp::Device& cpu = ref_device();
   std::vector<bp::DType> dts = {bp::DType::f32};
   if (has_f64()) dts.push_back(bp::DType::f64);
   int ran = 0;
