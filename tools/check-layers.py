@@ -24,7 +24,8 @@ RANK = dict(LAYERS)
 PUBLIC = {
     "export.hpp": "runtime", "errors.hpp": "runtime", "dtype.hpp": "runtime",
     "ops.hpp": "runtime", "device.hpp": "runtime", "runtime.hpp": "runtime",
-    "tensor.hpp": "tensor", "profiler.hpp": "profiler", "graph.hpp": "graph",
+    "tensor.hpp": "tensor", "functions.hpp": "tensor", "nn_functional.hpp": "tensor",
+    "nn_conv.hpp": "nn", "profiler.hpp": "profiler", "graph.hpp": "graph",
     "nn.hpp": "nn", "serialize.hpp": "serialize", "train.hpp": "train",
     "dist.hpp": "dist", "dist_store.hpp": "dist", "parallel.hpp": "dist",
 }

@@ -95,10 +95,26 @@ from ._tensor import (
     zeros,
     zeros_like,
 )
+from ._functions import (
+    argmax,
+    argmin,
+    clamp,
+    clip,
+    gather,
+    log_softmax,
+    max,
+    min,
+    return_types,
+    scatter_add,
+    softmax,
+    std,
+    var,
+)
 from ._dlpack import from_dlpack
 from ._graph import graph
 from .serialization import load, load_metadata, save
 from . import nn, optim  # noqa: E402  (they use the names above)
+from . import models  # noqa: E402  (built on nn)
 
 __version__ = "0.1.0"
 

@@ -53,5 +53,6 @@ void register_indexing(nb::class_<Tensor>& cls);
 void register_dlpack(nb::class_<Tensor>& cls, nb::module_& m);
 void register_train(nb::module_& m);
 void register_graph(nb::module_& m);
+void register_nn_functional(nb::module_& m);
 
 }  // namespace bp::python

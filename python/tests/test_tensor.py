@@ -284,8 +284,13 @@ def test_reductions(device, rng, dim, keepdim):
     axis = tuple(dim) if isinstance(dim, tuple) else dim
     close(t.sum(dim, keepdim), A.sum(axis=axis, keepdims=keepdim))
     close(t.mean(dim=dim, keepdim=keepdim), A.mean(axis=axis, keepdims=keepdim))
-    close(t.max(dim, keepdim=keepdim), A.max(axis=axis, keepdims=keepdim))
-    close(t.min(dim, keepdim=keepdim), A.min(axis=axis, keepdims=keepdim))
+    mx, mn = t.max(dim, keepdim=keepdim), t.min(dim, keepdim=keepdim)
+    if isinstance(dim, int):  # torch.return_types.max / min: (values, indices)
+        np.testing.assert_array_equal(mx.indices.numpy(), A.argmax(axis=axis, keepdims=keepdim))
+        np.testing.assert_array_equal(mn.indices.numpy(), A.argmin(axis=axis, keepdims=keepdim))
+        mx, mn = mx.values, mn.values
+    close(mx, A.max(axis=axis, keepdims=keepdim))
+    close(mn, A.min(axis=axis, keepdims=keepdim))
     ref = np.sqrt((A * A).sum(axis=axis, keepdims=keepdim))
     close(t.norm(dim, keepdim), ref)
 

@@ -173,6 +173,23 @@ class OpNode final : public Node {
         if (param & 2) return {gx, gw, gb};
         return {gx, gw};
       }
+      case GradKind::conv2d:
+      case GradKind::max_pool2d:
+      case GradKind::avg_pool2d:
+      case GradKind::adaptive_avg_pool2d:
+      case GradKind::batch_norm:
+      case GradKind::batch_norm_eval:
+      case GradKind::dropout:
+      case GradKind::index_reduce:
+      case GradKind::gather:
+      case GradKind::scatter_add:
+      case GradKind::softmax:
+      case GradKind::log_softmax:
+      case GradKind::cat: {
+        std::vector<bool> needs(next.size());
+        for (size_t k = 0; k < next.size(); ++k) needs[k] = next[k] != nullptr;
+        return nn_backward(kind, g, saved, in_shapes, scalar, param, extra, needs);
+      }
       case GradKind::cast:
         return {g.to(in_dtypes[0])};
       case GradKind::identity:

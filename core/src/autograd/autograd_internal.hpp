@@ -13,6 +13,13 @@
 
 namespace bp::autograd {
 
+// Gradients of the convolutional family's nodes (kinds conv2d .. cat of BP_GRAD_KINDS), from
+// what the forward op recorded: `saved` (detached), the inputs' shapes, the op's constants, and
+// which inputs need a gradient (`needs[k]`; others may be left undefined). autograd_nn.cpp.
+std::vector<Tensor> nn_backward(GradKind kind, const Tensor& grad, const std::vector<Tensor>& saved,
+                                const std::vector<Shape>& in_shapes, double scalar, int64_t param,
+                                const Shape& extra, const std::vector<bool>& needs);
+
 struct Node {
   virtual ~Node() = default;
   // Gradients with respect to each input (undefined where an input needs none).

@@ -33,7 +33,13 @@
   X(neg, Neg) X(exp, Exp) X(log, Log) X(sqrt, Sqrt) X(relu, Relu) X(sigmoid, Sigmoid)      \
   X(tanh, Tanh) X(abs, Abs) X(sum, Sum) X(mean, Mean) X(max, Max) X(cast, Cast)            \
   X(identity, Identity) X(reshape, Reshape) X(permute, Permute) X(slice, Slice)            \
-  X(expand, Expand) X(to_device, ToDevice) X(sumsq, Sumsq) X(norm, Norm) X(linear, Linear)
+  X(expand, Expand) X(to_device, ToDevice) X(sumsq, Sumsq) X(norm, Norm) X(linear, Linear)  \
+  /* the convolutional family (autograd_nn.cpp, nn_backward) */                          \
+  X(conv2d, Conv2d) X(max_pool2d, MaxPool2d) X(avg_pool2d, AvgPool2d)                     \
+  X(adaptive_avg_pool2d, AdaptiveAvgPool2d) X(batch_norm, BatchNorm)                      \
+  X(batch_norm_eval, BatchNormEval) X(dropout, Dropout) X(index_reduce, MaxMinDim)        \
+  X(gather, Gather) X(scatter_add, ScatterAdd) X(softmax, Softmax)                        \
+  X(log_softmax, LogSoftmax) X(cat, Cat)
 // clang-format on
 
 namespace bp::autograd {

@@ -531,6 +531,17 @@ class CrossEntropyLoss(Module):
         return cross_entropy(input, target, self.reduction)
 
 
+from ._conv import (  # noqa: E402  (they build on Module and Parameter above)
+    AdaptiveAvgPool2d,
+    AvgPool2d,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    MaxPool2d,
+    ModuleList,
+)
+
 __all__ = ["Parameter", "Module", "Linear", "LazyLinear", "ReLU", "Sigmoid", "Tanh",
            "Identity", "Flatten", "Sequential", "MSELoss", "CrossEntropyLoss", "LoadResult",
-           "functional", "init", "utils"]
+           "Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm2d", "Dropout",
+           "ModuleList", "functional", "init", "utils"]

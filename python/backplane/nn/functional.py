@@ -14,15 +14,27 @@ def linear(input, weight, bias=None):
 
 
 def softmax(input, dim=-1):
-    """exp(x - max) / sum(exp(x - max)) along `dim` (stable)."""
-    e = (input - input.max(dim, keepdim=True)).exp()
-    return e / e.sum(dim, keepdim=True)
+    """exp(x - max) / sum(exp(x - max)) along `dim` (one stable op, catalogue softmax)."""
+    return _core.softmax(input, dim)
 
 
 def log_softmax(input, dim=-1):
-    """x - max - log(sum(exp(x - max))) along `dim` (stable)."""
-    shifted = input - input.max(dim, keepdim=True)
-    return shifted - shifted.exp().sum(dim, keepdim=True).log()
+    """x - max - log(sum(exp(x - max))) along `dim` (one stable op, catalogue log_softmax)."""
+    return _core.log_softmax(input, dim)
+
+
+conv2d = _core.conv2d
+avg_pool2d = _core.avg_pool2d
+adaptive_avg_pool2d = _core.adaptive_avg_pool2d
+batch_norm = _core.batch_norm
+dropout = _core.dropout
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+               return_indices=False):
+    """torch.nn.functional.max_pool2d; with return_indices the positions h * W + w too."""
+    return _core.max_pool2d(input, kernel_size, stride, padding, dilation, ceil_mode,
+                            return_indices)
 
 
 def _reduce(loss, reduction, what):
@@ -61,4 +73,5 @@ def cross_entropy(input, target, reduction="mean"):
 
 
 __all__ = ["Tensor", "relu", "sigmoid", "tanh", "linear", "softmax", "log_softmax", "mse_loss",
-           "cross_entropy"]
+           "cross_entropy", "conv2d", "max_pool2d", "avg_pool2d", "adaptive_avg_pool2d",
+           "batch_norm", "dropout"]

@@ -1,0 +1,73 @@
+"""torch.* functions of the convolutional family (C++ functions.hpp): max/min along a dim with
+indices (torch.return_types-like named tuples), argmax/argmin, gather, scatter_add, clamp,
+var/std, softmax/log_softmax; also bound as Tensor methods with PyTorch's names."""
+from collections import namedtuple
+
+from . import _core
+from ._core import Tensor
+
+
+class return_types:  # noqa: N801  (torch.return_types)
+    """The named tuples of functions that return values and indices."""
+    max = namedtuple("max", ["values", "indices"])
+    min = namedtuple("min", ["values", "indices"])
+
+
+_tensor_max = Tensor.max
+_tensor_min = Tensor.min
+
+
+def max(input, dim=None, keepdim=False):  # noqa: A001  (torch.max)
+    """torch.max: the largest value (dim None), (values, indices) along an int dim, the
+    largest values over a tuple of dims, or the elementwise maximum with another tensor."""
+    if isinstance(dim, Tensor):
+        return _core.maximum(input, dim)
+    if isinstance(dim, int):
+        return return_types.max(*_core._max_dim(input, dim, keepdim))
+    return _tensor_max(input, dim, keepdim)
+
+
+def min(input, dim=None, keepdim=False):  # noqa: A001  (torch.min)
+    """torch.min, as max."""
+    if isinstance(dim, Tensor):
+        return _core.minimum(input, dim)
+    if isinstance(dim, int):
+        return return_types.min(*_core._min_dim(input, dim, keepdim))
+    return _tensor_min(input, dim, keepdim)
+
+
+argmax = _core.argmax
+argmin = _core.argmin
+gather = _core.gather
+scatter_add = _core.scatter_add
+clamp = _core.clamp
+clip = _core.clamp
+var = _core.var
+std = _core.std
+softmax = _core.softmax
+log_softmax = _core.log_softmax
+
+
+def _method(fn):
+    def method(self, *args, **kwargs):
+        return fn(self, *args, **kwargs)
+
+    method.__name__ = fn.__name__
+    method.__doc__ = fn.__doc__
+    return method
+
+
+for _name, _fn in {"max": max, "min": min, "argmax": argmax, "argmin": argmin, "gather": gather,
+                   "scatter_add": scatter_add, "clamp": clamp, "clip": clamp, "var": var,
+                   "std": std, "softmax": softmax, "log_softmax": log_softmax}.items():
+    setattr(Tensor, _name, _method(_fn))
+
+def _device_supports(self, op, dtype=_core.dtype.float32):
+    """Whether this device has catalogue op `op` (a name such as "conv2d") for `dtype`."""
+    return _core._supports(self, op, dtype)
+
+
+_core.Device.supports = _device_supports
+
+__all__ = ["return_types", "max", "min", "argmax", "argmin", "gather", "scatter_add", "clamp",
+           "clip", "var", "std", "softmax", "log_softmax"]
