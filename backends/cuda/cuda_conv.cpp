@@ -1,0 +1,443 @@
+// conv2d and its two backward ops through cuDNN (Note [cuDNN convolution plans]), for f32,
+// f64, f16 and bf16 (f16/bf16 accumulate in f32).
+//
+// Note [cuDNN convolution plans]
+//   A launch looks its plan up in a per-process cache keyed by (device, op, dtype, TF32, every
+//   shape and attribute): the tensor, filter and convolution descriptors, the algorithm and its
+//   workspace size. On a miss cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7, which queue
+//   no device work and so are safe inside a graph capture) rank the algorithms; the first that
+//   succeeds with a workspace of at most kMaxWorkspace wins, as PyTorch does without
+//   cudnn.benchmark. The math type comes from that result, except that f32 without ALLOW_TF32
+//   is always CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would let cuDNN use TF32 tensor cores). Plans
+//   are immutable once cached, so concurrent launches share them without a lock. The workspace
+//   is scratch memory of the launching stream (Device::allocate_scratch: the stream's block
+//   cache, or the graph's blocks while it captures; Note [Scratch in graphs]) freed in stream
+//   order after the call.
+#include "cuda_common.hpp"
+#include "cuda_cudnn.hpp"
+#include "cuda_device.hpp"
+#include "cuda_dnn.hpp"
+#include "cuda_kernels.hpp"
+
+#include <array>
+#include <climits>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace bp::cuda {
+
+cudnnDataType_t cudnn_dtype(int32_t dtype) {
+  switch (dtype) {
+    case BP_DTYPE_F32:
+      return CUDNN_DATA_FLOAT;
+    case BP_DTYPE_F64:
+      return CUDNN_DATA_DOUBLE;
+    case BP_DTYPE_F16:
+      return CUDNN_DATA_HALF;
+    case BP_DTYPE_BF16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      invalid(bp::sdk::format("cuDNN has no type for dtype %s", bp_dtype_name(dtype)));
+  }
+}
+
+int to_int(int64_t v, const char* what) {
+  if (v > INT_MAX) [[unlikely]]
+    bp::sdk::fail(BP_ERROR_UNSUPPORTED,
+                  bp::sdk::format("%s %lld exceeds cuDNN's 32-bit sizes", what,
+                                  static_cast<long long>(v)));
+  return static_cast<int>(v);
+}
+
+TensorDesc::TensorDesc(cudnnDataType_t type, int64_t n, int64_t c, int64_t h, int64_t w) {
+  const CudnnApi& api = cudnn();
+  if (n * c * h * w > INT_MAX) [[unlikely]]
+    bp::sdk::fail(BP_ERROR_UNSUPPORTED,
+                  bp::sdk::format("a tensor of [%lld, %lld, %lld, %lld] exceeds cuDNN's 2^31 "
+                                  "elements",
+                                  static_cast<long long>(n), static_cast<long long>(c),
+                                  static_cast<long long>(h), static_cast<long long>(w)));
+  BP_CUDNN_CHECK(api.cudnnCreateTensorDescriptor(&d));
+  BP_CUDNN_CHECK(api.cudnnSetTensor4dDescriptor(d, CUDNN_TENSOR_NCHW, type, to_int(n, "N"),
+                                                to_int(c, "C"), to_int(h, "H"), to_int(w, "W")));
+}
+
+TensorDesc::~TensorDesc() {
+  if (d) (void)cudnn_api().cudnnDestroyTensorDescriptor(d);
+}
+
+namespace {
+
+constexpr size_t kMaxWorkspace = size_t{4} << 30;
+
+enum class ConvKind : int { kForward, kBackwardData, kBackwardFilter };
+
+// Every number a plan depends on (Note [cuDNN convolution plans]).
+struct ConvKey {
+  std::array<int64_t, 22> v{};
+  bool operator==(const ConvKey& o) const { return v == o.v; }
+};
+struct ConvKeyHash {
+  size_t operator()(const ConvKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    for (int64_t x : k.v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+struct FilterDesc {
+  cudnnFilterDescriptor_t d = nullptr;
+  FilterDesc(cudnnDataType_t type, int64_t k, int64_t c, int64_t r, int64_t s) {
+    const CudnnApi& api = cudnn();
+    BP_CUDNN_CHECK(api.cudnnCreateFilterDescriptor(&d));
+    BP_CUDNN_CHECK(api.cudnnSetFilter4dDescriptor(d, type, CUDNN_TENSOR_NCHW, to_int(k, "K"),
+                                                  to_int(c, "C/G"), to_int(r, "R"),
+                                                  to_int(s, "S")));
+  }
+  ~FilterDesc() {
+    if (d) (void)cudnn_api().cudnnDestroyFilterDescriptor(d);
+  }
+  FilterDesc(const FilterDesc&) = delete;
+  FilterDesc& operator=(const FilterDesc&) = delete;
+};
+
+struct ConvDesc {
+  cudnnConvolutionDescriptor_t d = nullptr;
+  ConvDesc() { BP_CUDNN_CHECK(cudnn().cudnnCreateConvolutionDescriptor(&d)); }
+  ~ConvDesc() {
+    if (d) (void)cudnn_api().cudnnDestroyConvolutionDescriptor(d);
+  }
+  ConvDesc(const ConvDesc&) = delete;
+  ConvDesc& operator=(const ConvDesc&) = delete;
+};
+
+struct ConvPlan {
+  std::unique_ptr<TensorDesc> x, y, bias;
+  std::unique_ptr<FilterDesc> w;
+  ConvDesc conv;
+  int algo = 0;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
+  size_t workspace = 0;
+};
+
+// The geometry of one launch, read from the descriptors and attributes (the host checked
+// them: Note [Op catalogue]).
+struct ConvGeom {
+  int64_t n, c, h, w, k, r, s, p, q;
+  int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
+};
+
+ConvGeom geometry(const bp_tensor_desc& x, const bp_tensor_desc& w, const bp_tensor_desc& y,
+                  const bp::sdk::Attrs& at) {
+  ConvGeom g{};
+  g.n = x.shape[0];
+  g.c = x.shape[1];
+  g.h = x.shape[2];
+  g.w = x.shape[3];
+  g.k = w.shape[0];
+  g.r = w.shape[2];
+  g.s = w.shape[3];
+  g.p = y.shape[2];
+  g.q = y.shape[3];
+  g.stride_h = at.i(BP_ATTR_ID_STRIDE_H, 1);
+  g.stride_w = at.i(BP_ATTR_ID_STRIDE_W, 1);
+  g.pad_h = at.i(BP_ATTR_ID_PAD_H, 0);
+  g.pad_w = at.i(BP_ATTR_ID_PAD_W, 0);
+  g.dil_h = at.i(BP_ATTR_ID_DILATION_H, 1);
+  g.dil_w = at.i(BP_ATTR_ID_DILATION_W, 1);
+  g.groups = at.i(BP_ATTR_ID_GROUPS, 1);
+  return g;
+}
+
+// The math type to set before asking the heuristics (see the Note).
+cudnnMathType_t base_math(int32_t dtype, bool tf32) {
+  if (dtype == BP_DTYPE_F32) return tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+  if (dtype == BP_DTYPE_F64) return CUDNN_DEFAULT_MATH;
+  return CUDNN_TENSOR_OP_MATH;
+}
+
+template <class Perf>
+const Perf* pick(const Perf* perf, int count) {
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspace) return &perf[i];
+  return nullptr;
+}
+
+std::unique_ptr<ConvPlan> make_plan(cudnnHandle_t h, ConvKind kind, int32_t dtype, bool tf32,
+                                    const ConvGeom& g, bool with_bias) {
+  const CudnnApi& api = cudnn();
+  const cudnnDataType_t type = cudnn_dtype(dtype);
+  auto plan = std::make_unique<ConvPlan>();
+  plan->x = std::make_unique<TensorDesc>(type, g.n, g.c, g.h, g.w);
+  plan->y = std::make_unique<TensorDesc>(type, g.n, g.k, g.p, g.q);
+  plan->w = std::make_unique<FilterDesc>(type, g.k, g.c / g.groups, g.r, g.s);
+  if (with_bias) plan->bias = std::make_unique<TensorDesc>(type, 1, g.k, 1, 1);
+  const cudnnDataType_t compute = dtype == BP_DTYPE_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  cudnnConvolutionDescriptor_t cd = plan->conv.d;
+  BP_CUDNN_CHECK(api.cudnnSetConvolution2dDescriptor(
+      cd, to_int(g.pad_h, "pad_h"), to_int(g.pad_w, "pad_w"), to_int(g.stride_h, "stride_h"),
+      to_int(g.stride_w, "stride_w"), to_int(g.dil_h, "dilation_h"), to_int(g.dil_w, "dilation_w"),
+      CUDNN_CROSS_CORRELATION, compute));
+  BP_CUDNN_CHECK(api.cudnnSetConvolutionGroupCount(cd, to_int(g.groups, "groups")));
+  const cudnnMathType_t math = base_math(dtype, tf32);
+  BP_CUDNN_CHECK(api.cudnnSetConvolutionMathType(cd, math));
+  cudnnMathType_t chosen = math;
+  constexpr int kMax = 16;
+  int found = 0;
+  const char* what = "";
+  bool ok = false;
+  switch (kind) {
+    case ConvKind::kForward: {
+      cudnnConvolutionFwdAlgoPerf_t perf[kMax];
+      BP_CUDNN_CHECK(api.cudnnGetConvolutionForwardAlgorithm_v7(h, plan->x->d, plan->w->d, cd,
+                                                                plan->y->d, kMax, &found, perf));
+      if (const auto* p = pick(perf, found)) {
+        plan->algo = p->algo;
+        chosen = p->mathType;
+        ok = true;
+      }
+      what = "forward";
+      break;
+    }
+    case ConvKind::kBackwardData: {
+      cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
+      BP_CUDNN_CHECK(api.cudnnGetConvolutionBackwardDataAlgorithm_v7(
+          h, plan->w->d, plan->y->d, cd, plan->x->d, kMax, &found, perf));
+      if (const auto* p = pick(perf, found)) {
+        plan->algo = p->algo;
+        chosen = p->mathType;
+        ok = true;
+      }
+      what = "backward data";
+      break;
+    }
+    case ConvKind::kBackwardFilter: {
+      cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
+      BP_CUDNN_CHECK(api.cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+          h, plan->x->d, plan->y->d, cd, plan->w->d, kMax, &found, perf));
+      if (const auto* p = pick(perf, found)) {
+        plan->algo = p->algo;
+        chosen = p->mathType;
+        ok = true;
+      }
+      what = "backward filter";
+      break;
+    }
+  }
+  if (!ok)
+    bp::sdk::fail(BP_ERROR_UNSUPPORTED,
+                  bp::sdk::format("cuDNN has no %s convolution algorithm for this shape and "
+                                  "dtype (%d candidates, none usable)",
+                                  what, found));
+  if (dtype == BP_DTYPE_F32 && !tf32) chosen = CUDNN_FMA_MATH;
+  BP_CUDNN_CHECK(api.cudnnSetConvolutionMathType(cd, chosen));
+  size_t ws = 0;
+  switch (kind) {
+    case ConvKind::kForward:
+      BP_CUDNN_CHECK(api.cudnnGetConvolutionForwardWorkspaceSize(
+          h, plan->x->d, plan->w->d, cd, plan->y->d,
+          static_cast<cudnnConvolutionFwdAlgo_t>(plan->algo), &ws));
+      break;
+    case ConvKind::kBackwardData:
+      BP_CUDNN_CHECK(api.cudnnGetConvolutionBackwardDataWorkspaceSize(
+          h, plan->w->d, plan->y->d, cd, plan->x->d,
+          static_cast<cudnnConvolutionBwdDataAlgo_t>(plan->algo), &ws));
+      break;
+    case ConvKind::kBackwardFilter:
+      BP_CUDNN_CHECK(api.cudnnGetConvolutionBackwardFilterWorkspaceSize(
+          h, plan->x->d, plan->y->d, cd, plan->w->d,
+          static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan->algo), &ws));
+      break;
+  }
+  plan->workspace = ws;
+  return plan;
+}
+
+struct PlanCache {
+  std::mutex mu;
+  std::unordered_map<ConvKey, std::unique_ptr<ConvPlan>, ConvKeyHash> plans;
+};
+
+PlanCache& plan_cache() {
+  static PlanCache* cache = new PlanCache();  // lives as long as the plugin
+  return *cache;
+}
+
+// The cached plan of a launch, made on a miss; the caller holds the stream's cudnn_mutex.
+const ConvPlan& plan_for(const LaunchArgs& a, cudnnHandle_t h, ConvKind kind, bool tf32,
+                         const ConvGeom& g, bool with_bias) {
+  ConvKey key;
+  key.v = {a.device->index(), static_cast<int>(kind), a.dtype, tf32, with_bias, g.n, g.c, g.h,
+           g.w, g.k, g.r, g.s, g.p, g.q, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dil_h,
+           g.dil_w, g.groups, 0};
+  PlanCache& cache = plan_cache();
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.plans.find(key);
+    if (it != cache.plans.end()) return *it->second;
+  }
+  // Made outside the lock (the heuristics take tens of microseconds); a racing launch may make
+  // the same plan, and the first one inserted wins.
+  std::unique_ptr<ConvPlan> plan = make_plan(h, kind, a.dtype, tf32, g, with_bias);
+  std::lock_guard<std::mutex> lock(cache.mu);
+  auto [it, inserted] = cache.plans.emplace(key, std::move(plan));
+  (void)inserted;
+  return *it->second;
+}
+
+// Scratch memory of one call, freed in stream order when the launch ends.
+class Workspace {
+ public:
+  Workspace(const LaunchArgs& a, size_t bytes) : a_(a), bytes_(bytes) {
+    if (bytes_) p_ = a_.device->allocate_scratch(*a_.s, bytes_);
+  }
+  ~Workspace() {
+    if (p_) {
+      try {
+        a_.device->free_scratch(*a_.s, p_, bytes_);
+      } catch (...) {  // a failed stream-ordered free leaves the block to the pool
+      }
+    }
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  void* get() const { return p_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  const LaunchArgs& a_;
+  size_t bytes_;
+  void* p_ = nullptr;
+};
+
+struct Scale {
+  float f[2] = {1.0f, 0.0f};
+  double d[2] = {1.0, 0.0};
+  const void* one(int32_t dtype) const {
+    return dtype == BP_DTYPE_F64 ? static_cast<const void*>(&d[0]) : &f[0];
+  }
+  const void* zero(int32_t dtype) const {
+    return dtype == BP_DTYPE_F64 ? static_cast<const void*>(&d[1]) : &f[1];
+  }
+};
+
+void check_conv_descs(const LaunchArgs& a, const char* in0, const char* in1, const char* out) {
+  check_desc(a.in[0], a.dtype, in0);
+  check_desc(a.in[1], a.dtype, in1);
+  check_desc(a.out[0], a.dtype, out);
+  if (a.in[0].rank != 4 || a.in[1].rank != 4 || a.out[0].rank != 4)
+    invalid(bp::sdk::format("needs rank-4 tensors, got ranks %d, %d -> %d", a.in[0].rank,
+                            a.in[1].rank, a.out[0].rank));
+}
+
+void launch_conv2d(const LaunchArgs& a) {
+  if (a.nin != 2 && a.nin != 3)
+    invalid(bp::sdk::format("conv2d takes x, w and an optional bias; got %d inputs", a.nin));
+  check_arity(a, a.nin, 1);
+  check_conv_descs(a, "input 0 (x)", "input 1 (w)", "output (y)");
+  const bp_tensor_desc& X = a.in[0];
+  const bp_tensor_desc& W = a.in[1];
+  const bp_tensor_desc& Y = a.out[0];
+  const bp_tensor_desc* B = a.nin == 3 ? &a.in[2] : nullptr;
+  if (B) check_desc(*B, a.dtype, "input 2 (bias)");
+  if (numel(Y) == 0) return;
+  const ConvGeom g = geometry(X, W, Y, *a.attrs);
+  if (numel(X) == 0 || numel(W) == 0) {  // C == 0: an empty sum
+    fill_tensor(a, Y, 0.0);
+    if (B) {
+      const CudnnApi& api = cudnn();
+      const cudnnDataType_t type = cudnn_dtype(a.dtype);
+      const TensorDesc yd(type, g.n, g.k, g.p, g.q), bd(type, 1, g.k, 1, 1);
+      const Scale sc;
+      std::lock_guard<std::mutex> lock(a.s->cudnn_mutex);
+      BP_CUDNN_CHECK(api.cudnnAddTensor(cudnn_handle(*a.s), sc.one(a.dtype), bd.d,
+                                        data_ptr<const char>(*B), sc.one(a.dtype), yd.d,
+                                        data_ptr<char>(Y)));
+    }
+    return;
+  }
+  const bool tf32 = a.dtype == BP_DTYPE_F32 && a.attrs->i(BP_ATTR_ID_ALLOW_TF32, 0) != 0;
+  const CudnnApi& api = cudnn();
+  std::lock_guard<std::mutex> lock(a.s->cudnn_mutex);
+  cudnnHandle_t h = cudnn_handle(*a.s);
+  const ConvPlan& plan = plan_for(a, h, ConvKind::kForward, tf32, g, B != nullptr);
+  Workspace ws(a, plan.workspace);
+  const Scale sc;
+  BP_CUDNN_CHECK(api.cudnnConvolutionForward(
+      h, sc.one(a.dtype), plan.x->d, data_ptr<const char>(X), plan.w->d, data_ptr<const char>(W),
+      plan.conv.d, static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), ws.get(), ws.size(),
+      sc.zero(a.dtype), plan.y->d, data_ptr<char>(Y)));
+  if (B)
+    BP_CUDNN_CHECK(api.cudnnAddTensor(h, sc.one(a.dtype), plan.bias->d, data_ptr<const char>(*B),
+                                      sc.one(a.dtype), plan.y->d, data_ptr<char>(Y)));
+}
+
+void launch_conv2d_backward_input(const LaunchArgs& a) {
+  check_arity(a, 2, 1);
+  check_conv_descs(a, "input 0 (dy)", "input 1 (w)", "output (dx)");
+  const bp_tensor_desc& DY = a.in[0];
+  const bp_tensor_desc& W = a.in[1];
+  const bp_tensor_desc& DX = a.out[0];
+  if (numel(DX) == 0) return;
+  const ConvGeom g = geometry(DX, W, DY, *a.attrs);
+  if (numel(DY) == 0 || numel(W) == 0) {
+    fill_tensor(a, DX, 0.0);
+    return;
+  }
+  const bool tf32 = a.dtype == BP_DTYPE_F32 && a.attrs->i(BP_ATTR_ID_ALLOW_TF32, 0) != 0;
+  const CudnnApi& api = cudnn();
+  std::lock_guard<std::mutex> lock(a.s->cudnn_mutex);
+  cudnnHandle_t h = cudnn_handle(*a.s);
+  const ConvPlan& plan = plan_for(a, h, ConvKind::kBackwardData, tf32, g, false);
+  Workspace ws(a, plan.workspace);
+  const Scale sc;
+  BP_CUDNN_CHECK(api.cudnnConvolutionBackwardData(
+      h, sc.one(a.dtype), plan.w->d, data_ptr<const char>(W), plan.y->d, data_ptr<const char>(DY),
+      plan.conv.d, static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo), ws.get(), ws.size(),
+      sc.zero(a.dtype), plan.x->d, data_ptr<char>(DX)));
+}
+
+void launch_conv2d_backward_weight(const LaunchArgs& a) {
+  check_arity(a, 2, 1);
+  check_conv_descs(a, "input 0 (x)", "input 1 (dy)", "output (dw)");
+  const bp_tensor_desc& X = a.in[0];
+  const bp_tensor_desc& DY = a.in[1];
+  const bp_tensor_desc& DW = a.out[0];
+  if (numel(DW) == 0) return;
+  const ConvGeom g = geometry(X, DW, DY, *a.attrs);
+  if (numel(X) == 0 || numel(DY) == 0) {  // N == 0: an empty sum
+    fill_tensor(a, DW, 0.0);
+    return;
+  }
+  const bool tf32 = a.dtype == BP_DTYPE_F32 && a.attrs->i(BP_ATTR_ID_ALLOW_TF32, 0) != 0;
+  const CudnnApi& api = cudnn();
+  std::lock_guard<std::mutex> lock(a.s->cudnn_mutex);
+  cudnnHandle_t h = cudnn_handle(*a.s);
+  const ConvPlan& plan = plan_for(a, h, ConvKind::kBackwardFilter, tf32, g, false);
+  Workspace ws(a, plan.workspace);
+  const Scale sc;
+  BP_CUDNN_CHECK(api.cudnnConvolutionBackwardFilter(
+      h, sc.one(a.dtype), plan.x->d, data_ptr<const char>(X), plan.y->d, data_ptr<const char>(DY),
+      plan.conv.d, static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo), ws.get(), ws.size(),
+      sc.zero(a.dtype), plan.w->d, data_ptr<char>(DW)));
+}
+
+}  // namespace
+
+LaunchFn conv_fn(Op op, int32_t dtype) {
+  if (dtype != BP_DTYPE_F32 && dtype != BP_DTYPE_F64 && dtype != BP_DTYPE_F16 &&
+      dtype != BP_DTYPE_BF16)
+    return nullptr;
+  switch (op) {
+    case Op::kConv2d:
+      return &launch_conv2d;
+    case Op::kConv2dBackwardInput:
+      return &launch_conv2d_backward_input;
+    case Op::kConv2dBackwardWeight:
+      return &launch_conv2d_backward_weight;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace bp::cuda
