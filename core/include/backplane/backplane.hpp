@@ -8,8 +8,10 @@
 #include <backplane/dtype.hpp>
 #include <backplane/errors.hpp>
 #include <backplane/export.hpp>
+#include <backplane/functions.hpp>
 #include <backplane/graph.hpp>
 #include <backplane/nn.hpp>
+#include <backplane/nn_functional.hpp>
 #include <backplane/ops.hpp>
 #include <backplane/parallel.hpp>
 #include <backplane/profiler.hpp>

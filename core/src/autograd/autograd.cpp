@@ -59,17 +59,56 @@ class OpNode final : public Node {
   Shape extra;
 
   const char* name() const override {
-    static const char* const names[] = {
-        "AddBackward",       "SubBackward",        "MulBackward",        "DivBackward",
-        "PowBackward",       "MaximumBackward",    "MinimumBackward",    "WhereBackward",
-        "MatmulBackward",    "AddScalarBackward",  "RsubScalarBackward", "MulScalarBackward",
-        "DivScalarBackward", "RdivScalarBackward", "PowScalarBackward",  "ClampScalarBackward",
-        "NegBackward",       "ExpBackward",        "LogBackward",        "SqrtBackward",
-        "ReluBackward",      "SigmoidBackward",    "TanhBackward",       "AbsBackward",
-        "SumBackward",       "MeanBackward",       "MaxBackward",        "CastBackward",
-        "IdentityBackward",  "ReshapeBackward",    "PermuteBackward",    "SliceBackward",
-        "ExpandBackward",    "ToDeviceBackward",   "SumsqBackward",      "NormBackward",
-        "LinearBackward"};
+    static const char* const names[] = {"AddBackward",
+                                        "SubBackward",
+                                        "MulBackward",
+                                        "DivBackward",
+                                        "PowBackward",
+                                        "MaximumBackward",
+                                        "MinimumBackward",
+                                        "WhereBackward",
+                                        "MatmulBackward",
+                                        "AddScalarBackward",
+                                        "RsubScalarBackward",
+                                        "MulScalarBackward",
+                                        "DivScalarBackward",
+                                        "RdivScalarBackward",
+                                        "PowScalarBackward",
+                                        "ClampScalarBackward",
+                                        "NegBackward",
+                                        "ExpBackward",
+                                        "LogBackward",
+                                        "SqrtBackward",
+                                        "ReluBackward",
+                                        "SigmoidBackward",
+                                        "TanhBackward",
+                                        "AbsBackward",
+                                        "SumBackward",
+                                        "MeanBackward",
+                                        "MaxBackward",
+                                        "CastBackward",
+                                        "IdentityBackward",
+                                        "ReshapeBackward",
+                                        "PermuteBackward",
+                                        "SliceBackward",
+                                        "ExpandBackward",
+                                        "ToDeviceBackward",
+                                        "SumsqBackward",
+                                        "NormBackward",
+                                        "LinearBackward",
+                                        "Conv2dBackward",
+                                        "MaxPool2dBackward",
+                                        "AvgPool2dBackward",
+                                        "AdaptiveAvgPool2dBackward",
+                                        "BatchNormBackward",
+                                        "BatchNormEvalBackward",
+                                        "DropoutBackward",
+                                        "MaxMinBackward",
+                                        "GatherBackward",
+                                        "ScatterAddBackward",
+                                        "SoftmaxBackward",
+                                        "LogSoftmaxBackward",
+                                        "CatBackward"};
     return names[static_cast<int>(kind)];
   }
 
@@ -199,6 +238,23 @@ class OpNode final : public Node {
         if ((param & 2) && next[2]) gb = g2.sum(0);
         if (param & 2) return {gx, gw, gb};
         return {gx, gw};
+      }
+      case GradKind::conv2d:
+      case GradKind::max_pool2d:
+      case GradKind::avg_pool2d:
+      case GradKind::adaptive_avg_pool2d:
+      case GradKind::batch_norm:
+      case GradKind::batch_norm_eval:
+      case GradKind::dropout:
+      case GradKind::index_reduce:
+      case GradKind::gather:
+      case GradKind::scatter_add:
+      case GradKind::softmax:
+      case GradKind::log_softmax:
+      case GradKind::cat: {
+        std::vector<bool> needs(next.size());
+        for (size_t k = 0; k < next.size(); ++k) needs[k] = next[k] != nullptr;
+        return nn_backward(kind, g, saved, in_shapes, scalar, param, extra, needs);
       }
       case GradKind::cast:
         return {g.to(in_dtypes[0])};

@@ -49,7 +49,28 @@ enum class GradKind {
   sumsq,
   norm,
   linear,
+  // The convolutional family (autograd_nn.cpp, nn_backward).
+  conv2d,
+  max_pool2d,
+  avg_pool2d,
+  adaptive_avg_pool2d,
+  batch_norm,
+  batch_norm_eval,
+  dropout,
+  index_reduce,
+  gather,
+  scatter_add,
+  softmax,
+  log_softmax,
+  cat,
 };
+
+// Gradients of the convolutional family's nodes (kinds conv2d .. cat), from what the forward
+// op recorded: `saved` (detached), the inputs' shapes, the op's constants, and which inputs
+// need a gradient (`needs[k]`; others may be left undefined).
+std::vector<Tensor> nn_backward(GradKind kind, const Tensor& grad, const std::vector<Tensor>& saved,
+                                const std::vector<Shape>& in_shapes, double scalar, int64_t param,
+                                const Shape& extra, const std::vector<bool>& needs);
 
 struct Node {
   virtual ~Node() = default;

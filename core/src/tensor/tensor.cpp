@@ -673,6 +673,15 @@ void manual_seed(uint64_t seed) {
   default_generator() = Generator(seed);
 }
 
+namespace detail {
+void draw_philox(Generator* gen, uint64_t n, uint64_t& seed, uint64_t& offset) {
+  std::lock_guard<std::mutex> lock(g_gen_mu);
+  Generator& g = gen ? *gen : default_generator();
+  seed = g.seed();
+  offset = g.advance(n);
+}
+}  // namespace detail
+
 namespace {
 Tensor random_tensor(Op op, const Shape& shape, Device& device, DType dtype, Generator* gen,
                      double p0, double p1) {

@@ -71,6 +71,10 @@ inline bp_attr attr_i(bp_attr_id id, int64_t v) {
   return bp_attr{sizeof(bp_attr), bp_attr_name(id), BP_ATTR_INT, v, 0.0, id};
 }
 
+// Reserves n values of `gen`'s Philox stream (the default generator when null), thread-safely
+// with rand/randn: the seed and the offset of the first.
+void draw_philox(Generator* gen, uint64_t n, uint64_t& seed, uint64_t& offset);
+
 // Host copy of a tensor's values in row-major order as raw bytes of its dtype.
 std::vector<char> read_bytes(const Tensor& t, const char* what);
 

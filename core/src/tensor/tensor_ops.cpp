@@ -640,32 +640,7 @@ Tensor& Tensor::mul_(double factor) {
   return *this;
 }
 
-Tensor cat(const std::vector<Tensor>& ts, int axis) {
-  if (ts.empty()) throw ShapeError("cat: needs at least one tensor");
-  const Tensor& first = ts[0];
-  axis = normalize_axis(axis, first.rank(), "cat");
-  Dims shape = impl(first).shape;
-  shape.d[axis] = 0;
-  for (const Tensor& t : ts) {
-    check_same_device("cat", {&first, &t});
-    check_same_dtype("cat", first, t);
-    const Dims& s = impl(t).shape;
-    bool ok = s.rank == shape.rank;
-    for (int k = 0; ok && k < s.rank; ++k) ok = k == axis || s.d[k] == shape.d[k];
-    if (!ok)
-      throw ShapeError("cat: shape " + s.str() + " does not match " + impl(first).shape.str() +
-                       " outside axis " + std::to_string(axis));
-    shape.d[axis] += s.d[axis];
-  }
-  Tensor out = make_empty(first.device(), shape, first.dtype());
-  int64_t at = 0;
-  for (const Tensor& t : ts) {
-    int64_t n = impl(t).shape.d[axis];
-    copy_into(out.slice(axis, at, at + n), t);
-    at += n;
-  }
-  return out;
-}
+// cat: tensor_index_ops.cpp.
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
   if (!(impl(a).shape == impl(b).shape)) return false;

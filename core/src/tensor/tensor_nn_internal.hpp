@@ -1,0 +1,39 @@
+// Internal: the convolutional family's launches without checks or autograd, for the backward
+// formulas (autograd/autograd_nn.cpp). Callers pass dense tensors of the right shapes.
+//
+// Note [Window attributes]
+//   Autograd keeps a window op's attributes as a Shape, in this order:
+//     convolution: {stride_h, stride_w, pad_h, pad_w, dilation_h, dilation_w, groups}
+//     pooling:     {kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w, dilation_h,
+//                   dilation_w, ceil_mode, count_include_pad}
+#pragma once
+
+#include <backplane/tensor.hpp>
+
+#include <array>
+#include <cstdint>
+
+namespace bp::detail {
+
+// Writes `src` (broadcast to dst's shape) into the view `dst` (tensor_ops.cpp).
+void copy_into(const Tensor& dst, const Tensor& src);
+
+Tensor conv2d_backward_input_raw(const Tensor& dy, const Tensor& w, const Shape& x_shape,
+                                 const Shape& conv_attrs);
+Tensor conv2d_backward_weight_raw(const Tensor& x, const Tensor& dy, const Shape& w_shape,
+                                  const Shape& conv_attrs);
+Tensor max_pool2d_backward_raw(const Tensor& dy, const Tensor& indices, const Shape& x_shape,
+                               const Shape& pool_attrs);
+Tensor avg_pool2d_backward_raw(const Tensor& dy, const Shape& x_shape, const Shape& pool_attrs);
+Tensor adaptive_avg_pool2d_backward_raw(const Tensor& dy, const Shape& x_shape);
+// dx, dweight, dbias of training-mode batch_norm over x [N, C, L].
+std::array<Tensor, 3> batch_norm_backward_raw(const Tensor& dy, const Tensor& x, const Tensor& w,
+                                              const Tensor& save_mean, const Tensor& save_invstd,
+                                              double eps);
+Tensor dropout_raw(const Tensor& x, double p, uint64_t seed, uint64_t offset);
+// op: softmax_backward or log_softmax_backward.
+Tensor softmax_backward_raw(Op op, const Tensor& y, const Tensor& dy, int axis);
+Tensor gather_raw(const Tensor& x, int axis, const Tensor& index);
+Tensor scatter_add_raw(const Tensor& base, int axis, const Tensor& index, const Tensor& src);
+
+}  // namespace bp::detail
