@@ -69,13 +69,13 @@ __global__ void __launch_bounds__(kBnThreads)
     const double unbiased = M > 1 ? var * static_cast<double>(M) / static_cast<double>(M - 1) : var;
     running_mean[c] =
         static_cast<P>((1.0 - momentum) * static_cast<double>(running_mean[c]) + momentum * mean);
-    running_var[c] =
-        static_cast<P>((1.0 - momentum) * static_cast<double>(running_var[c]) + momentum * unbiased);
+    running_var[c] = static_cast<P>((1.0 - momentum) * static_cast<double>(running_var[c]) +
+                                    momentum * unbiased);
   }
   using A = compute_of_t<S>;
   const A scale = static_cast<A>(static_cast<double>(weight[c]) * invstd);
-  const A shift = static_cast<A>(static_cast<double>(bias[c]) -
-                                 mean * invstd * static_cast<double>(weight[c]));
+  const A shift =
+      static_cast<A>(static_cast<double>(bias[c]) - mean * invstd * static_cast<double>(weight[c]));
   for (int64_t i = threadIdx.x; i < M; i += kBnThreads) {
     const int64_t n = i / L, l = i - n * L;
     const int64_t o = (n * C + c) * L + l;
@@ -94,9 +94,9 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t c = (i / L) % C;
     const double invstd = 1.0 / sqrt(static_cast<double>(running_var[c]) + eps);
     const A scale = static_cast<A>(static_cast<double>(weight[c]) * invstd);
-    const A shift = static_cast<A>(static_cast<double>(bias[c]) -
-                                   static_cast<double>(running_mean[c]) * invstd *
-                                       static_cast<double>(weight[c]));
+    const A shift =
+        static_cast<A>(static_cast<double>(bias[c]) - static_cast<double>(running_mean[c]) *
+                                                          invstd * static_cast<double>(weight[c]));
     y[i] = store<S>(load(x[i]) * scale + shift);
   }
 }
@@ -169,9 +169,10 @@ void launch_batch_norm(const LaunchArgs& a) {
   using S = storage_t<D>;
   using P = param_t<D>;
   if (a.nin != 5 || (a.nout != 1 && a.nout != 3))
-    invalid(bp::sdk::format("batch_norm takes x, weight, bias, running_mean, running_var and "
-                            "gives y (, save_mean, save_invstd); got %d inputs and %d outputs",
-                            a.nin, a.nout));
+    invalid(
+        bp::sdk::format("batch_norm takes x, weight, bias, running_mean, running_var and "
+                        "gives y (, save_mean, save_invstd); got %d inputs and %d outputs",
+                        a.nin, a.nout));
   const bp_tensor_desc& X = a.in[0];
   const bp_tensor_desc& Y = a.out[0];
   check_desc(X, D, "input 0 (x)");
@@ -292,9 +293,9 @@ void launch_batch_norm_backward(const LaunchArgs& a) {
     const void* zero = D == BP_DTYPE_F64 ? static_cast<const void*>(&d0) : &f0;
     std::lock_guard<std::mutex> lock(a.s->cudnn_mutex);
     cudnnHandle_t h = cudnn_handle(*a.s);
-    const cudnnStatus_t st = api.cudnnBatchNormalizationBackward(
-        h, CUDNN_BATCHNORM_SPATIAL, one, zero, one, zero, xd.d, x, xd.d, dy, xd.d, dx, pdesc.d, w,
-        dw, db, eps, sm, si);
+    const cudnnStatus_t st =
+        api.cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, one, zero, one, zero, xd.d,
+                                            x, xd.d, dy, xd.d, dx, pdesc.d, w, dw, db, eps, sm, si);
     if (!not_supported(st)) {
       BP_CUDNN_CHECK(st);
       return;

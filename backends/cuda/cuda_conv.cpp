@@ -44,9 +44,8 @@ cudnnDataType_t cudnn_dtype(int32_t dtype) {
 
 int to_int(int64_t v, const char* what) {
   if (v > INT_MAX) [[unlikely]]
-    bp::sdk::fail(BP_ERROR_UNSUPPORTED,
-                  bp::sdk::format("%s %lld exceeds cuDNN's 32-bit sizes", what,
-                                  static_cast<long long>(v)));
+    bp::sdk::fail(BP_ERROR_UNSUPPORTED, bp::sdk::format("%s %lld exceeds cuDNN's 32-bit sizes",
+                                                        what, static_cast<long long>(v)));
   return static_cast<int>(v);
 }
 
@@ -267,9 +266,28 @@ PlanCache& plan_cache() {
 const ConvPlan& plan_for(const LaunchArgs& a, cudnnHandle_t h, ConvKind kind, bool tf32,
                          const ConvGeom& g, bool with_bias) {
   ConvKey key;
-  key.v = {a.device->index(), static_cast<int>(kind), a.dtype, tf32, with_bias, g.n, g.c, g.h,
-           g.w, g.k, g.r, g.s, g.p, g.q, g.stride_h, g.stride_w, g.pad_h, g.pad_w, g.dil_h,
-           g.dil_w, g.groups, 0};
+  key.v = {a.device->index(),
+           static_cast<int>(kind),
+           a.dtype,
+           tf32,
+           with_bias,
+           g.n,
+           g.c,
+           g.h,
+           g.w,
+           g.k,
+           g.r,
+           g.s,
+           g.p,
+           g.q,
+           g.stride_h,
+           g.stride_w,
+           g.pad_h,
+           g.pad_w,
+           g.dil_h,
+           g.dil_w,
+           g.groups,
+           0};
   PlanCache& cache = plan_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mu);

@@ -13,11 +13,13 @@ namespace bp::cuda {
 namespace {
 
 // The sub-libraries of cuDNN 9, in dependency order (graph first: the others need it).
-constexpr const char* kSubLibraries[] = {
-    "libcudnn_graph.so.9",          "libcudnn_engines_precompiled.so.9",
-    "libcudnn_engines_runtime_compiled.so.9", "libcudnn_heuristic.so.9",
-    "libcudnn_ops.so.9",            "libcudnn_cnn.so.9",
-    "libcudnn_adv.so.9"};
+constexpr const char* kSubLibraries[] = {"libcudnn_graph.so.9",
+                                         "libcudnn_engines_precompiled.so.9",
+                                         "libcudnn_engines_runtime_compiled.so.9",
+                                         "libcudnn_heuristic.so.9",
+                                         "libcudnn_ops.so.9",
+                                         "libcudnn_cnn.so.9",
+                                         "libcudnn_adv.so.9"};
 
 std::string folder_of(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -40,10 +42,9 @@ CudnnApi open_cudnn() {
   const char* env = std::getenv("BACKPLANE_CUDNN_LIBRARY");
   const bool from_env = env && *env;
   api.path = from_env ? env : "libcudnn.so.9";
-  const char* hint =
-      from_env ? "; BACKPLANE_CUDNN_LIBRARY must name libcudnn.so.9 of cuDNN 9"
-               : "; install cuDNN 9 (e.g. pip install nvidia-cudnn-cu13) or set "
-                 "BACKPLANE_CUDNN_LIBRARY to the path of its libcudnn.so.9";
+  const char* hint = from_env ? "; BACKPLANE_CUDNN_LIBRARY must name libcudnn.so.9 of cuDNN 9"
+                              : "; install cuDNN 9 (e.g. pip install nvidia-cudnn-cu13) or set "
+                                "BACKPLANE_CUDNN_LIBRARY to the path of its libcudnn.so.9";
   // An explicit path: its folder's sub-libraries first, so the shim finds them by soname.
   if (from_env) preload_sub_libraries(folder_of(api.path));
   (void)dlerror();

@@ -34,36 +34,36 @@ struct CudaStream;
 // The cuDNN entry points the backend uses (resolved with dlsym).
 struct CudnnApi {
 #define BP_CUDNN_FN(name) decltype(&::name) name = nullptr;
-#define BP_CUDNN_FUNCTIONS(X)                    \
-  X(cudnnGetVersion)                             \
-  X(cudnnGetErrorString)                         \
-  X(cudnnCreate)                                 \
-  X(cudnnDestroy)                                \
-  X(cudnnSetStream)                              \
-  X(cudnnCreateTensorDescriptor)                 \
-  X(cudnnSetTensor4dDescriptor)                  \
-  X(cudnnDestroyTensorDescriptor)                \
-  X(cudnnCreateFilterDescriptor)                 \
-  X(cudnnSetFilter4dDescriptor)                  \
-  X(cudnnDestroyFilterDescriptor)                \
-  X(cudnnCreateConvolutionDescriptor)            \
-  X(cudnnSetConvolution2dDescriptor)             \
-  X(cudnnSetConvolutionGroupCount)               \
-  X(cudnnSetConvolutionMathType)                 \
-  X(cudnnDestroyConvolutionDescriptor)           \
-  X(cudnnGetConvolutionForwardAlgorithm_v7)      \
-  X(cudnnGetConvolutionForwardWorkspaceSize)     \
-  X(cudnnConvolutionForward)                     \
-  X(cudnnGetConvolutionBackwardDataAlgorithm_v7) \
-  X(cudnnGetConvolutionBackwardDataWorkspaceSize) \
-  X(cudnnConvolutionBackwardData)                \
-  X(cudnnGetConvolutionBackwardFilterAlgorithm_v7) \
+#define BP_CUDNN_FUNCTIONS(X)                       \
+  X(cudnnGetVersion)                                \
+  X(cudnnGetErrorString)                            \
+  X(cudnnCreate)                                    \
+  X(cudnnDestroy)                                   \
+  X(cudnnSetStream)                                 \
+  X(cudnnCreateTensorDescriptor)                    \
+  X(cudnnSetTensor4dDescriptor)                     \
+  X(cudnnDestroyTensorDescriptor)                   \
+  X(cudnnCreateFilterDescriptor)                    \
+  X(cudnnSetFilter4dDescriptor)                     \
+  X(cudnnDestroyFilterDescriptor)                   \
+  X(cudnnCreateConvolutionDescriptor)               \
+  X(cudnnSetConvolution2dDescriptor)                \
+  X(cudnnSetConvolutionGroupCount)                  \
+  X(cudnnSetConvolutionMathType)                    \
+  X(cudnnDestroyConvolutionDescriptor)              \
+  X(cudnnGetConvolutionForwardAlgorithm_v7)         \
+  X(cudnnGetConvolutionForwardWorkspaceSize)        \
+  X(cudnnConvolutionForward)                        \
+  X(cudnnGetConvolutionBackwardDataAlgorithm_v7)    \
+  X(cudnnGetConvolutionBackwardDataWorkspaceSize)   \
+  X(cudnnConvolutionBackwardData)                   \
+  X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)  \
   X(cudnnGetConvolutionBackwardFilterWorkspaceSize) \
-  X(cudnnConvolutionBackwardFilter)              \
-  X(cudnnAddTensor)                              \
-  X(cudnnDeriveBNTensorDescriptor)               \
-  X(cudnnBatchNormalizationForwardTraining)      \
-  X(cudnnBatchNormalizationForwardInference)     \
+  X(cudnnConvolutionBackwardFilter)                 \
+  X(cudnnAddTensor)                                 \
+  X(cudnnDeriveBNTensorDescriptor)                  \
+  X(cudnnBatchNormalizationForwardTraining)         \
+  X(cudnnBatchNormalizationForwardInference)        \
   X(cudnnBatchNormalizationBackward)
   BP_CUDNN_FUNCTIONS(BP_CUDNN_FN)
 #undef BP_CUDNN_FN
@@ -85,10 +85,10 @@ const CudnnApi& cudnn();
                                     int line);
 
 // The checking macro for cuDNN calls.
-#define BP_CUDNN_CHECK(expr)                                                 \
-  do {                                                                       \
-    const cudnnStatus_t bp_cudnn_st_ = (expr);                               \
-    if (bp_cudnn_st_ != CUDNN_STATUS_SUCCESS) [[unlikely]]                   \
+#define BP_CUDNN_CHECK(expr)                                                  \
+  do {                                                                        \
+    const cudnnStatus_t bp_cudnn_st_ = (expr);                                \
+    if (bp_cudnn_st_ != CUDNN_STATUS_SUCCESS) [[unlikely]]                    \
       ::bp::cuda::throw_cudnn_error(bp_cudnn_st_, #expr, __FILE__, __LINE__); \
   } while (0)
 

@@ -148,8 +148,8 @@ __global__ void __launch_bounds__(kThreads)
       if (g < offset || g - offset >= n) continue;
       const uint64_t i = g - offset;
       const float u = static_cast<float>(w.w[k] >> 8) * (1.0f / 16777216.0f);
-      y[i] = static_cast<double>(u) >= p ? store<S>(load(x[i]) * scale)
-                                         : store<S>(compute_of_t<S>(0));
+      y[i] =
+          static_cast<double>(u) >= p ? store<S>(load(x[i]) * scale) : store<S>(compute_of_t<S>(0));
     }
   }
 }
@@ -193,10 +193,11 @@ void check_index_shape(const bp_tensor_desc& x, const bp_tensor_desc& index, int
   bool ok = index.rank == x.rank;
   for (int32_t d = 0; ok && d < x.rank; ++d) ok = d == axis || index.shape[d] <= x.shape[d];
   if (!ok)
-    invalid(bp::sdk::format("%s: index %s does not fit %s along axis %lld (same rank, no "
-                            "larger outside the axis)",
-                            what, shape_string(index.shape, index.rank).c_str(),
-                            shape_string(x.shape, x.rank).c_str(), static_cast<long long>(axis)));
+    invalid(
+        bp::sdk::format("%s: index %s does not fit %s along axis %lld (same rank, no "
+                        "larger outside the axis)",
+                        what, shape_string(index.shape, index.rank).c_str(),
+                        shape_string(x.shape, x.rank).c_str(), static_cast<long long>(axis)));
 }
 
 template <int D>
@@ -273,8 +274,8 @@ void launch_dropout(const LaunchArgs& a) {
 
 template <int D>
 LaunchFn index_of(Op op) {
-  constexpr bool kFloat = D == BP_DTYPE_F32 || D == BP_DTYPE_F64 || D == BP_DTYPE_F16 ||
-                          D == BP_DTYPE_BF16;
+  constexpr bool kFloat =
+      D == BP_DTYPE_F32 || D == BP_DTYPE_F64 || D == BP_DTYPE_F16 || D == BP_DTYPE_BF16;
   constexpr bool kArith = D != BP_DTYPE_BOOL;
   switch (op) {
     case Op::kGather:
@@ -319,17 +320,18 @@ void check_index_errors(CudaStream& s) {
   if (!s.index_armed.exchange(false, std::memory_order_acq_rel)) return;
   use_device(s.index);
   IndexError rec{};
-  BP_CUDA_CHECK(cudaMemcpyAsync(&rec, s.index_error, sizeof(rec), cudaMemcpyDeviceToHost, s.stream));
+  BP_CUDA_CHECK(
+      cudaMemcpyAsync(&rec, s.index_error, sizeof(rec), cudaMemcpyDeviceToHost, s.stream));
   BP_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   if (rec.flag == 0) return;
   BP_CUDA_CHECK(cudaMemsetAsync(s.index_error, 0, sizeof(IndexError), s.stream));
-  bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
-                bp::sdk::format("cuda:%d: op '%s': index %lld at position %lld of the index "
-                                "tensor is outside [0, %lld) along axis %d",
-                                s.index, rec.flag == 1 ? "gather" : "scatter_add",
-                                static_cast<long long>(rec.value),
-                                static_cast<long long>(rec.position),
-                                static_cast<long long>(rec.size), rec.axis));
+  bp::sdk::fail(
+      BP_ERROR_INVALID_ARGUMENT,
+      bp::sdk::format("cuda:%d: op '%s': index %lld at position %lld of the index "
+                      "tensor is outside [0, %lld) along axis %d",
+                      s.index, rec.flag == 1 ? "gather" : "scatter_add",
+                      static_cast<long long>(rec.value), static_cast<long long>(rec.position),
+                      static_cast<long long>(rec.size), rec.axis));
 }
 
 }  // namespace bp::cuda

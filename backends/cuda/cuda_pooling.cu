@@ -249,12 +249,12 @@ Pool make_pool(const LaunchArgs& a, const bp_tensor_desc& big, const bp_tensor_d
     g.count_include_pad = at.i(BP_ATTR_ID_COUNT_INCLUDE_PAD, 1) != 0;
     if (g.kh < 1 || g.kw < 1 || g.sh < 1 || g.sw < 1 || g.dh < 1 || g.dw < 1 || g.ph < 0 ||
         g.pw < 0)
-      invalid(bp::sdk::format("pooling attributes kernel %lldx%lld, stride %lldx%lld, padding "
-                              "%lldx%lld, dilation %lldx%lld are out of range",
-                              static_cast<long long>(g.kh), static_cast<long long>(g.kw),
-                              static_cast<long long>(g.sh), static_cast<long long>(g.sw),
-                              static_cast<long long>(g.ph), static_cast<long long>(g.pw),
-                              static_cast<long long>(g.dh), static_cast<long long>(g.dw)));
+      invalid(bp::sdk::format(
+          "pooling attributes kernel %lldx%lld, stride %lldx%lld, padding "
+          "%lldx%lld, dilation %lldx%lld are out of range",
+          static_cast<long long>(g.kh), static_cast<long long>(g.kw), static_cast<long long>(g.sh),
+          static_cast<long long>(g.sw), static_cast<long long>(g.ph), static_cast<long long>(g.pw),
+          static_cast<long long>(g.dh), static_cast<long long>(g.dw)));
   } else if (g.p < 1 || g.q < 1) {
     if (g.nc * g.p * g.q != 0 || g.h * g.w == 0) return g;
     invalid("adaptive_avg_pool2d needs an output of at least 1x1");

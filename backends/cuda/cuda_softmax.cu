@@ -128,7 +128,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int64_t i = 0; i < len; ++i) s += a_exp(load(x[i * inner]) - m);
       if constexpr (M == Mode::kSoftmax) {
         const A inv = A(1) / s;
-        for (int64_t i = 0; i < len; ++i) y[i * inner] = store<S>(a_exp(load(x[i * inner]) - m) * inv);
+        for (int64_t i = 0; i < len; ++i)
+          y[i * inner] = store<S>(a_exp(load(x[i * inner]) - m) * inv);
       } else {
         const A ls = a_log(s);
         for (int64_t i = 0; i < len; ++i) y[i * inner] = store<S>(load(x[i * inner]) - m - ls);
@@ -191,15 +192,17 @@ void launch_softmax(const LaunchArgs& a) {
     const int64_t rows = sh.outer;
     if (sh.len <= kWarpRow) {
       const int64_t per_block = kThreads / 32;
-      warp_rows_kernel<M, S><<<static_cast<unsigned>(ceil_div(rows, per_block)), kThreads, 0,
-                               a.stream>>>(in0, in1, out, rows, sh.len);
+      warp_rows_kernel<M, S>
+          <<<static_cast<unsigned>(ceil_div(rows, per_block)), kThreads, 0, a.stream>>>(
+              in0, in1, out, rows, sh.len);
     } else {
       block_rows_kernel<M, S>
           <<<static_cast<unsigned>(rows), kRowThreads, 0, a.stream>>>(in0, in1, out, sh.len);
     }
   } else {
-    column_kernel<M, S><<<grid_cap(a, ceil_div(sh.outer * sh.inner, kThreads)), kThreads, 0,
-                          a.stream>>>(in0, in1, out, sh.outer, sh.len, sh.inner);
+    column_kernel<M, S>
+        <<<grid_cap(a, ceil_div(sh.outer * sh.inner, kThreads)), kThreads, 0, a.stream>>>(
+            in0, in1, out, sh.outer, sh.len, sh.inner);
   }
   BP_CUDA_CHECK(cudaGetLastError());
 }
@@ -284,14 +287,13 @@ void launch_extreme(const LaunchArgs& a) {
   for (int k = 0; k < 2; ++k) {
     const bp_tensor_desc& o = a.out[k];
     bool ok = o.rank == X.rank;
-    for (int32_t d = 0; ok && d < X.rank; ++d)
-      ok = o.shape[d] == (d == axis ? 1 : X.shape[d]);
+    for (int32_t d = 0; ok && d < X.rank; ++d) ok = o.shape[d] == (d == axis ? 1 : X.shape[d]);
     if (!ok)
-      invalid(bp::sdk::format("output %d has shape %s; x %s reduced along axis %lld needs size "
-                              "1 there",
-                              k, shape_string(o.shape, o.rank).c_str(),
-                              shape_string(X.shape, X.rank).c_str(),
-                              static_cast<long long>(axis)));
+      invalid(
+          bp::sdk::format("output %d has shape %s; x %s reduced along axis %lld needs size "
+                          "1 there",
+                          k, shape_string(o.shape, o.rank).c_str(),
+                          shape_string(X.shape, X.rank).c_str(), static_cast<long long>(axis)));
   }
   if (sh.outer * sh.inner == 0) return;
   if (sh.len == 0) invalid("max_dim/min_dim need a non-empty axis");
@@ -333,7 +335,7 @@ LaunchFn softmax_of(Op op) {
 
 template <int D>
 LaunchFn extreme_of(Op op) {
-  return op == Op::kMaxDim ? &launch_extreme<true, D>
+  return op == Op::kMaxDim   ? &launch_extreme<true, D>
          : op == Op::kMinDim ? &launch_extreme<false, D>
                              : nullptr;
 }
