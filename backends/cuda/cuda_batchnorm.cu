@@ -141,8 +141,10 @@ __global__ void __launch_bounds__(kBnThreads)
 // Per dtype: whether cuDNN rejected it (Note [cuDNN batch norm]).
 std::atomic<bool> g_own_kernels[BP_DTYPE_COUNT];
 
-bool not_supported(cudnnStatus_t st) {
-  return static_cast<int>(st) / 1000 == 3;
+// cuDNN's answer for a dtype it lacks: NOT_SUPPORTED*, or BAD_PARAM for bf16 in some builds.
+bool not_supported(cudnnStatus_t st, int32_t dtype) {
+  return static_cast<int>(st) / 1000 == 3 ||
+         (st == CUDNN_STATUS_BAD_PARAM && dtype == BP_DTYPE_BF16);
 }
 
 template <int D>
@@ -229,7 +231,7 @@ void launch_batch_norm(const LaunchArgs& a) {
                  : api.cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, one,
                                                                zero, xd.d, x, xd.d, y, pdesc.d, w,
                                                                b, rm, rv, eps);
-    if (!not_supported(st)) {
+    if (!not_supported(st, D)) {
       BP_CUDNN_CHECK(st);
       return;
     }
@@ -296,7 +298,7 @@ void launch_batch_norm_backward(const LaunchArgs& a) {
     const cudnnStatus_t st =
         api.cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, one, zero, one, zero, xd.d,
                                             x, xd.d, dy, xd.d, dx, pdesc.d, w, dw, db, eps, sm, si);
-    if (!not_supported(st)) {
+    if (!not_supported(st, D)) {
       BP_CUDNN_CHECK(st);
       return;
     }

@@ -7,12 +7,14 @@
 //   workspace size. On a miss cuDNN's heuristics (cudnnGetConvolution*Algorithm_v7, which queue
 //   no device work and so are safe inside a graph capture) rank the algorithms; the first that
 //   succeeds with a workspace of at most kMaxWorkspace wins, as PyTorch does without
-//   cudnn.benchmark. The math type comes from that result, except that f32 without ALLOW_TF32
-//   is always CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would let cuDNN use TF32 tensor cores). Plans
-//   are immutable once cached, so concurrent launches share them without a lock. The workspace
-//   is scratch memory of the launching stream (Device::allocate_scratch: the stream's block
-//   cache, or the graph's blocks while it captures; Note [Scratch in graphs]) freed in stream
-//   order after the call.
+//   cudnn.benchmark; with BACKPLANE_CUDNN_BENCHMARK=1 (like cudnn.benchmark) the first launch
+//   of a shape times the candidates instead (cudnnFind*Ex on the launch's own tensors, the
+//   output overwritten, outside graph captures only). The math type comes from that result, except
+//   that f32 without ALLOW_TF32 is always CUDNN_FMA_MATH (CUDNN_DEFAULT_MATH would let cuDNN use
+//   TF32 tensor cores). Plans are immutable once cached, so concurrent launches share them without
+//   a lock. The workspace is scratch memory of the launching stream (Device::allocate_scratch: the
+//   stream's block cache, or the graph's blocks while it captures; Note [Scratch in graphs]) freed
+//   in stream order after the call.
 #include "cuda_common.hpp"
 #include "cuda_cudnn.hpp"
 #include "cuda_device.hpp"
@@ -21,6 +23,8 @@
 
 #include <array>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -162,8 +166,54 @@ const Perf* pick(const Perf* perf, int count) {
   return nullptr;
 }
 
-std::unique_ptr<ConvPlan> make_plan(cudnnHandle_t h, ConvKind kind, int32_t dtype, bool tf32,
-                                    const ConvGeom& g, bool with_bias) {
+// Scratch memory of one call, freed in stream order when the launch ends.
+class Workspace {
+ public:
+  Workspace(const LaunchArgs& a, size_t bytes) : a_(a), bytes_(bytes) {
+    if (bytes_) p_ = a_.device->allocate_scratch(*a_.s, bytes_);
+  }
+  ~Workspace() {
+    if (p_) {
+      try {
+        a_.device->free_scratch(*a_.s, p_, bytes_);
+      } catch (...) {  // a failed stream-ordered free leaves the block to the pool
+      }
+    }
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  void* get() const { return p_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  const LaunchArgs& a_;
+  size_t bytes_;
+  void* p_ = nullptr;
+};
+
+// The tensors of the launch that makes a plan: what cudnnFind* runs on (Note [cuDNN
+// convolution plans]). x, w and y in forward terms; the op's output is overwritten.
+struct ConvData {
+  const void* x;
+  const void* w;
+  const void* y;
+};
+
+// BACKPLANE_CUDNN_BENCHMARK=1: time the candidates once per plan (cudnnFind*Ex).
+bool benchmark_mode() {
+  static const bool on = [] {
+    const char* v = std::getenv("BACKPLANE_CUDNN_BENCHMARK");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+constexpr size_t kFindWorkspace = size_t{512} << 20;
+
+std::unique_ptr<ConvPlan> make_plan(const LaunchArgs& a, cudnnHandle_t h, ConvKind kind, bool tf32,
+                                    const ConvGeom& g, bool with_bias, const ConvData& data) {
+  const int32_t dtype = a.dtype;
+  const bool find = benchmark_mode() && !a.s->capture.load(std::memory_order_acquire);
   const CudnnApi& api = cudnn();
   const cudnnDataType_t type = cudnn_dtype(dtype);
   auto plan = std::make_unique<ConvPlan>();
@@ -188,8 +238,15 @@ std::unique_ptr<ConvPlan> make_plan(cudnnHandle_t h, ConvKind kind, int32_t dtyp
   switch (kind) {
     case ConvKind::kForward: {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
-      BP_CUDNN_CHECK(api.cudnnGetConvolutionForwardAlgorithm_v7(h, plan->x->d, plan->w->d, cd,
-                                                                plan->y->d, kMax, &found, perf));
+      if (find) {
+        Workspace ws(a, kFindWorkspace);
+        BP_CUDNN_CHECK(api.cudnnFindConvolutionForwardAlgorithmEx(
+            h, plan->x->d, data.x, plan->w->d, data.w, cd, plan->y->d, const_cast<void*>(data.y),
+            kMax, &found, perf, ws.get(), ws.size()));
+      } else {
+        BP_CUDNN_CHECK(api.cudnnGetConvolutionForwardAlgorithm_v7(h, plan->x->d, plan->w->d, cd,
+                                                                  plan->y->d, kMax, &found, perf));
+      }
       if (const auto* p = pick(perf, found)) {
         plan->algo = p->algo;
         chosen = p->mathType;
@@ -200,8 +257,15 @@ std::unique_ptr<ConvPlan> make_plan(cudnnHandle_t h, ConvKind kind, int32_t dtyp
     }
     case ConvKind::kBackwardData: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
-      BP_CUDNN_CHECK(api.cudnnGetConvolutionBackwardDataAlgorithm_v7(
-          h, plan->w->d, plan->y->d, cd, plan->x->d, kMax, &found, perf));
+      if (find) {
+        Workspace ws(a, kFindWorkspace);
+        BP_CUDNN_CHECK(api.cudnnFindConvolutionBackwardDataAlgorithmEx(
+            h, plan->w->d, data.w, plan->y->d, data.y, cd, plan->x->d, const_cast<void*>(data.x),
+            kMax, &found, perf, ws.get(), ws.size()));
+      } else {
+        BP_CUDNN_CHECK(api.cudnnGetConvolutionBackwardDataAlgorithm_v7(
+            h, plan->w->d, plan->y->d, cd, plan->x->d, kMax, &found, perf));
+      }
       if (const auto* p = pick(perf, found)) {
         plan->algo = p->algo;
         chosen = p->mathType;
@@ -212,8 +276,15 @@ std::unique_ptr<ConvPlan> make_plan(cudnnHandle_t h, ConvKind kind, int32_t dtyp
     }
     case ConvKind::kBackwardFilter: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-      BP_CUDNN_CHECK(api.cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-          h, plan->x->d, plan->y->d, cd, plan->w->d, kMax, &found, perf));
+      if (find) {
+        Workspace ws(a, kFindWorkspace);
+        BP_CUDNN_CHECK(api.cudnnFindConvolutionBackwardFilterAlgorithmEx(
+            h, plan->x->d, data.x, plan->y->d, data.y, cd, plan->w->d, const_cast<void*>(data.w),
+            kMax, &found, perf, ws.get(), ws.size()));
+      } else {
+        BP_CUDNN_CHECK(api.cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+            h, plan->x->d, plan->y->d, cd, plan->w->d, kMax, &found, perf));
+      }
       if (const auto* p = pick(perf, found)) {
         plan->algo = p->algo;
         chosen = p->mathType;
@@ -264,7 +335,7 @@ PlanCache& plan_cache() {
 
 // The cached plan of a launch, made on a miss; the caller holds the stream's cudnn_mutex.
 const ConvPlan& plan_for(const LaunchArgs& a, cudnnHandle_t h, ConvKind kind, bool tf32,
-                         const ConvGeom& g, bool with_bias) {
+                         const ConvGeom& g, bool with_bias, const ConvData& data) {
   ConvKey key;
   key.v = {a.device->index(),
            static_cast<int>(kind),
@@ -296,37 +367,12 @@ const ConvPlan& plan_for(const LaunchArgs& a, cudnnHandle_t h, ConvKind kind, bo
   }
   // Made outside the lock (the heuristics take tens of microseconds); a racing launch may make
   // the same plan, and the first one inserted wins.
-  std::unique_ptr<ConvPlan> plan = make_plan(h, kind, a.dtype, tf32, g, with_bias);
+  std::unique_ptr<ConvPlan> plan = make_plan(a, h, kind, tf32, g, with_bias, data);
   std::lock_guard<std::mutex> lock(cache.mu);
   auto [it, inserted] = cache.plans.emplace(key, std::move(plan));
   (void)inserted;
   return *it->second;
 }
-
-// Scratch memory of one call, freed in stream order when the launch ends.
-class Workspace {
- public:
-  Workspace(const LaunchArgs& a, size_t bytes) : a_(a), bytes_(bytes) {
-    if (bytes_) p_ = a_.device->allocate_scratch(*a_.s, bytes_);
-  }
-  ~Workspace() {
-    if (p_) {
-      try {
-        a_.device->free_scratch(*a_.s, p_, bytes_);
-      } catch (...) {  // a failed stream-ordered free leaves the block to the pool
-      }
-    }
-  }
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-  void* get() const { return p_; }
-  size_t size() const { return bytes_; }
-
- private:
-  const LaunchArgs& a_;
-  size_t bytes_;
-  void* p_ = nullptr;
-};
 
 struct Scale {
   float f[2] = {1.0f, 0.0f};
@@ -378,7 +424,9 @@ void launch_conv2d(const LaunchArgs& a) {
   const CudnnApi& api = cudnn();
   std::lock_guard<std::mutex> lock(a.s->cudnn_mutex);
   cudnnHandle_t h = cudnn_handle(*a.s);
-  const ConvPlan& plan = plan_for(a, h, ConvKind::kForward, tf32, g, B != nullptr);
+  const ConvPlan& plan =
+      plan_for(a, h, ConvKind::kForward, tf32, g, B != nullptr,
+               {data_ptr<const char>(X), data_ptr<const char>(W), data_ptr<const char>(Y)});
   Workspace ws(a, plan.workspace);
   const Scale sc;
   BP_CUDNN_CHECK(api.cudnnConvolutionForward(
@@ -406,7 +454,9 @@ void launch_conv2d_backward_input(const LaunchArgs& a) {
   const CudnnApi& api = cudnn();
   std::lock_guard<std::mutex> lock(a.s->cudnn_mutex);
   cudnnHandle_t h = cudnn_handle(*a.s);
-  const ConvPlan& plan = plan_for(a, h, ConvKind::kBackwardData, tf32, g, false);
+  const ConvPlan& plan =
+      plan_for(a, h, ConvKind::kBackwardData, tf32, g, false,
+               {data_ptr<const char>(DX), data_ptr<const char>(W), data_ptr<const char>(DY)});
   Workspace ws(a, plan.workspace);
   const Scale sc;
   BP_CUDNN_CHECK(api.cudnnConvolutionBackwardData(
@@ -431,7 +481,9 @@ void launch_conv2d_backward_weight(const LaunchArgs& a) {
   const CudnnApi& api = cudnn();
   std::lock_guard<std::mutex> lock(a.s->cudnn_mutex);
   cudnnHandle_t h = cudnn_handle(*a.s);
-  const ConvPlan& plan = plan_for(a, h, ConvKind::kBackwardFilter, tf32, g, false);
+  const ConvPlan& plan =
+      plan_for(a, h, ConvKind::kBackwardFilter, tf32, g, false,
+               {data_ptr<const char>(X), data_ptr<const char>(DW), data_ptr<const char>(DY)});
   Workspace ws(a, plan.workspace);
   const Scale sc;
   BP_CUDNN_CHECK(api.cudnnConvolutionBackwardFilter(

@@ -7,6 +7,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdlib>
 
 namespace bp::cuda {
@@ -86,9 +87,21 @@ CudnnApi open_cudnn() {
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_cudnn_loaded{false};
+}  // namespace
+
 const CudnnApi& cudnn_api() {
-  static const CudnnApi* api = new CudnnApi(open_cudnn());  // lives as long as the process
+  static const CudnnApi* api = [] {
+    auto* a = new CudnnApi(open_cudnn());  // lives as long as the process
+    g_cudnn_loaded.store(a->loaded, std::memory_order_release);
+    return a;
+  }();
   return *api;
+}
+
+bool cudnn_loaded() {
+  return g_cudnn_loaded.load(std::memory_order_acquire);
 }
 
 const CudnnApi& cudnn() {

@@ -54,6 +54,9 @@ struct CudnnApi {
   X(cudnnGetConvolutionForwardAlgorithm_v7)         \
   X(cudnnGetConvolutionForwardWorkspaceSize)        \
   X(cudnnConvolutionForward)                        \
+  X(cudnnFindConvolutionForwardAlgorithmEx)         \
+  X(cudnnFindConvolutionBackwardDataAlgorithmEx)    \
+  X(cudnnFindConvolutionBackwardFilterAlgorithmEx)  \
   X(cudnnGetConvolutionBackwardDataAlgorithm_v7)    \
   X(cudnnGetConvolutionBackwardDataWorkspaceSize)   \
   X(cudnnConvolutionBackwardData)                   \
@@ -76,6 +79,9 @@ struct CudnnApi {
 
 // The process's cuDNN, opened on the first call (thread-safe); check `loaded`.
 const CudnnApi& cudnn_api();
+
+// Whether cuDNN has been opened successfully (does not open it).
+bool cudnn_loaded();
 
 // The loaded API, or BP_ERROR_UNAVAILABLE with the reason (Note [cuDNN at run time]).
 const CudnnApi& cudnn();

@@ -109,8 +109,8 @@ __device__ __forceinline__ AvgWindow avg_window(const Pool& g, int64_t p, int64_
   a.h1 = min(a.h0 + g.kh, g.h + g.ph);
   a.w1 = min(a.w0 + g.kw, g.w + g.pw);
   const int64_t padded = (a.h1 - a.h0) * (a.w1 - a.w0);
-  a.h0 = max<int64_t>(a.h0, 0);
-  a.w0 = max<int64_t>(a.w0, 0);
+  a.h0 = a.h0 < 0 ? 0 : a.h0;
+  a.w0 = a.w0 < 0 ? 0 : a.w0;
   a.h1 = min(a.h1, g.h);
   a.w1 = min(a.w1, g.w);
   a.div = g.count_include_pad ? padded : (a.h1 - a.h0) * (a.w1 - a.w0);

@@ -246,25 +246,26 @@ TEST(CudaConv, OutOfRangeIndexIsReportedAtSynchronize) {
   sync();
 }
 
-// Runs in a child process (the library is opened once per process).
+// The child of MissingCudnnIsUnavailable: conv2d with BACKPLANE_CUDNN_LIBRARY naming no file.
+[[noreturn]] void missing_cudnn_child() {
+  setenv("BACKPLANE_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9", 1);
+  const Geom g{1, 2, 5, 5, 2, 3, 3, 1, 1, 1, 1};
+  Tensor x = dense(BP_DTYPE_F32, {1, 2, 5, 5}, range_values(-1, 1));
+  Tensor w = dense(BP_DTYPE_F32, {2, 2, 3, 3}, range_values(-1, 1));
+  Tensor y = dense(BP_DTYPE_F32, {1, 2, 5, 5}, any_values(BP_DTYPE_F32));
+  const Err e = error_of(try_launch("conv2d", BP_DTYPE_F32, {&x, &w}, {&y}, g.attrs()));
+  const bool good = e.code == BP_ERROR_UNAVAILABLE &&
+                    e.message.find("cuDNN not found") != std::string::npos &&
+                    e.message.find("BACKPLANE_CUDNN_LIBRARY") != std::string::npos;
+  std::fprintf(stderr, "%s\n", e.message.c_str());
+  std::exit(good ? 0 : 1);
+}
+
+// Runs in a child process: the library is opened once per process.
 TEST(CudaConvDeathTest, MissingCudnnIsUnavailable) {
   BP_REQUIRE_GPU();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(
-      {
-        setenv("BACKPLANE_CUDNN_LIBRARY", "/nonexistent/libcudnn.so.9", 1);
-        const Geom g{1, 2, 5, 5, 2, 3, 3, 1, 1, 1, 1};
-        Tensor x = dense(BP_DTYPE_F32, {1, 2, 5, 5}, range_values(-1, 1));
-        Tensor w = dense(BP_DTYPE_F32, {2, 2, 3, 3}, range_values(-1, 1));
-        Tensor y = dense(BP_DTYPE_F32, {1, 2, 5, 5}, any_values(BP_DTYPE_F32));
-        const Err e = error_of(try_launch("conv2d", BP_DTYPE_F32, {&x, &w}, {&y}, g.attrs()));
-        const bool good = e.code == BP_ERROR_UNAVAILABLE &&
-                          e.message.find("cuDNN not found") != std::string::npos &&
-                          e.message.find("BACKPLANE_CUDNN_LIBRARY") != std::string::npos;
-        std::fprintf(stderr, "%s\n", e.message.c_str());
-        std::exit(good ? 0 : 1);
-      },
-      ::testing::ExitedWithCode(0), "cuDNN not found");
+  EXPECT_EXIT(missing_cudnn_child(), ::testing::ExitedWithCode(0), "cuDNN not found");
 }
 
 }  // namespace
