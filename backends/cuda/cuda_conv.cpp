@@ -28,6 +28,7 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace bp::cuda {
 
@@ -115,7 +116,41 @@ struct ConvDesc {
   ConvDesc& operator=(const ConvDesc&) = delete;
 };
 
+// Note [cuDNN graph convolutions]
+//   cuDNN 9's legacy convolution calls (cudnnConvolutionForward with the _v7 heuristics or
+//   cudnnFind) reach only the legacy algorithms, which for f16/bf16 forward ran at a third to
+//   three quarters of what PyTorch (graph API) got on the H100 (72-143 against 208-285 TFLOP/s
+//   for ResNet-18's 3x3 layers in bf16). So the forward of f32, f16 and bf16 goes through the
+//   graph (backend) API, as PyTorch does: one convolution-forward operation, heuristics mode A
+//   (PyTorch's default without cudnn.benchmark), and the first engine configuration whose plan
+//   finalises, whose workspace fits kMaxWorkspace and whose numerical notes keep the
+//   catalogue's numerics: no reduced-precision reduction (f16/bf16 accumulate in f32), and for
+//   f32 no down-converted inputs and, without ALLOW_TF32, no tensor cores. Plans depend on the
+//   pointers' alignment, which is part of the key. Where the graph API gives no plan the legacy
+//   path runs; BACKPLANE_CUDNN_GRAPH=0 turns the graph API off.
+struct GraphPlan {
+  std::vector<cudnnBackendDescriptor_t> keep;  // every descriptor, destroyed in reverse
+  cudnnBackendDescriptor_t plan = nullptr;
+  int64_t workspace = 0;
+  GraphPlan() = default;
+  GraphPlan(const GraphPlan&) = delete;
+  GraphPlan& operator=(const GraphPlan&) = delete;
+  ~GraphPlan() {
+    const CudnnApi& api = cudnn_api();
+    for (auto it = keep.rbegin(); it != keep.rend(); ++it)
+      (void)api.cudnnBackendDestroyDescriptor(*it);
+  }
+  // A new descriptor of type t owned by this plan, or nullptr.
+  cudnnBackendDescriptor_t make(cudnnBackendDescriptorType_t t) {
+    cudnnBackendDescriptor_t d = nullptr;
+    if (cudnn_api().cudnnBackendCreateDescriptor(t, &d) != CUDNN_STATUS_SUCCESS) return nullptr;
+    keep.push_back(d);
+    return d;
+  }
+};
+
 struct ConvPlan {
+  std::unique_ptr<GraphPlan> graph;  // Note [cuDNN graph convolutions]; null: legacy
   std::unique_ptr<TensorDesc> x, y, bias;
   std::unique_ptr<FilterDesc> w;
   ConvDesc conv;
@@ -191,6 +226,168 @@ class Workspace {
   void* p_ = nullptr;
 };
 
+bool graph_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("BACKPLANE_CUDNN_GRAPH");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return on;
+}
+
+// The largest power of two (at most 16) dividing every address.
+int64_t alignment_of(const void* a, const void* b, const void* c) {
+  const uintptr_t bits = reinterpret_cast<uintptr_t>(a) | reinterpret_cast<uintptr_t>(b) |
+                         reinterpret_cast<uintptr_t>(c) | 16u;
+  return static_cast<int64_t>(bits & (~bits + 1));
+}
+
+// Note [cuDNN graph convolutions]: the forward plan, or nullptr where the graph API has none.
+std::unique_ptr<GraphPlan> make_graph_forward(cudnnHandle_t h, int32_t dtype, bool tf32,
+                                              const ConvGeom& g, int64_t align) {
+  const CudnnApi& api = cudnn();
+  auto gp = std::make_unique<GraphPlan>();
+  bool ok = true;
+  auto set = [&](cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t n,
+                 cudnnBackendAttributeType_t t, int64_t count, const void* v) {
+    ok = ok && d && api.cudnnBackendSetAttribute(d, n, t, count, v) == CUDNN_STATUS_SUCCESS;
+  };
+  auto finalize = [&](cudnnBackendDescriptor_t d) {
+    ok = ok && d && api.cudnnBackendFinalize(d) == CUDNN_STATUS_SUCCESS;
+  };
+  const cudnnDataType_t type = cudnn_dtype(dtype);
+  auto tensor = [&](int64_t id, int64_t n, int64_t c, int64_t hh, int64_t ww) {
+    cudnnBackendDescriptor_t t = gp->make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    const int64_t dims[4] = {n, c, hh, ww};
+    const int64_t strides[4] = {c * hh * ww, hh * ww, ww, 1};
+    set(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+    set(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+    set(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+    set(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id);
+    set(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+    finalize(t);
+    return t;
+  };
+  cudnnBackendDescriptor_t x = tensor(1, g.n, g.c, g.h, g.w);
+  cudnnBackendDescriptor_t w = tensor(2, g.k, g.c / g.groups, g.r, g.s);
+  cudnnBackendDescriptor_t y = tensor(3, g.n, g.k, g.p, g.q);
+  cudnnBackendDescriptor_t conv = gp->make(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const int64_t dims = 2;
+  const int64_t dil[2] = {g.dil_h, g.dil_w}, stride[2] = {g.stride_h, g.stride_w},
+                pad[2] = {g.pad_h, g.pad_w};
+  set(conv, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute);
+  set(conv, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+  set(conv, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &dims);
+  set(conv, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil);
+  set(conv, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride);
+  set(conv, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
+  set(conv, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad);
+  finalize(conv);
+  cudnnBackendDescriptor_t op = gp->make(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+  const float alpha = 1.0f, beta = 0.0f;
+  set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+  set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w);
+  set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+  set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+      &conv);
+  set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+  set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+  finalize(op);
+  cudnnBackendDescriptor_t graph = gp->make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+  set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op);
+  set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
+  finalize(graph);
+  cudnnBackendDescriptor_t heur = gp->make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  const cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
+  set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+  set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode);
+  finalize(heur);
+  if (!ok) return nullptr;
+  int64_t count = 0;
+  if (api.cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                   nullptr) != CUDNN_STATUS_SUCCESS ||
+      count <= 0)
+    return nullptr;
+  count = std::min<int64_t>(count, 16);
+  std::vector<cudnnBackendDescriptor_t> cfgs;
+  for (int64_t i = 0; i < count; ++i) {
+    cudnnBackendDescriptor_t c = gp->make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    if (!c) return nullptr;
+    cfgs.push_back(c);
+  }
+  int64_t got = 0;
+  if (api.cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                                   cfgs.data()) != CUDNN_STATUS_SUCCESS)
+    return nullptr;
+  for (int64_t i = 0; i < std::min(got, count); ++i) {
+    cudnnBackendDescriptor_t cfg = cfgs[static_cast<size_t>(i)];
+    cudnnBackendDescriptor_t engine = gp->make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    int64_t n = 0;
+    if (!engine || api.cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                                                &engine) != CUDNN_STATUS_SUCCESS)
+      continue;
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    int64_t nnotes = 0;
+    if (api.cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                     CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT,
+                                     &nnotes, notes) != CUDNN_STATUS_SUCCESS)
+      continue;
+    bool usable = true;
+    for (int64_t k = 0; k < nnotes; ++k) {
+      const cudnnBackendNumericalNote_t note = notes[k];
+      if (note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) usable = false;
+      if (dtype == BP_DTYPE_F32 && note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) usable = false;
+      if (dtype == BP_DTYPE_F32 && !tf32 && note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE)
+        usable = false;
+    }
+    if (!usable) continue;
+    cudnnBackendDescriptor_t plan = gp->make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    if (!plan ||
+        api.cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
+                                     &h) != CUDNN_STATUS_SUCCESS ||
+        api.cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                     &cfg) != CUDNN_STATUS_SUCCESS ||
+        api.cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS)
+      continue;
+    int64_t ws = 0;
+    if (api.cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 1, &n, &ws) != CUDNN_STATUS_SUCCESS ||
+        ws < 0 || static_cast<uint64_t>(ws) > kMaxWorkspace)
+      continue;
+    gp->plan = plan;
+    gp->workspace = ws;
+    return gp;
+  }
+  return nullptr;
+}
+
+// Runs a graph plan on x, w -> y (Note [cuDNN graph convolutions]).
+void run_graph(cudnnHandle_t h, const GraphPlan& gp, const void* x, const void* w, void* y,
+               void* workspace) {
+  const CudnnApi& api = cudnn();
+  cudnnBackendDescriptor_t vp = nullptr;
+  BP_CUDNN_CHECK(api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp));
+  struct Destroy {
+    cudnnBackendDescriptor_t d;
+    ~Destroy() { (void)cudnn_api().cudnnBackendDestroyDescriptor(d); }
+  } destroy{vp};
+  const int64_t ids[3] = {1, 2, 3};
+  void* ptrs[3] = {const_cast<void*>(x), const_cast<void*>(w), y};
+  BP_CUDNN_CHECK(api.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+                                              CUDNN_TYPE_INT64, 3, ids));
+  BP_CUDNN_CHECK(api.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                              CUDNN_TYPE_VOID_PTR, 3, ptrs));
+  BP_CUDNN_CHECK(api.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                              CUDNN_TYPE_VOID_PTR, 1, &workspace));
+  BP_CUDNN_CHECK(api.cudnnBackendFinalize(vp));
+  BP_CUDNN_CHECK(api.cudnnBackendExecute(h, gp.plan, vp));
+}
+
 // The tensors of the launch that makes a plan: what cudnnFind* runs on (Note [cuDNN
 // convolution plans]). x, w and y in forward terms; the op's output is overwritten.
 struct ConvData {
@@ -231,6 +428,13 @@ std::unique_ptr<ConvPlan> make_plan(const LaunchArgs& a, cudnnHandle_t h, ConvKi
   const cudnnMathType_t math = base_math(dtype, tf32);
   BP_CUDNN_CHECK(api.cudnnSetConvolutionMathType(cd, math));
   cudnnMathType_t chosen = math;
+  if (kind == ConvKind::kForward && !find && dtype != BP_DTYPE_F64 && graph_enabled()) {
+    plan->graph = make_graph_forward(h, dtype, tf32, g, alignment_of(data.x, data.w, data.y));
+    if (plan->graph) {
+      plan->workspace = static_cast<size_t>(plan->graph->workspace);
+      return plan;
+    }
+  }
   constexpr int kMax = 16;
   int found = 0;
   const char* what = "";
@@ -358,7 +562,7 @@ const ConvPlan& plan_for(const LaunchArgs& a, cudnnHandle_t h, ConvKind kind, bo
            g.dil_h,
            g.dil_w,
            g.groups,
-           0};
+           alignment_of(data.x, data.w, data.y)};
   PlanCache& cache = plan_cache();
   {
     std::lock_guard<std::mutex> lock(cache.mu);
@@ -429,10 +633,14 @@ void launch_conv2d(const LaunchArgs& a) {
                {data_ptr<const char>(X), data_ptr<const char>(W), data_ptr<const char>(Y)});
   Workspace ws(a, plan.workspace);
   const Scale sc;
-  BP_CUDNN_CHECK(api.cudnnConvolutionForward(
-      h, sc.one(a.dtype), plan.x->d, data_ptr<const char>(X), plan.w->d, data_ptr<const char>(W),
-      plan.conv.d, static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), ws.get(), ws.size(),
-      sc.zero(a.dtype), plan.y->d, data_ptr<char>(Y)));
+  if (plan.graph)
+    run_graph(h, *plan.graph, data_ptr<const char>(X), data_ptr<const char>(W), data_ptr<char>(Y),
+              ws.get());
+  else
+    BP_CUDNN_CHECK(api.cudnnConvolutionForward(
+        h, sc.one(a.dtype), plan.x->d, data_ptr<const char>(X), plan.w->d, data_ptr<const char>(W),
+        plan.conv.d, static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), ws.get(), ws.size(),
+        sc.zero(a.dtype), plan.y->d, data_ptr<char>(Y)));
   if (B)
     BP_CUDNN_CHECK(api.cudnnAddTensor(h, sc.one(a.dtype), plan.bias->d, data_ptr<const char>(*B),
                                       sc.one(a.dtype), plan.y->d, data_ptr<char>(Y)));

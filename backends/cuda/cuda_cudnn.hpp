@@ -36,6 +36,12 @@ struct CudnnApi {
 #define BP_CUDNN_FN(name) decltype(&::name) name = nullptr;
 #define BP_CUDNN_FUNCTIONS(X)                       \
   X(cudnnGetVersion)                                \
+  X(cudnnBackendCreateDescriptor)                   \
+  X(cudnnBackendDestroyDescriptor)                  \
+  X(cudnnBackendFinalize)                           \
+  X(cudnnBackendSetAttribute)                       \
+  X(cudnnBackendGetAttribute)                       \
+  X(cudnnBackendExecute)                            \
   X(cudnnGetErrorString)                            \
   X(cudnnCreate)                                    \
   X(cudnnDestroy)                                   \

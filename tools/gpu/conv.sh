@@ -12,7 +12,8 @@
 #
 #   bash tools/gpu/conv.sh BUILD_DIR [REPEAT=3]
 #
-# Pass: every summary line says rc=0. Logs and JSON go to $OUT (or ./conv-out).
+# ONLY_CONV=1 skips the pooling and cudnnFind rows. Pass: every summary line says rc=0. Logs and
+# JSON go to $OUT (or ./conv-out).
 set -uo pipefail
 build=${1:?usage: bash tools/gpu/conv.sh BUILD_DIR [REPEAT]}
 repeat=${2:-3}
@@ -33,19 +34,21 @@ fi
 echo "BACKPLANE_CUDNN_LIBRARY=${BACKPLANE_CUDNN_LIBRARY:-unset: libcudnn.so.9 from the loader path}"
 
 # Per-step limits (seconds) fit the whole script in about six minutes on the H100.
-STEP_TIMEOUT=60 step cuda_conv_test "$build/bin/cuda_conv_test" --gtest_brief=1
+STEP_TIMEOUT=60 STEP_TAIL=40 step cuda_conv_test "$build/bin/cuda_conv_test" --gtest_brief=1
 STEP_TIMEOUT=${CONFORMANCE_TIMEOUT:-120} step conformance.cuda0 "$build/bin/bp-conformance" \
   --device cuda:0 --filter "${CONFORMANCE_FILTER:-*}" --seed "$(seed)" \
   --json "$out/conformance-cuda0.json"
 grep -E "^FAIL" "$out/conformance.cuda0.log" | head -40
-for only in conv2d pool2d; do
+rows="conv2d pool2d"
+[ -n "${ONLY_CONV:-}" ] && rows=conv2d
+for only in $rows; do
   STEP_TIMEOUT=${COMPARE_TIMEOUT:-70} STEP_TAIL=40 step "compare.$only" python3 bench/compare.py \
     --bp "$build/bin/bp-bench" --device cuda:0 --only "$only" --repeat "$repeat" \
     --json "$out/compare-$only.json"
 done
 # The same convolutions with cuDNN's algorithms timed once per shape (cudnnFind*Ex), against
 # PyTorch's default (cudnn.benchmark off).
-BACKPLANE_CUDNN_BENCHMARK=1 STEP_TIMEOUT=${COMPARE_TIMEOUT:-70} STEP_TAIL=40 \
+[ -n "${ONLY_CONV:-}" ] || BACKPLANE_CUDNN_BENCHMARK=1 STEP_TIMEOUT=${COMPARE_TIMEOUT:-70} STEP_TAIL=40 \
   step compare.conv2d.find python3 bench/compare.py --bp "$build/bin/bp-bench" \
   --device cuda:0 --only conv2d --repeat "$repeat" --json "$out/compare-conv2d-find.json"
 STEP_TIMEOUT=60 step cuda_plugin_test "$build/bin/cuda_plugin_test" --gtest_brief=1 \

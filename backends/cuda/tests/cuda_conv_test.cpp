@@ -241,8 +241,8 @@ TEST(CudaConv, OutOfRangeIndexIsReportedAtSynchronize) {
       "scatter_add queues");
   const Err e2 = error_of(api()->stream_synchronize(stream()));
   EXPECT_EQ(e2.code, BP_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(e2.message.find("scatter_add: index -2 at position 3"), std::string::npos)
-      << e2.message;
+  EXPECT_NE(e2.message.find("scatter_add"), std::string::npos) << e2.message;
+  EXPECT_NE(e2.message.find("index -2 at position 3"), std::string::npos) << e2.message;
   sync();
 }
 
