@@ -122,6 +122,87 @@ def torch_bench(torch, dev):
             sync()
         emit("1-element add + sync", dev, host_us(add_sync, 5, 500 if quick else 5000), "us/op",
              impl)
+    conv_bench(torch, dev, cuda, time_ms)
+
+
+# bp-bench's Note [Convolution rows]: ResNet-18 CIFAR shapes at batch 256, f32 (TF32 off) and
+# bf16; backward rows time y.backward(dy) alone after an untimed forward on a fresh leaf.
+CONV_SHAPES = [("64x32x32", 64, 32, 64, 1), ("128x16x16", 128, 16, 128, 1),
+               ("256x8x8", 256, 8, 256, 1), ("512x4x4", 512, 4, 512, 1),
+               ("64x32x32 s2 to 128", 64, 32, 128, 2)]
+
+
+def conv_bench(torch, dev, cuda, time_ms):
+    F = torch.nn.functional
+    n = 32 if quick else (256 if cuda else 32)
+    reps = 5 if quick else 20
+    impl = "torch " + torch.__version__ + (" cuDNN " + str(torch.backends.cudnn.version())
+                                           if cuda else f" ({torch.get_num_threads()} threads)")
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    modes = [("f32", torch.float32)] + ([("bf16", torch.bfloat16)] if cuda else [])
+
+    def split_ms(setup, timed):
+        for _ in range(2):
+            timed(setup())
+        if cuda:
+            torch.cuda.synchronize()
+        samples = []
+        for _ in range(reps):
+            state = setup()
+            if cuda:
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                timed(state)
+                e.record()
+                e.synchronize()
+                samples.append(s.elapsed_time(e))
+            else:
+                t0 = time.perf_counter()
+                timed(state)
+                samples.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(samples)
+
+    for mname, dt in modes:
+        for name, c, hw, k, stride in CONV_SHAPES:
+            tail = f" {name} {mname}"
+            p = (hw + 2 - 3) // stride + 1
+            flops = 2.0 * n * k * p * p * c * 9
+            x = torch.randn(n, c, hw, hw, device=dev, dtype=dt)
+            w = torch.randn(k, c, 3, 3, device=dev, dtype=dt) * 0.05
+            dy = torch.randn(n, k, p, p, device=dev, dtype=dt)
+            if wanted("conv2d fwd" + tail):
+                with torch.no_grad():
+                    ms = time_ms(lambda: F.conv2d(x, w, None, stride, 1), reps)
+                emit("conv2d fwd" + tail, dev, flops / ms / 1e9, "TFLOP/s", impl)
+            for which, label in enumerate(["conv2d bwd_input", "conv2d bwd_weight"]):
+                if not wanted(label + tail):
+                    continue
+
+                def setup(which=which):
+                    xl = x.detach().requires_grad_() if which == 0 else x
+                    wl = w.detach().requires_grad_() if which == 1 else w
+                    return F.conv2d(xl, wl, None, stride, 1)
+
+                ms = split_ms(setup, lambda y: y.backward(dy))
+                emit(label + tail, dev, flops / ms / 1e9, "TFLOP/s", impl)
+        with torch.no_grad():
+            x = torch.randn(n, 64, 32, 32, device=dev, dtype=dt)
+            esize = x.element_size()
+            in_bytes = x.numel() * esize
+            if wanted(f"max_pool2d 3x3 s2 64x32x32 {mname}"):
+                ms = time_ms(lambda: F.max_pool2d(x, 3, 2, 1, return_indices=True), reps)
+                emit(f"max_pool2d 3x3 s2 64x32x32 {mname}", dev,
+                     (in_bytes * 1.25 + in_bytes * 0.25 * 8 / esize) / ms / 1e6, "GB/s", impl)
+            if wanted(f"avg_pool2d 2x2 s2 64x32x32 {mname}"):
+                ms = time_ms(lambda: F.avg_pool2d(x, 2), reps)
+                emit(f"avg_pool2d 2x2 s2 64x32x32 {mname}", dev, in_bytes * 1.25 / ms / 1e6,
+                     "GB/s", impl)
+            x4 = torch.randn(n, 512, 4, 4, device=dev, dtype=dt)
+            if wanted(f"adaptive_avg_pool2d 512x4x4 {mname}"):
+                ms = time_ms(lambda: F.adaptive_avg_pool2d(x4, 1), reps)
+                emit(f"adaptive_avg_pool2d 512x4x4 {mname}", dev,
+                     x4.numel() * esize * (1 + 1 / 16) / ms / 1e6, "GB/s", impl)
 
 
 def numpy_bench(np):

@@ -2,6 +2,7 @@
 #include "cuda_device.hpp"
 
 #include "cuda_copy.hpp"
+#include "cuda_cudnn.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -233,6 +234,8 @@ void Device::destroy_stream(CudaStream* s) {
     if (e != cudaSuccess && first == cudaSuccess) first = e;
   };
   if (s->cublas_workspace) note(cudaFreeAsync(s->cublas_workspace, s->stream));
+  destroy_cudnn_handle(*s);
+  if (s->index_error) note(cudaFreeAsync(s->index_error, s->stream));
   s->cache.drain([&](void* p, int) { note(cudaFreeAsync(p, s->stream)); });
   if (s->owned) note(cudaStreamDestroy(s->stream));  // an imported stream stays its owner's
   delete s;

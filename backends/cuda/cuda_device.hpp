@@ -52,6 +52,15 @@ struct CudaStream {
   void* cublas_workspace = nullptr;
   size_t cublas_workspace_bytes = 0;
   bool owned = true;  // false for a stream_import wrapper: destroy never destroys `stream`
+  // Note [cuDNN per stream] (cuda_cudnn.hpp): a cudnnHandle_t bound to `stream`, created on
+  // the first cuDNN launch; created and used under cudnn_mutex.
+  void* cudnn = nullptr;
+  std::mutex cudnn_mutex;
+  // Note [Deferred index errors] (cuda_index.cu): the device record of the first bad index of
+  // a gather/scatter_add queued here, allocated on first use; `index_armed` says a launch may
+  // have written it since the last check.
+  void* index_error = nullptr;
+  std::atomic<bool> index_armed{false};
   // The graph being captured on this stream (Note [Scratch in graphs]), else null.
   std::atomic<CudaGraph*> capture{nullptr};
 };

@@ -10,8 +10,11 @@
 //   the stream's block cache: a cached block would go back to the cache after the capture while
 //   every replay still writes it. The blocks are freed by graph_destroy, after the host has
 //   waited for the replays. The cuBLAS handle and the stream's workspace are set up before the
-//   capture begins (Device::prepare_capture), since the workspace outlives every graph.
+//   capture begins (Device::prepare_capture), since the workspace outlives every graph, and so
+//   is the stream's cuDNN handle when cuDNN is already open.
 #include "cuda_device.hpp"
+
+#include "cuda_cudnn.hpp"
 
 #include <map>
 #include <mutex>
@@ -73,6 +76,10 @@ CudaGraph* graph_begin_capture(CudaStream& s) {
   // Note [Scratch in graphs]. On a stream that is already capturing this finds both set up
   // (that capture's begin did it) and allocates nothing; the exchange below then refuses.
   s.device->prepare_capture(s);
+  if (cudnn_loaded()) {  // Note [cuDNN per stream]: the handle is made outside the capture
+    std::lock_guard<std::mutex> lock(s.cudnn_mutex);
+    cudnn_handle(s);
+  }
   auto* g = new CudaGraph();
   g->device = s.index;
   CudaGraph* expected = nullptr;

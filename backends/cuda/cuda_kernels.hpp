@@ -1,6 +1,7 @@
 // The kernel families of the CUDA backend and what a launch hands them.
 //
-// Each op family (elementwise binary/compare/unary/cast, reduction, matmul, random) exposes a
+// Each op family (elementwise binary/compare/unary/cast, reduction, matmul, random, convolution,
+// batch norm, pooling, axis ops, indexing) exposes a
 // resolver that maps (op, dtype) to a LaunchFn, or nullptr when the pair is not supported. The
 // op table (cuda_ops.cpp) calls every resolver once per pair at init, so find_kernel and
 // list_ops agree by construction, and a launch is one indirect call with no lookups.
@@ -60,6 +61,16 @@ LaunchFn layout_fn(Op op, int32_t dtype);     // fill copy cast
 LaunchFn reduction_fn(Op op, int32_t dtype);  // sum mean max sumsq norm
 LaunchFn matmul_fn(Op op, int32_t dtype);     // matmul linear
 LaunchFn random_fn(Op op, int32_t dtype);     // uniform normal
+LaunchFn conv_fn(Op op, int32_t dtype);       // conv2d and its backward ops (cuDNN)
+LaunchFn batchnorm_fn(Op op, int32_t dtype);  // batch_norm(_backward) (cuDNN)
+LaunchFn pooling_fn(Op op, int32_t dtype);    // max/avg/adaptive-avg pooling and backward
+LaunchFn axis_fn(Op op, int32_t dtype);       // softmax family, max_dim min_dim
+LaunchFn index_fn(Op op, int32_t dtype);      // gather scatter_add dropout
+
+// Reports (BP_ERROR_INVALID_ARGUMENT) and clears the first out-of-range index that a gather or
+// scatter_add queued on `s` met, waiting for the stream when one may have (Note [Deferred
+// index errors] in cuda_index.cu). Cheap when none was queued: one atomic exchange.
+void check_index_errors(CudaStream& s);
 
 // Fills every element of `out` (any strides) with `value` converted to out.dtype per the
 // cast rules; used by reductions of empty ranges (mean -> NaN).

@@ -62,6 +62,36 @@ LaunchFn resolve(Op op, int32_t dtype) {
     case Op::kNormal:
       fn = random_fn(op, dtype);
       break;
+    case Op::kConv2d:
+    case Op::kConv2dBackwardInput:
+    case Op::kConv2dBackwardWeight:
+      fn = conv_fn(op, dtype);
+      break;
+    case Op::kBatchNorm:
+    case Op::kBatchNormBackward:
+      fn = batchnorm_fn(op, dtype);
+      break;
+    case Op::kMaxPool2d:
+    case Op::kMaxPool2dBackward:
+    case Op::kAvgPool2d:
+    case Op::kAvgPool2dBackward:
+    case Op::kAdaptiveAvgPool2d:
+    case Op::kAdaptiveAvgPool2dBackward:
+      fn = pooling_fn(op, dtype);
+      break;
+    case Op::kSoftmax:
+    case Op::kLogSoftmax:
+    case Op::kSoftmaxBackward:
+    case Op::kLogSoftmaxBackward:
+    case Op::kMaxDim:
+    case Op::kMinDim:
+      fn = axis_fn(op, dtype);
+      break;
+    case Op::kGather:
+    case Op::kScatterAdd:
+    case Op::kDropout:
+      fn = index_fn(op, dtype);
+      break;
     case Op::kCount:
       break;
   }

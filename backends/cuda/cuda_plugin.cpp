@@ -65,6 +65,7 @@ class CudaBackend final : public bp::sdk::Backend {
     CudaStream& s = stream_of(stream);
     BP_CUDA_CHECK(cudaStreamSynchronize(s.stream));
     s.device->retire_releases();  // Note [CUDA imported memory]
+    check_index_errors(s);        // Note [Deferred index errors]
   }
 
   bool has_events() const override { return true; }
@@ -214,11 +215,14 @@ class CudaBackend final : public bp::sdk::Backend {
     use_device(s.index);
     const char* from = buffer_at(src, src_off);
     if (size > kStageThreshold && is_pageable(dst) &&
-        s.device->staging().d2h(s, static_cast<char*>(dst), from, size))
+        s.device->staging().d2h(s, static_cast<char*>(dst), from, size)) {
+      check_index_errors(s);  // Note [Deferred index errors]
       return;
+    }
     // For pageable dst the driver returns only after the copy completed (plugin_abi.h needs
     // the data in place when the call returns); pinned dst stays asynchronous.
     BP_CUDA_CHECK(cudaMemcpyAsync(dst, from, size, cudaMemcpyDeviceToHost, s.stream));
+    check_index_errors(s);
   }
   void copy_d2d(bp_stream* stream, bp_buffer* dst, uint64_t dst_off, bp_buffer* src,
                 uint64_t src_off, uint64_t size) override {

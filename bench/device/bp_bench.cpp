@@ -205,6 +205,111 @@ void bench_graphs(bp::Device& d) {
   }
 }
 
+// Note [Convolution rows]
+//   ResNet-18's CIFAR shapes at batch 256 (3x3 convolutions, padding 1, and the stride-2
+//   downsample into 128 channels), f32 with TF32 off and bf16, as TFLOP/s of 2 N K P Q C R S.
+//   A backward row times the backward pass alone: each repetition runs the forward on a fresh
+//   leaf outside the timed region, then times y.backward(dy) between two events, with only the
+//   input (bwd_input) or only the weight (bwd_weight) requiring a gradient. Pooling rows count
+//   the bytes of the input read and the output written (GB/s). bench/torch_bench.py measures
+//   the same with PyTorch (cuDNN, cudnn.benchmark off, its default).
+struct ConvShape {
+  const char* name;
+  int64_t c, hw, k, stride;
+};
+constexpr ConvShape kConvShapes[] = {{"64x32x32", 64, 32, 64, 1},
+                                     {"128x16x16", 128, 16, 128, 1},
+                                     {"256x8x8", 256, 8, 256, 1},
+                                     {"512x4x4", 512, 4, 512, 1},
+                                     {"64x32x32 s2 to 128", 64, 32, 128, 2}};
+
+// Milliseconds of `timed` alone, each repetition after an untimed `setup`.
+double time_split_ms(bp::Device& d, const std::function<void()>& setup,
+                     const std::function<void()>& timed, int reps) {
+  for (int i = 0; i < 2; ++i) {
+    setup();
+    timed();
+  }
+  d.synchronize();
+  auto start = d.create_event(), stop = d.create_event();
+  std::vector<double> samples;
+  for (int r = 0; r < reps; ++r) {
+    setup();
+    start->record(d.default_stream());
+    timed();
+    stop->record(d.default_stream());
+    stop->synchronize();
+    samples.push_back(start->elapsed_ms(*stop));
+  }
+  return median(samples);
+}
+
+void bench_conv(bp::Device& d, bool gpu) {
+  namespace F = bp::nn::functional;
+  const int64_t n = g_quick ? 32 : (gpu ? 256 : 32);
+  const int reps = g_quick ? 5 : 20;
+  struct Mode {
+    const char* name;
+    bp::DType dt;
+  };
+  std::vector<Mode> modes = {{"f32", bp::DType::f32}};
+  if (gpu) modes.push_back({"bf16", bp::DType::bf16});
+  bp::set_allow_tf32(false);
+  for (const Mode& m : modes) {
+    for (const ConvShape& s : kConvShapes) {
+      const std::string tail = std::string(" ") + s.name + " " + m.name;
+      const int64_t p = (s.hw + 2 - 3) / s.stride + 1;
+      const double flops = 2.0 * n * s.k * p * p * s.c * 9;
+      auto x = bp::randn({n, s.c, s.hw, s.hw}, d, m.dt);
+      auto w = bp::randn({s.k, s.c, 3, 3}, d, m.dt) * 0.05;
+      auto dy = bp::randn({n, s.k, p, p}, d, m.dt);
+      if (wanted("conv2d fwd" + tail)) {
+        bp::NoGradGuard no_grad;
+        const double ms = time_ms(
+            d, [&] { auto y = F::conv2d(x, w, bp::Tensor(), s.stride, 1); }, reps);
+        emit("conv2d fwd" + tail, d, flops / ms / 1e9, "TFLOP/s");
+      }
+      for (int which = 0; which < 2; ++which) {
+        const std::string metric = (which == 0 ? "conv2d bwd_input" : "conv2d bwd_weight") + tail;
+        if (!wanted(metric)) continue;
+        bp::Tensor y;
+        auto setup = [&] {
+          bp::Tensor xl = which == 0 ? x.detach().requires_grad_() : x;
+          bp::Tensor wl = which == 1 ? w.detach().requires_grad_() : w;
+          y = F::conv2d(xl, wl, bp::Tensor(), s.stride, 1);
+        };
+        const double ms = time_split_ms(
+            d, setup, [&] { y.backward(dy); }, reps);
+        emit(metric, d, flops / ms / 1e9, "TFLOP/s");
+      }
+    }
+    bp::NoGradGuard no_grad;
+    auto x = bp::randn({n, 64, 32, 32}, d, m.dt);
+    const double esize = static_cast<double>(bp::dtype_size(m.dt));
+    const double in_bytes = static_cast<double>(x.numel()) * esize;
+    const std::string mp = std::string("max_pool2d 3x3 s2 64x32x32 ") + m.name;
+    if (wanted(mp)) {
+      const double ms = time_ms(
+          d, [&] { auto y = F::max_pool2d(x, 3, 2, 1); }, reps);
+      // x read, values and int64 indices written (a quarter of x's elements each).
+      emit(mp, d, (in_bytes * 1.25 + in_bytes * 0.25 * 8 / esize) / ms / 1e6, "GB/s");
+    }
+    const std::string ap = std::string("avg_pool2d 2x2 s2 64x32x32 ") + m.name;
+    if (wanted(ap)) {
+      const double ms = time_ms(
+          d, [&] { auto y = F::avg_pool2d(x, 2); }, reps);
+      emit(ap, d, in_bytes * 1.25 / ms / 1e6, "GB/s");
+    }
+    auto x4 = bp::randn({n, 512, 4, 4}, d, m.dt);
+    const std::string aap = std::string("adaptive_avg_pool2d 512x4x4 ") + m.name;
+    if (wanted(aap)) {
+      const double ms = time_ms(
+          d, [&] { auto y = F::adaptive_avg_pool2d(x4, 1); }, reps);
+      emit(aap, d, static_cast<double>(x4.numel()) * esize * (1 + 1.0 / 16) / ms / 1e6, "GB/s");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -230,6 +335,12 @@ int main(int argc, char** argv) try {
     if (gpu) bench_copies(*d);
     bench_overheads(*d);
     bench_graphs(*d);
+    try {  // a backend without the convolutional family still gets every other row
+      bench_conv(*d, gpu);
+    } catch (const bp::Error& e) {
+      std::fprintf(stderr, "bp-bench: convolution rows on %s skipped: %s\n", d->str().c_str(),
+                   e.what());
+    }
   }
   return 0;
 } catch (const bp::Error& e) {

@@ -1,0 +1,337 @@
+// gather, scatter_add (deterministic) and dropout (Philox), and the deferred reporting of
+// out-of-range indices (Note [Deferred index errors]).
+//
+// Note [Deferred index errors]
+//   Whether an index is in range is known only on the device, and a launch must not wait for
+//   its kernel. So gather and scatter_add never read or write out of range (a bad gather
+//   element becomes 0, a bad scatter contribution is dropped), and the first bad index of a
+//   stream is written to a small record in device memory (IndexError) that the stream owns.
+//   The launch marks the stream `index_armed`; the next stream_synchronize, or copy to the
+//   host, on that stream finds the record, clears it and fails with BP_ERROR_INVALID_ARGUMENT
+//   naming the op, the index value, its position in the index tensor and the valid range
+//   (check_index_errors). Work queued after the bad launch has run by then. Inside a graph
+//   capture no record is used (a graph may be replayed on any stream, after its capture stream
+//   is gone): bad indices still read and write nothing out of range but are not reported.
+//
+// Note [Deterministic scatter_add]
+//   One thread per output element o: it starts from base[o] and adds, in increasing position
+//   along AXIS (row-major order of src among the positions that can reach o), every src[i]
+//   whose index[i] equals o's coordinate on AXIS, in the compute type (f32 for f16/bf16,
+//   wrapping int32 for u8), and stores once. No atomics, so the sum's order, and the result,
+//   is the catalogue's on every device. Cost: index.shape[AXIS] reads per output element.
+#define BP_PHILOX_FN __host__ __device__ static inline
+#include <backplane/abi/philox.h>
+
+#include "cuda_common.hpp"
+#include "cuda_device.hpp"
+#include "cuda_elementwise.cuh"
+#include "cuda_kernels.hpp"
+#include "cuda_types.cuh"
+
+namespace bp::cuda {
+namespace {
+
+// The device record of Note [Deferred index errors].
+struct IndexError {
+  int32_t flag;  // 0 none, 1 gather, 2 scatter_add
+  int32_t axis;
+  int64_t value;
+  int64_t position;  // row-major position in the index tensor
+  int64_t size;      // the valid range is [0, size)
+};
+
+// Shapes and row-major strides of up to kMaxDims dims, passed by value.
+struct Dims {
+  int rank;
+  int64_t shape[kMaxDims];
+};
+
+Dims dims_of(const bp_tensor_desc& t) {
+  Dims d{};
+  d.rank = t.rank;
+  for (int32_t i = 0; i < t.rank; ++i) d.shape[i] = t.shape[i];
+  return d;
+}
+
+__device__ __forceinline__ void report(IndexError* rec, int32_t kind, int32_t axis, int64_t value,
+                                       int64_t position, int64_t size) {
+  if (!rec) return;
+  if (atomicCAS(&rec->flag, 0, kind) == 0) {
+    rec->axis = axis;
+    rec->value = value;
+    rec->position = position;
+    rec->size = size;
+  }
+}
+
+// out[i] = x[i with i_axis = index[i]]; out and index have index's shape (`id`).
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    gather_kernel(const S* x, const int64_t* index, S* out, Dims xd, Dims id, int axis,
+                  int64_t total, IndexError* rec) {
+  for (int64_t o = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; o < total;
+       o += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t j = index[o];
+    const int64_t size = xd.shape[axis];
+    if (j < 0 || j >= size) {
+      report(rec, 1, axis, j, o, size);
+      out[o] = store<S>(compute_of_t<S>(0));
+      continue;
+    }
+    int64_t rem = o, off = 0, stride = 1;
+    for (int d = id.rank - 1; d >= 0; --d) {
+      const int64_t c = rem % id.shape[d];
+      rem /= id.shape[d];
+      off += (d == axis ? j : c) * stride;
+      stride *= xd.shape[d];
+    }
+    out[o] = x[off];
+  }
+}
+
+// Note [Deterministic scatter_add]. out and base have shape `od`; index and src `id`.
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    scatter_add_kernel(const S* base, const int64_t* index, const S* src, S* out, Dims od, Dims id,
+                       int axis, int64_t total, IndexError* rec) {
+  using C = compute_of_t<S>;
+  for (int64_t o = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; o < total;
+       o += static_cast<int64_t>(gridDim.x) * kThreads) {
+    // o's coordinates; the row-major offset in index/src of (coords with axis = 0).
+    int64_t rem = o, ioff = 0, istride = 1, iaxis_stride = 1, j = 0;
+    bool reachable = true;
+    for (int d = od.rank - 1; d >= 0; --d) {
+      const int64_t c = rem % od.shape[d];
+      rem /= od.shape[d];
+      if (d == axis) {
+        j = c;
+        iaxis_stride = istride;
+      } else {
+        reachable = reachable && c < id.shape[d];
+        ioff += c * istride;
+      }
+      istride *= id.shape[d];
+    }
+    C acc = load(base[o]);
+    if (reachable) {
+      const int64_t K = id.shape[axis];
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t p = ioff + k * iaxis_stride;
+        const int64_t t = index[p];
+        if (t == j) {
+          if constexpr (std::is_integral_v<C>)
+            acc = wrap_add(acc, load(src[p]));
+          else
+            acc += load(src[p]);
+        } else if (j == 0 && (t < 0 || t >= od.shape[axis])) {
+          report(rec, 2, axis, t, p, od.shape[axis]);  // checked once, by the j == 0 thread
+        }
+      }
+    }
+    out[o] = store<S>(acc);
+  }
+}
+
+// Thread per Philox counter c (elements g = 4c .. 4c+3 of the stream, i = g - offset).
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    dropout_kernel(const S* x, S* y, uint64_t n, uint64_t seed, uint64_t offset, double p,
+                   compute_of_t<S> scale) {
+  const uint64_t c0 = offset >> 2, c1 = (offset + n - 1) >> 2;
+  const uint64_t step = static_cast<uint64_t>(gridDim.x) * kThreads;
+  for (uint64_t c = c0 + static_cast<uint64_t>(blockIdx.x) * kThreads + threadIdx.x; c <= c1;
+       c += step) {
+    const bp_philox_words w = bp_philox4x32_10(c, seed);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint64_t g = c * 4 + static_cast<uint64_t>(k);
+      if (g < offset || g - offset >= n) continue;
+      const uint64_t i = g - offset;
+      const float u = static_cast<float>(w.w[k] >> 8) * (1.0f / 16777216.0f);
+      y[i] =
+          static_cast<double>(u) >= p ? store<S>(load(x[i]) * scale) : store<S>(compute_of_t<S>(0));
+    }
+  }
+}
+
+unsigned grid_for(const LaunchArgs& a, int64_t n) {
+  const int64_t want = ceil_div(n, kThreads);
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, a.sm_count * 32)));
+}
+
+// The stream's error record (Note [Deferred index errors]), or nullptr while it captures.
+IndexError* error_record(const LaunchArgs& a) {
+  CudaStream& s = *a.s;
+  if (s.capture.load(std::memory_order_acquire)) return nullptr;
+  if (!s.index_error) {
+    std::lock_guard<std::mutex> lock(s.cudnn_mutex);  // any per-stream lock will do
+    if (!s.index_error) {
+      void* p = a.device->allocate_scratch(s, sizeof(IndexError));
+      const cudaError_t e = cudaMemsetAsync(p, 0, sizeof(IndexError), a.stream);
+      if (e != cudaSuccess) {
+        a.device->free_scratch(s, p, sizeof(IndexError));
+        BP_CUDA_CHECK(e);
+      }
+      s.index_error = p;
+    }
+  }
+  s.index_armed.store(true, std::memory_order_release);
+  return static_cast<IndexError*>(s.index_error);
+}
+
+int64_t axis_attr(const LaunchArgs& a, int32_t rank) {
+  if (!a.attrs->has(BP_ATTR_ID_AXIS)) invalid("needs attribute axis");
+  const int64_t axis = a.attrs->i(BP_ATTR_ID_AXIS, 0);
+  if (axis < 0 || axis >= rank)
+    invalid(bp::sdk::format("axis %lld is outside [0, %d)", static_cast<long long>(axis), rank));
+  return axis;
+}
+
+// index (and src) against x (or base): same rank, index.shape[d] <= x.shape[d] for d != axis.
+void check_index_shape(const bp_tensor_desc& x, const bp_tensor_desc& index, int64_t axis,
+                       const char* what) {
+  bool ok = index.rank == x.rank;
+  for (int32_t d = 0; ok && d < x.rank; ++d) ok = d == axis || index.shape[d] <= x.shape[d];
+  if (!ok)
+    invalid(
+        bp::sdk::format("%s: index %s does not fit %s along axis %lld (same rank, no "
+                        "larger outside the axis)",
+                        what, shape_string(index.shape, index.rank).c_str(),
+                        shape_string(x.shape, x.rank).c_str(), static_cast<long long>(axis)));
+}
+
+template <int D>
+void launch_gather(const LaunchArgs& a) {
+  using S = storage_t<D>;
+  check_arity(a, 2, 1);
+  const bp_tensor_desc& X = a.in[0];
+  const bp_tensor_desc& I = a.in[1];
+  check_desc(X, D, "input 0 (x)");
+  check_desc(I, BP_DTYPE_I64, "input 1 (index)");
+  check_desc(a.out[0], D, "output");
+  check_same_shape(a.out[0], I, "output");
+  const int64_t axis = axis_attr(a, X.rank);
+  check_index_shape(X, I, axis, "gather");
+  const int64_t n = numel(I);
+  if (n == 0) return;
+  gather_kernel<S><<<grid_for(a, n), kThreads, 0, a.stream>>>(
+      data_ptr<const S>(X), data_ptr<const int64_t>(I), data_ptr<S>(a.out[0]), dims_of(X),
+      dims_of(I), static_cast<int>(axis), n, error_record(a));
+  BP_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int D>
+void launch_scatter_add(const LaunchArgs& a) {
+  using S = storage_t<D>;
+  check_arity(a, 3, 1);
+  const bp_tensor_desc& B = a.in[0];
+  const bp_tensor_desc& I = a.in[1];
+  const bp_tensor_desc& Src = a.in[2];
+  check_desc(B, D, "input 0 (base)");
+  check_desc(I, BP_DTYPE_I64, "input 1 (index)");
+  check_desc(Src, D, "input 2 (src)");
+  check_desc(a.out[0], D, "output");
+  check_same_shape(a.out[0], B, "output");
+  check_same_shape(Src, I, "input 2 (src)");
+  const int64_t axis = axis_attr(a, B.rank);
+  check_index_shape(B, I, axis, "scatter_add");
+  const int64_t n = numel(B);
+  if (n == 0) {
+    if (numel(I) != 0)
+      invalid(bp::sdk::format("scatter_add: index %s into an empty base %s is out of range",
+                              shape_string(I.shape, I.rank).c_str(),
+                              shape_string(B.shape, B.rank).c_str()));
+    return;
+  }
+  scatter_add_kernel<S><<<grid_for(a, n), kThreads, 0, a.stream>>>(
+      data_ptr<const S>(B), data_ptr<const int64_t>(I), data_ptr<const S>(Src),
+      data_ptr<S>(a.out[0]), dims_of(B), dims_of(I), static_cast<int>(axis), n,
+      numel(I) ? error_record(a) : nullptr);
+  BP_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int D>
+void launch_dropout(const LaunchArgs& a) {
+  using S = storage_t<D>;
+  using C = compute_of_t<S>;
+  check_arity(a, 1, 1);
+  check_desc(a.in[0], D, "input 0 (x)");
+  check_desc(a.out[0], D, "output");
+  check_same_shape(a.out[0], a.in[0], "output");
+  const double p = a.attrs->f(BP_ATTR_ID_P, 0.5);
+  if (!(p >= 0.0 && p < 1.0))
+    invalid(bp::sdk::format("dropout probability p = %g is outside [0, 1)", p));
+  const uint64_t n = static_cast<uint64_t>(numel(a.in[0]));
+  if (n == 0) return;
+  const uint64_t seed = static_cast<uint64_t>(a.attrs->i(BP_ATTR_ID_SEED, 0));
+  const uint64_t offset = static_cast<uint64_t>(a.attrs->i(BP_ATTR_ID_OFFSET, 0));
+  const uint64_t counters = ((offset + n - 1) >> 2) - (offset >> 2) + 1;
+  const C scale = static_cast<C>(1.0 / (1.0 - p));
+  dropout_kernel<S><<<grid_for(a, static_cast<int64_t>(counters)), kThreads, 0, a.stream>>>(
+      data_ptr<const S>(a.in[0]), data_ptr<S>(a.out[0]), n, seed, offset, p, scale);
+  BP_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int D>
+LaunchFn index_of(Op op) {
+  constexpr bool kFloat =
+      D == BP_DTYPE_F32 || D == BP_DTYPE_F64 || D == BP_DTYPE_F16 || D == BP_DTYPE_BF16;
+  constexpr bool kArith = D != BP_DTYPE_BOOL;
+  switch (op) {
+    case Op::kGather:
+      return &launch_gather<D>;
+    case Op::kScatterAdd:
+      if constexpr (kArith) return &launch_scatter_add<D>;
+      return nullptr;
+    case Op::kDropout:
+      if constexpr (kFloat) return &launch_dropout<D>;
+      return nullptr;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
+LaunchFn index_fn(Op op, int32_t dtype) {
+  switch (dtype) {
+    case BP_DTYPE_F32:
+      return index_of<BP_DTYPE_F32>(op);
+    case BP_DTYPE_F64:
+      return index_of<BP_DTYPE_F64>(op);
+    case BP_DTYPE_F16:
+      return index_of<BP_DTYPE_F16>(op);
+    case BP_DTYPE_BF16:
+      return index_of<BP_DTYPE_BF16>(op);
+    case BP_DTYPE_I32:
+      return index_of<BP_DTYPE_I32>(op);
+    case BP_DTYPE_I64:
+      return index_of<BP_DTYPE_I64>(op);
+    case BP_DTYPE_U8:
+      return index_of<BP_DTYPE_U8>(op);
+    case BP_DTYPE_BOOL:
+      return index_of<BP_DTYPE_BOOL>(op);
+    default:
+      return nullptr;
+  }
+}
+
+void check_index_errors(CudaStream& s) {
+  if (!s.index_armed.exchange(false, std::memory_order_acq_rel)) return;
+  use_device(s.index);
+  IndexError rec{};
+  BP_CUDA_CHECK(
+      cudaMemcpyAsync(&rec, s.index_error, sizeof(rec), cudaMemcpyDeviceToHost, s.stream));
+  BP_CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  if (rec.flag == 0) return;
+  BP_CUDA_CHECK(cudaMemsetAsync(s.index_error, 0, sizeof(IndexError), s.stream));
+  bp::sdk::fail(
+      BP_ERROR_INVALID_ARGUMENT,
+      bp::sdk::format("cuda:%d: op '%s': index %lld at position %lld of the index "
+                      "tensor is outside [0, %lld) along axis %d",
+                      s.index, rec.flag == 1 ? "gather" : "scatter_add",
+                      static_cast<long long>(rec.value), static_cast<long long>(rec.position),
+                      static_cast<long long>(rec.size), rec.axis));
+}
+
+}  // namespace bp::cuda
