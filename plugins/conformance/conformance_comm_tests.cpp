@@ -7,11 +7,11 @@
 #include "conformance_harness.hpp"
 
 #include <backplane/abi/comm_abi.h>
-#include <backplane/abi/half.h>
 #include <backplane_test/dtype_io.h>
+#include <backplane/abi/half.h>
 #include <backplane/dist.hpp>
-#include <backplane/runtime.hpp>
 #include <backplane/sdk/plugin_sdk.hpp>
+#include <backplane/runtime.hpp>
 #include <backplane_test/compare.hpp>
 #include <plugin_host.hpp>
 
