@@ -7,11 +7,11 @@
 #include "conformance_harness.hpp"
 
 #include <backplane/abi/comm_abi.h>
-#include <backplane_test/dtype_io.h>
 #include <backplane/abi/half.h>
+#include <backplane_test/dtype_io.h>
 #include <backplane/dist.hpp>
-#include <backplane/sdk/plugin_sdk.hpp>
 #include <backplane/runtime.hpp>
+#include <backplane/sdk/plugin_sdk.hpp>
 #include <backplane_test/compare.hpp>
 #include <plugin_host.hpp>
 
@@ -828,8 +828,10 @@ int comm_child_main(const CommChildOptions& o) {
     return 1;
   }
   try {
-    bp::dist::TcpStore store("127.0.0.1", o.store_port,
-                             std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
+    bp::dist::TcpStore store(
+        "127.0.0.1", o.store_port,
+        std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)),
+        std::getenv("BACKPLANE_STORE_SECRET") ? std::getenv("BACKPLANE_STORE_SECRET") : "");
     Suite suite(o, api, label, std::move(mem), type, store);
     suite.run();
   } catch (const std::exception& e) {
