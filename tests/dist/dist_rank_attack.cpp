@@ -31,7 +31,12 @@ int run_attacked(const std::vector<std::string>& args) {
   d::init_process_group();
   Checker ck;
   ck.rank = d::get_rank();
-  ck.seed = bp_test::test_seed("bp_dist_rank");
+  // Rank 0's seed for every rank (each process draws its own unless BP_TEST_SEED is set).
+  bp::Tensor shared = bp::full(
+      {1}, ck.rank == 0 ? static_cast<double>(bp_test::test_seed("bp_dist_rank") >> 12) : 0.0,
+      bp::device("cpu:0"), bp::DType::f64);
+  d::broadcast(shared, 0).wait();
+  ck.seed = static_cast<uint64_t>(shared.to_vector<double>()[0]);
   const int world = d::get_world_size();
   pid_t attacker = -1;
   if (ck.rank == 0) {

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -120,6 +121,7 @@ TEST_P(StoreTest, SetGetBinaryAndSeveralKeys) {
   EXPECT_EQ(v[0], "two");
   EXPECT_EQ(v[1], bin);
   EXPECT_FALSE(store_->try_get("missing").has_value());
+  EXPECT_EQ(store_->try_get("x/y"), std::optional<std::string>(bin));
   store_->set("k2", "");  // overwrite with empty
   EXPECT_EQ(store_->get("k2", milliseconds(1000)), "");
 }

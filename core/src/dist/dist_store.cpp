@@ -995,7 +995,7 @@ std::optional<std::string> TcpStore::try_get(const std::string& key) {
   w.str(key);
   std::lock_guard<std::mutex> l(conn_->mu);
   conn_->send_request(w);
-  wire::Reply rep = conn_->read_reply(wire::ReplyKind::hello, 0, reply_deadline());
+  wire::Reply rep = conn_->read_reply(wire::ReplyKind::maybe, 0, reply_deadline());
   if (!rep.status) return std::nullopt;
   return std::move(rep.values[0]);
 }

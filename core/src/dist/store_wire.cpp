@@ -8,6 +8,7 @@ namespace {
 // Reads fields from the start of a range; the first field that does not fit or is out of bounds
 // sets the result and stops every later read.
 struct Reader {
+  explicit Reader(std::string_view in) : b(in) {}
   std::string_view b;
   size_t pos = 0;
   Result r;
@@ -89,7 +90,7 @@ struct Reader {
 }  // namespace
 
 Result parse_request(std::string_view in, Request& out) {
-  Reader r{in};
+  Reader r(in);
   uint8_t op = 0;
   if (!r.u8(op)) return r.done();
   out.op = static_cast<Op>(op);
@@ -125,7 +126,7 @@ Result parse_request(std::string_view in, Request& out) {
 }
 
 Result parse_reply(std::string_view in, ReplyKind kind, size_t count, Reply& out) {
-  Reader r{in};
+  Reader r(in);
   out.values.clear();
   switch (kind) {
     case ReplyKind::ack:
