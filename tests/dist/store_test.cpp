@@ -13,11 +13,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
 #include <thread>
+#include <tuple>
 
 namespace {
 
@@ -275,6 +277,53 @@ TEST_P(StoreAttack, ALiveTwoRankGroupIsUnharmed) {
   EXPECT_NE(out.find("[rank 0] rank 0: attacked:"), std::string::npos) << out;
   EXPECT_NE(out.find("0 failed"), std::string::npos) << out;
   EXPECT_EQ(out.find("FAIL "), std::string::npos) << out;
+}
+
+// bp-run's own arguments and output forwarding (issue 28 A7, A8, l).
+TEST(BpRunHostile, GraceAndTimeoutAreValidatedWithTheAcceptedRange) {
+  auto [status, out] = shell(std::string(BP_RUN) + " -n 1 --grace abc true");  // once 0 s
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("--grace needs a number of seconds >= 0 and <= 3600, got 'abc'"),
+            std::string::npos)
+      << out;
+  std::tie(status, out) = shell(std::string(BP_RUN) + " -n 1 --timeout inf true");
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("--timeout needs a number of seconds > 0"), std::string::npos) << out;
+  std::tie(status, out) = shell(std::string(BP_RUN) + " -n 1 --init bogus://x true");
+  EXPECT_EQ(status, 2) << out;
+  EXPECT_NE(out.find("--init needs tcp://host:port or file:///absolute/dir"), std::string::npos)
+      << out;
+}
+
+// Once: one 300 KB line held whole (300 MB took 883 MB and 59 s), '\r' progress shown only at
+// the next newline.
+TEST(BpRunHostile, OutputIsForwardedInBoundedPiecesAndCarriageReturnsEndLines) {
+  auto [status, out] =
+      shell(std::string(BP_RUN) + " -n 1 sh -c \"head -c 300000 /dev/zero | tr '\\\\0' a\"");
+  ASSERT_EQ(status, 0) << out.substr(0, 200);
+  size_t pieces = 0, as = 0, start = 0;
+  for (size_t nl; (nl = out.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::string line = out.substr(start, nl - start);
+    ASSERT_EQ(line.rfind("[rank 0] ", 0), 0u) << line.substr(0, 40);
+    EXPECT_LE(line.size(), 9u + 65536u);
+    as += std::count(line.begin() + 9, line.end(), 'a');  // after "[rank 0] "
+    ++pieces;
+  }
+  EXPECT_EQ(as, 300000u);
+  EXPECT_GE(pieces, 5u);
+  std::tie(status, out) = shell(std::string(BP_RUN) + " -n 1 printf 'one\\rtwo\\r\\nthree\\n'");
+  EXPECT_EQ(out, "[rank 0] one\r[rank 0] two\r\n[rank 0] three\n");
+}
+
+// Once: "bp-run: pipe: Too many open files" left the ranks already started running (15 of 30).
+TEST(BpRunHostile, NoRankIsOrphanedWhenPipesRunOut) {
+  const std::string tag = "31." + std::to_string(::getpid());  // a sleep nobody else runs
+  auto [status, out] =
+      shell("bash -c 'ulimit -n 40; " + std::string(BP_RUN) + " -n 30 sleep " + tag + "'");
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("stopping the"), std::string::npos) << out;
+  auto [pg, left] = shell("pgrep -f 'slee[p] " + tag + "' | wc -l");  // [p]: not this shell
+  EXPECT_EQ(std::stoi(left), 0) << "ranks left running after bp-run exited";
 }
 
 INSTANTIATE_TEST_SUITE_P(Hosts, StoreAttack, ::testing::Values("bprun", "rank0"),

@@ -5,6 +5,7 @@
 #include <backplane/backplane.hpp>
 #include <backplane/train.hpp>
 
+#include <backplane_test/plugin_test.hpp>
 #include <backplane_test/seed.hpp>
 
 #include <gtest/gtest.h>
@@ -12,8 +13,10 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <random>
@@ -194,6 +197,59 @@ TEST(Messages, AHugeDeviceStringIsTruncated) {
   std::string m = expect_throw<bp::DeviceError>([&] { bp::device(huge + ":0:0"); });
   EXPECT_LT(m.size(), 4096u);  // once 2 MB
   EXPECT_HAS(m, "... (1048580 bytes)");
+}
+
+}  // namespace
+
+namespace {
+
+// Once: true for a cpu:0 and an opencl:0 tensor (values compared through the host).
+TEST(Misleading, AllcloseAcrossDevicesIsADeviceMismatch) {
+  if (bp::num_devices("opencl") == 0) GTEST_SKIP() << "no opencl device here";
+  bp::Tensor a = bp::rand({7});
+  std::string m = expect_throw<bp::DeviceMismatch>(
+      [&] { (void)bp::allclose(a, a.to(bp::device("opencl:0"))); });
+  EXPECT_HAS(m, "allclose");
+}
+
+// Once: false ("no plugin provides device type 'cpu:0'") and 0.
+TEST(Misleading, AvailabilityAcceptsADeviceString) {
+  EXPECT_TRUE(bp::is_available("cpu:0").available);
+  EXPECT_EQ(bp::num_devices("cpu:0"), bp::num_devices("cpu"));
+  bp::Availability a = bp::is_available("cpu:99");
+  EXPECT_FALSE(a.available);
+  EXPECT_HAS(a.reason, "cpu:99 does not exist");
+  EXPECT_THROW(bp::is_available("cpu:01"), bp::DeviceError);
+}
+
+// Once: with XDG_RUNTIME_DIR unset, a /tmp/backplane-stats-<uid> made by someone else (here a
+// symbolic link to a folder holding a planted link) was used, and a file outside overwritten.
+TEST(PrivateFolders, AStatsFolderThatIsALinkIsNotUsed) {
+  const std::string dir = "/tmp/backplane-stats-" + std::to_string(::getuid());
+  if (fs::exists(fs::symlink_status(dir)))
+    GTEST_SKIP() << dir << " exists (another Backplane program's); not touched";
+  TempDir d;
+  const fs::path victim = d.p / "victim.txt", planted = d.p / "planted";
+  fs::create_directory(planted);
+  std::ofstream(victim) << "ORIGINAL";
+  for (int k = 0; k < 64; ++k)  // links for the pids the child may get
+    fs::create_symlink(victim, planted / (std::to_string(::getpid() + k) + ".json.tmp"));
+  fs::create_directory_symlink(planted, dir);
+  FILE* p = ::popen(("env -u XDG_RUNTIME_DIR -u BACKPLANE_STATS_DIR BACKPLANE_PUBLISH_STATS=1 " +
+                     bp_test::beside_exe(BP_SMI_REL) + " 2>&1")
+                        .c_str(),
+                    "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  ::pclose(p);
+  fs::remove(dir);
+  EXPECT_HAS(out,
+             "BACKPLANE_PUBLISH_STATS: " + dir + " is a symbolic link, not a private directory");
+  std::ifstream in(victim);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "ORIGINAL");
 }
 
 }  // namespace

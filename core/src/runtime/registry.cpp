@@ -571,8 +571,21 @@ Device& Registry::device(std::string_view spec) {
   return *p->devices[s.index];
 }
 
-int Registry::num_devices(std::string_view type) const {
-  Plugin* p = s_->plugin_for_type(type);
+namespace {
+// The type of "cuda" or "cuda:1" (a whole device string is accepted where a type is asked for);
+// DeviceError for a malformed string. `index` is -1 without one.
+std::string type_of(std::string_view spec, int& index) {
+  index = -1;
+  if (spec.find(':') == std::string_view::npos) return std::string(spec);
+  DeviceSpec s = parse_device_string(spec);
+  index = s.index;
+  return s.type;
+}
+}  // namespace
+
+int Registry::num_devices(std::string_view spec) const {
+  int index;
+  Plugin* p = s_->plugin_for_type(type_of(spec, index));
   return p ? static_cast<int>(p->devices.size()) : 0;
 }
 
@@ -591,8 +604,13 @@ std::vector<Device*> Registry::all_devices(std::string_view type) {
   return out;
 }
 
-Availability Registry::is_available(std::string_view type) const {
+Availability Registry::is_available(std::string_view spec) const {
+  int index;
+  const std::string type = type_of(spec, index);
   Plugin* p = s_->plugin_for_type(type);
+  if (p && index >= static_cast<int>(p->devices.size()) && !p->devices.empty())
+    return {false, type + " has " + std::to_string(p->devices.size()) + " device(s); " + type +
+                       ":" + std::to_string(index) + " does not exist"};
   if (p && !p->devices.empty()) return {true, ""};
   if (p) return {false, p->no_devices_reason};
   if (const PluginReport* r = s_->report_for_type(type))
