@@ -150,12 +150,15 @@ class BP_API Registry {
   // Resolves a device string. Throws DeviceError listing the devices that exist, or quoting
   // the load report's reason when the type has no devices.
   Device& device(std::string_view spec);
-  // Number of devices of a type ("cuda"); 0 when the backend is missing or has none.
+  // Number of devices of a type ("cuda", or the type of a device string "cuda:1"); 0 when the
+  // backend is missing or has none. DeviceError for a malformed device string.
   int num_devices(std::string_view type) const;
   // The device if it exists, otherwise cpu:0 (like d2l's try_gpu(i)).
   Device& try_device(std::string_view spec);
   // Every device of a type, or [cpu:0] when there is none (like try_all_gpus()).
   std::vector<Device*> all_devices(std::string_view type);
+  // Whether a type ("cuda") has a device, or a device string ("cuda:1") names one, with the
+  // reason when not. DeviceError for a malformed device string.
   Availability is_available(std::string_view type) const;
   // set_default_device, else the options' default_device, else cpu:0.
   Device& default_device();
