@@ -153,7 +153,11 @@ int comm_main(int argc, char** argv) {
   std::fflush(stdout);
   std::unique_ptr<bp::dist::TcpStoreServer> server;
   try {
-    server = std::make_unique<bp::dist::TcpStoreServer>("127.0.0.1", 0);
+    // The ranks inherit the secret (Note [Store limits]).
+    if (const char* s = std::getenv("BACKPLANE_STORE_SECRET"); !s || !*s)
+      ::setenv("BACKPLANE_STORE_SECRET", bp::dist::generate_store_secret().c_str(), 1);
+    server = std::make_unique<bp::dist::TcpStoreServer>("127.0.0.1", 0,
+                                                        std::getenv("BACKPLANE_STORE_SECRET"));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bp-conformance: %s\n", e.what());
     return 1;

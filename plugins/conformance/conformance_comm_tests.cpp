@@ -810,8 +810,10 @@ int comm_child_main(const CommChildOptions& o) {
     return 1;
   }
   try {
-    bp::dist::TcpStore store("127.0.0.1", o.store_port,
-                             std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)));
+    bp::dist::TcpStore store(
+        "127.0.0.1", o.store_port,
+        std::chrono::milliseconds(static_cast<int64_t>(o.timeout_s * 1000)),
+        std::getenv("BACKPLANE_STORE_SECRET") ? std::getenv("BACKPLANE_STORE_SECRET") : "");
     Suite suite(o, api, label, std::move(mem), type, store);
     suite.run();
   } catch (const std::exception& e) {

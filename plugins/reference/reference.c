@@ -52,7 +52,13 @@ enum {
   F_NATIVE_BAD = 1 << 11,    /* native slots: buffer_native ignores the offset, a release twice */
   F_ABI_MAJOR2 = 1 << 12,    /* the table says ABI major 2 */
   F_INIT_FAILS = 1 << 13,    /* init returns BP_ERROR_UNAVAILABLE */
-  F_WRONG_CONV = 1 << 14     /* conv2d pads one row too many on top: its windows start a row high */
+  F_WRONG_CONV = 1 << 14,    /* conv2d pads one row too many on top: its windows start a row high */
+  F_INIT_SEGV = 1 << 15,     /* init writes to address 0 (SIGSEGV) */
+  F_INIT_ABORT = 1 << 16,    /* init calls abort() */
+  F_INIT_HANG = 1 << 17,     /* init never returns */
+  F_BIG_STRUCT = 1 << 18,    /* the table declares struct_size 1 GiB */
+  F_NULL_ALLOC = 1 << 19,    /* mem_alloc of more than 0 bytes gives NULL and no error */
+  F_BAD_NAME = 1 << 20       /* the device name is not UTF-8 and holds a terminal escape */
 };
 
 static const struct {
@@ -72,7 +78,13 @@ static const struct {
                {"native_bad", F_NATIVE | F_NATIVE_BAD},
                {"abi_major2", F_ABI_MAJOR2},
                {"init_fails", F_INIT_FAILS},
-               {"wrong_conv", F_WRONG_CONV}};
+               {"wrong_conv", F_WRONG_CONV},
+               {"init_segv", F_INIT_SEGV},
+               {"init_abort", F_INIT_ABORT},
+               {"init_hang", F_INIT_HANG},
+               {"big_struct", F_BIG_STRUCT},
+               {"null_alloc", F_NULL_ALLOC},
+               {"bad_name", F_BAD_NAME}};
 #define NUM_FAULTS (sizeof kFaults / sizeof kFaults[0])
 
 static unsigned g_faults;
@@ -135,6 +147,9 @@ static bp_error* ref_init(void) {
   if (on(F_INIT_FAILS))
     return template_error(BP_ERROR_UNAVAILABLE,
                           TEMPLATE_NAME " init failure: simulated driver error 42");
+  if (on(F_INIT_SEGV)) *(volatile int*)0 = 42;
+  if (on(F_INIT_ABORT)) abort();
+  while (on(F_INIT_HANG)) sleep_ms(1000);
   return base()->init();
 }
 
@@ -370,6 +385,22 @@ static bp_error* ref_copy_d2d(bp_stream* s, bp_buffer* dst, uint64_t doff, bp_bu
   return err;
 }
 
+static bp_error* ref_mem_alloc_null(int32_t device, bp_stream* s, uint64_t size,
+                                    bp_buffer** out_buf) {
+  if (size > 0) {
+    *out_buf = NULL; /* the fault: no buffer, and no error */
+    return NULL;
+  }
+  return base()->mem_alloc(device, s, size, out_buf);
+}
+
+static bp_error* ref_device_properties_bad_name(int32_t device, bp_device_properties* p) {
+  bp_error* err = base()->device_properties(device, p);
+  if (!err && p->struct_size >= offsetof(bp_device_properties, name) + sizeof p->name)
+    snprintf(p->name, sizeof p->name, "Bad \xff\xfe name \"quoted\" \x1b[31mred");
+  return err;
+}
+
 /* Ignores struct_size: writes the whole struct as this plugin knows it. */
 static bp_error* ref_device_properties(int32_t device, bp_device_properties* p) {
   bp_device_properties full;
@@ -597,6 +628,9 @@ static void build_table(void) {
     g_api.stream_import = trap_stream_import;
   }
   if (on(F_ABI_MAJOR2)) g_api.abi_major = 2;
+  if (on(F_BIG_STRUCT)) g_api.struct_size = (size_t)1 << 30;
+  if (on(F_NULL_ALLOC)) g_api.mem_alloc = ref_mem_alloc_null;
+  if (on(F_BAD_NAME)) g_api.device_properties = ref_device_properties_bad_name;
 }
 
 #ifdef REFERENCE_NO_ENTRY

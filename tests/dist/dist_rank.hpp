@@ -38,5 +38,6 @@ struct Checker {
 int run_collectives(const std::vector<std::string>& args);
 int run_fault(const std::string& name, const std::vector<std::string>& args);
 int run_ddp(const std::vector<std::string>& args);
+int run_attacked(const std::vector<std::string>& args);
 
 }  // namespace bpt

@@ -2,6 +2,7 @@
 //   collectives [--device D] [--seed N] [--only GROUP]
 //   fault NAME [--port P] [--marker FILE]
 //   ddp [--steps N]
+//   attacked --script store_attack.py
 #include "dist_rank.hpp"
 
 #include <cstdio>
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
     if (args[0] == "collectives") return bpt::run_collectives(args);
     if (args[0] == "fault" && args.size() > 1) return bpt::run_fault(args[1], args);
     if (args[0] == "ddp") return bpt::run_ddp(args);
+    if (args[0] == "attacked") return bpt::run_attacked(args);
   } catch (const std::exception& e) {
     std::printf("UNCAUGHT %s\n", e.what());
     return 1;

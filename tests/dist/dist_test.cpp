@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -78,6 +79,7 @@ const std::string kBpRun = BP_RUN;
 const std::string kConformance = BP_CONFORMANCE;
 const std::string kCommFixtures = BP_COMM_FIXTURE_DIR;
 const std::string kSmi = BP_SMI;
+const std::string kSecret = d::generate_store_secret();
 
 bool has_opencl() {
   return bp::num_devices("opencl") > 0;
@@ -92,8 +94,9 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
       dir_ = temp_dir("store");
       store_ = std::make_unique<d::FileStore>(dir_);
     } else if (GetParam() == "tcp") {
-      server_ = std::make_unique<d::TcpStoreServer>("127.0.0.1", 0);
-      store_ = std::make_unique<d::TcpStore>("127.0.0.1", server_->port(), milliseconds(5000));
+      server_ = std::make_unique<d::TcpStoreServer>("127.0.0.1", 0, kSecret);
+      store_ =
+          std::make_unique<d::TcpStore>("127.0.0.1", server_->port(), milliseconds(5000), kSecret);
     } else {
       store_ = std::make_unique<d::MemoryStore>();
     }
@@ -118,6 +121,7 @@ TEST_P(StoreTest, SetGetBinaryAndSeveralKeys) {
   EXPECT_EQ(v[0], "two");
   EXPECT_EQ(v[1], bin);
   EXPECT_FALSE(store_->try_get("missing").has_value());
+  EXPECT_EQ(store_->try_get("x/y"), std::optional<std::string>(bin));
   store_->set("k2", "");  // overwrite with empty
   EXPECT_EQ(store_->get("k2", milliseconds(1000)), "");
 }
@@ -164,21 +168,21 @@ INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values("file", "tcp", "me
                          [](const auto& info) { return info.param; });
 
 TEST(TcpStore, OnDisconnectSetsTheKeyUnlessLeftOrAlreadySet) {
-  d::TcpStoreServer server("127.0.0.1", 0);
-  d::TcpStore observer("127.0.0.1", server.port(), milliseconds(5000));
+  d::TcpStoreServer server("127.0.0.1", 0, kSecret);
+  d::TcpStore observer("127.0.0.1", server.port(), milliseconds(5000), kSecret);
   {
-    d::TcpStore a("127.0.0.1", server.port(), milliseconds(5000));
+    d::TcpStore a("127.0.0.1", server.port(), milliseconds(5000), kSecret);
     a.set_on_disconnect("gone/a", "a died");
   }
   EXPECT_EQ(observer.get("gone/a", milliseconds(5000)), "a died");
   {
-    d::TcpStore b("127.0.0.1", server.port(), milliseconds(5000));
+    d::TcpStore b("127.0.0.1", server.port(), milliseconds(5000), kSecret);
     b.set_on_disconnect("gone/b", "b died");
     b.leave();
   }
   observer.set("gone/c", "first reason");
   {
-    d::TcpStore c("127.0.0.1", server.port(), milliseconds(5000));
+    d::TcpStore c("127.0.0.1", server.port(), milliseconds(5000), kSecret);
     c.set_on_disconnect("gone/c", "c died");
   }
   observer.set("sync", "1");  // the server handled the closes before this reply
@@ -189,16 +193,16 @@ TEST(TcpStore, OnDisconnectSetsTheKeyUnlessLeftOrAlreadySet) {
 }
 
 TEST(TcpStore, ServerOnAPortInUseAndClientOfNothingAreTypedErrors) {
-  d::TcpStoreServer first("127.0.0.1", 0);
+  d::TcpStoreServer first("127.0.0.1", 0, kSecret);
   try {
-    d::TcpStoreServer second("127.0.0.1", first.port());
+    d::TcpStoreServer second("127.0.0.1", first.port(), kSecret);
     FAIL() << "bound the same port twice";
   } catch (const d::RendezvousError& e) {
     EXPECT_NE(std::string(e.what()).find("Address already in use"), std::string::npos) << e.what();
   }
   int port = closed_port();
   try {
-    d::TcpStore client("127.0.0.1", port, milliseconds(300));
+    d::TcpStore client("127.0.0.1", port, milliseconds(300), kSecret);
     FAIL() << "connected to a closed port";
   } catch (const d::RendezvousError& e) {
     std::string m = e.what();
@@ -247,14 +251,33 @@ TEST(InitErrors, MalformedRendezvousAndRankVariables) {
     env.set("BACKPLANE_RANK", "1");
     expect({}, "BACKPLANE_RANK is set but BACKPLANE_WORLD_SIZE is not");
     env.set("BACKPLANE_WORLD_SIZE", "two");
-    expect({}, "BACKPLANE_WORLD_SIZE='two' is not an integer >= 1");
+    expect({}, "BACKPLANE_WORLD_SIZE='two' is not an integer from 1 to 65536");
+    env.set("BACKPLANE_WORLD_SIZE", "20000000");  // once 6.65 GB of keys, then a wrong diagnosis
+    expect({}, "BACKPLANE_WORLD_SIZE='20000000' is not an integer from 1 to 65536");
   }
   {
     EnvGuard env;
     env.set("SLURM_PROCID", "0");
     env.set("SLURM_NTASKS", "1");
     env.set("BACKPLANE_DIST_TIMEOUT", "-4");
-    expect({}, "BACKPLANE_DIST_TIMEOUT='-4' is not a positive number of seconds");
+    expect({}, "BACKPLANE_DIST_TIMEOUT='-4' is not a number of seconds from 0.001 to 31536000");
+    for (const char* v : {"inf", "1e300", "1e-9", "nan"}) {  // once accepted, failing later
+      env.set("BACKPLANE_DIST_TIMEOUT", v);
+      expect({}, std::string("BACKPLANE_DIST_TIMEOUT='") + v +
+                     "' is not a number of seconds from 0.001 to 31536000");
+    }
+  }
+  try {  // once silently Gloo
+    d::init_process_group({.rank = 0,
+                           .world_size = 2,
+                           .init_method = "file:///nonexistent/never-used",
+                           .backend = "garbage"});
+    ADD_FAILURE() << "an unknown backend was accepted";
+  } catch (const d::BackendUnavailable& e) {
+    EXPECT_NE(std::string(e.what()).find("InitOptions::backend='garbage': no communicator plugin "
+                                         "'garbage' was found (found: "),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(d::group(), d::DistError);
   EXPECT_FALSE(d::is_initialized());

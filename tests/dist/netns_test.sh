@@ -42,7 +42,7 @@ echo "namespaces $ns_a (10.213.7.1) and $ns_b (10.213.7.2) joined by a veth pair
 
 # A fresh namespace has no other listeners: a fixed port cannot collide.
 common=(BACKPLANE_INIT=tcp://10.213.7.1:29400 BACKPLANE_WORLD_SIZE=2 BACKPLANE_DIST_TIMEOUT=60
-        BACKPLANE_DIST_DEBUG=1)
+        BACKPLANE_DIST_DEBUG=1 BACKPLANE_STORE_SECRET="$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')")
 ip netns exec "$ns_a" env "${common[@]}" BACKPLANE_RANK=0 "$rank_bin" collectives \
   --only all_reduce >"$work/rank0" 2>&1 &
 pid_a=$!

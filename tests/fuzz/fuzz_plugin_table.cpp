@@ -9,9 +9,9 @@
 // pointers, when their bytes are not all zero, point at the input's strings.
 //
 // Oracle: the table is accepted exactly when it is large enough for ABI 1.0, has the host's
-// major version, every required slot set, the event slots all set or all NULL, and a device
-// type that bp::parse_device_string accepts as a bare type; the report then carries the
-// table's identity.
+// major version, a size that fits its minor, every required slot set, the event slots all set or
+// all NULL, and a device type that bp::parse_device_string accepts as a bare type; the report then
+// carries the table's identity.
 #include <backplane/abi/plugin_abi.h>
 #include <backplane/errors.hpp>
 #include <backplane/runtime.hpp>
@@ -116,6 +116,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     uint32_t major;
     std::memcpy(&major, table + BP_OFF(abi_major), sizeof major);
     expect_ok = major == BP_ABI_MAJOR;
+  }
+  if (expect_ok) {
+    // The size fits the declared minor (Note [Plugin table checks]).
+    uint32_t minor;
+    std::memcpy(&minor, table + BP_OFF(abi_minor), sizeof minor);
+    const size_t ends[] = {BP_API_MINOR1_OFFSET, BP_API_MINOR2_OFFSET, BP_API_MINOR3_OFFSET,
+                           sizeof(bp_plugin_api)};
+    const size_t least = ends[std::min<uint32_t>(minor, BP_ABI_MINOR)];
+    const size_t most = minor <= BP_ABI_MINOR ? sizeof(bp_plugin_api) : size_t{64} << 10;
+    expect_ok = declared >= least && declared <= most;
   }
   if (expect_ok)
     for (size_t off : kRequired) expect_ok = expect_ok && slot_set(table, off);

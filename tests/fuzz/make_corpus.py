@@ -112,8 +112,45 @@ TABLES = {
 }
 
 
+def wstr(b):
+    return struct.pack("<I", len(b)) + b
+
+
+# The TCP store's requests (Note [TCP store protocol]): one per seed, and a pipelined session.
+SECRET = b"0123456789abcdef0123456789abcdef"
+STORE_REQUESTS = {
+    "hello": b"\x08" + wstr(SECRET),
+    "set": b"\x01" + wstr(b"bp/g0/rdzv/claim/1") + wstr(b"world=2;check=1"),
+    "get": b"\x02" + struct.pack("<II", 5000, 2) + wstr(b"a") + wstr(b"bp/g0/post/1"),
+    "try_get": b"\x03" + wstr(b"bp/g0/abort"),
+    "add": b"\x04" + wstr(b"bp/g0/rdzv/claims") + struct.pack("<q", 1),
+    "erase": b"\x05" + struct.pack("<I", 2) + wstr(b"x") + wstr(b"y"),
+    "on_disconnect": b"\x06" + wstr(b"bp/g0/abort") + wstr(b"rank 1 exited"),
+    "leave": b"\x07",
+    "session": b"\x08" + wstr(SECRET) + b"\x01" + wstr(b"k") + wstr(b"v") + b"\x04" + wstr(b"c")
+    + struct.pack("<q", -3) + b"\x02" + struct.pack("<II", 0, 1) + wstr(b"k") + b"\x07",
+    "huge_count": b"\x02" + struct.pack("<I", 1000) + b"\xff\xff\xff\xff",
+    "huge_erase": b"\x05\xff\xff\xff\x7f",
+    "huge_value": b"\x01" + wstr(b"k") + struct.pack("<I", 1 << 30),
+}
+# Replies: kind byte (0 ack, 1 counter, 2 maybe, 3 values, 4 hello), keys asked, the bytes.
+STORE_REPLIES = {
+    "ack": b"\x00\x00\x00",
+    "counter": b"\x01\x00" + struct.pack("<q", 42),
+    "maybe_found": b"\x02\x00\x01" + wstr(b"value"),
+    "maybe_missing": b"\x02\x00\x00",
+    "values": b"\x03\x02\x00" + wstr(b"one") + wstr(b"two"),
+    "values_missing": b"\x03\x03\x01" + struct.pack("<I", 2) + wstr(b"a") + wstr(b"b"),
+    "values_too_many_missing": b"\x03\x01\x01" + struct.pack("<I", 5),
+    "hello_refused": b"\x04\x00\x01",
+    "huge_value": b"\x02\x00\x01" + struct.pack("<I", 1 << 31),
+}
+
+
 def main():
     write_corpus("device_string", DEVICE_STRINGS)
+    write_corpus("store_request", STORE_REQUESTS)
+    write_corpus("store_reply", STORE_REPLIES)
     write_corpus("config", CONFIGS)
     write_corpus("plugin_table", TABLES)
     os.makedirs(OUT, exist_ok=True)

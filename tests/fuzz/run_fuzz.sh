@@ -5,7 +5,8 @@
 #
 #   tests/fuzz/run_fuzz.sh [seconds-per-target=60] [build-dir=<repo>/build-fuzz] [target...]
 #
-# Targets: safetensors device_string config plugin_table (default: all). New inputs go to
+# Targets: safetensors device_string config plugin_table store_request store_reply (default:
+# all). New inputs go to
 # <build-dir>/fuzz-corpus/<target> (the committed seeds in tests/fuzz/corpus/<target> stay as
 # they are); a crash leaves its input in <build-dir>/fuzz-artifacts/<target> and is printed.
 set -euo pipefail
@@ -15,7 +16,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${2:-$root/build-fuzz}"
 shift $(($# > 2 ? 2 : $#))
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(safetensors device_string config plugin_table)
+[ ${#targets[@]} -gt 0 ] || targets=(safetensors device_string config plugin_table store_request store_reply)
 export CC="${CC:-clang}" CXX="${CXX:-clang++}"
 jobs="${BP_FUZZ_BUILD_JOBS:-$(nproc)}"
 
@@ -43,6 +44,7 @@ max_len() {
     safetensors) echo 65536 ;;
     config) echo 4096 ;;
     plugin_table) echo 1024 ;;
+    store_request | store_reply) echo 8192 ;;
     *) echo 256 ;;
   esac
 }

@@ -171,3 +171,52 @@ TEST_F(ConfigTest, NoFileMeansDefaults) {
 }
 
 }  // namespace
+
+// Keys and table headers of 50,000 dotted parts once overflowed toml++'s stack in every program
+// (bp-smi included, also through ./backplane.toml); now they, huge lines and huge files are
+// refused before parsing.
+TEST_F(ConfigTest, DeepKeysLongLinesAndHugeFilesAreRefusedBeforeParsing) {
+  std::string deep = "a";
+  for (int i = 0; i < 50000; ++i) deep += ".a";
+  expect_error(deep + " = 1\n", ": a key of more than 64 dotted parts");
+  expect_error("[" + deep + "]\n", ": a key of more than 64 dotted parts");
+  expect_error("device = \"" + std::string(70000, 'x') + "\"\n",
+               "line 1 is longer than 65536 bytes");
+  expect_error(std::string((1 << 20) + 10, '#'), "is larger than 1048576 bytes");
+  // Dots inside strings and comments are not key parts.
+  write("device = \"cpu:0\" # " + std::string(100, '.') + "\n[plugins]\npaths = [\"" +
+        std::string(100, '.') + "\"]\n");
+  EXPECT_EQ(bp::Config::load().plugin_paths, std::vector<std::string>{std::string(100, '.')});
+}
+
+TEST_F(ConfigTest, WrongTypesAndEmptyDeviceAreRefused) {
+  expect_error("[matmul]\nallow_tf32 = 1\n", "key 'matmul.allow_tf32': expected true or false");
+  expect_error("device = \"\"\n", "key 'device': expected a device string");
+}
+
+// A ./backplane.toml is found implicitly: it may not add plugin folders unless the user opts in.
+TEST_F(ConfigTest, AnImplicitConfigCannotAddPluginPaths) {
+  const fs::path cwd = fs::current_path();
+  fs::path dir = fs::temp_directory_path() / ("bp-trust-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "backplane.toml") << "[plugins]\npaths = [\"plugins\"]\n";
+  fs::current_path(dir);
+  setenv("XDG_CONFIG_HOME", dir.c_str(), 1);
+  try {
+    (void)bp::Config::load();
+    ADD_FAILURE() << "an implicit config added plugin paths";
+  } catch (const bp::IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'plugins.paths': a config file found implicitly in "
+                                         "the working folder may not add plugin folders"),
+              std::string::npos)
+        << e.what();
+  }
+  setenv("BACKPLANE_TRUST_LOCAL_CONFIG", "1", 1);
+  EXPECT_EQ(bp::Config::load().plugin_paths, std::vector<std::string>{"plugins"});
+  unsetenv("BACKPLANE_TRUST_LOCAL_CONFIG");
+  setenv("BACKPLANE_CONFIG", "backplane.toml", 1);  // named by the user: trusted
+  EXPECT_EQ(bp::Config::load().plugin_paths, std::vector<std::string>{"plugins"});
+  fs::current_path(cwd);
+  unsetenv("XDG_CONFIG_HOME");
+  fs::remove_all(dir);
+}

@@ -7,7 +7,9 @@
 // Note [bp-run rendezvous]
 //   By default bp-run hosts the process group's TCP store itself, on 127.0.0.1 and a port the
 //   kernel picks (port 0, so two runs never race for a port), and gives the ranks
-//   BACKPLANE_INIT=tcp://127.0.0.1:<port> with BACKPLANE_STORE_HOSTED=1. A store hosted by the
+//   BACKPLANE_INIT=tcp://127.0.0.1:<port> with BACKPLANE_STORE_HOSTED=1 and a fresh random
+//   BACKPLANE_STORE_SECRET (one from bp-run's environment is used instead; several hosts need
+//   the same one, so --nnodes > 1 with a tcp:// --init requires it). A store hosted by the
 //   launcher outlives any rank, so the others learn at once that one died (its connection
 //   closed). --init file:///dir or tcp://host:port hands the ranks that address instead (rank 0
 //   then hosts a tcp:// store), which is how several hosts meet: one bp-run per host with
@@ -47,7 +49,8 @@ const char* kUsage =
     "  --init URL           the rendezvous: file:///shared/dir or tcp://host:port (needed when\n"
     "                       --nnodes > 1); default: bp-run hosts a TCP store on 127.0.0.1\n"
     "  --timeout S          BACKPLANE_DIST_TIMEOUT for the ranks, in seconds\n"
-    "  --grace S            seconds between SIGTERM and SIGKILL when stopping ranks (default 5)\n"
+    "  --grace S            seconds between SIGTERM and SIGKILL when stopping ranks, 0 to 3600\n"
+    "                       (default 5)\n"
     "  --no-prefix          forward output without the '[rank R] ' prefix\n"
     "  --keep-going         do not stop the other ranks when one fails (each ends by its\n"
     "                       own errors or timeouts); the exit status is still the first\n"
@@ -66,6 +69,20 @@ int parse_count(const std::string& s, const char* what, int min) {
     usage_error(std::string(what) + " needs an integer >= " + std::to_string(min) + ", got '" + s +
                 "'");
   return static_cast<int>(v);
+}
+
+// A number of seconds in [min, max] (inclusive) or a usage error naming the option.
+double parse_seconds(const std::string& s, const char* what, double min, double max,
+                     bool min_inclusive) {
+  char* end = nullptr;
+  errno = 0;
+  double v = std::strtod(s.c_str(), &end);
+  bool in_range = min_inclusive ? v >= min : v > min;
+  if (s.empty() || *end || errno || !(in_range && v <= max))
+    usage_error(std::string(what) + " needs a number of seconds " + (min_inclusive ? ">= " : "> ") +
+                std::to_string(static_cast<int>(min)) +
+                " and <= " + std::to_string(static_cast<int>(max)) + ", got '" + s + "'");
+  return v;
 }
 
 struct Child {
@@ -92,19 +109,48 @@ void write_all(int fd, const std::string& s) {
   }
 }
 
-// Forwards complete lines of `buf` to `fd` with the prefix; with `flush`, the rest too.
-void forward(std::string& buf, int fd, const std::string& prefix, bool flush) {
+// Note [Forwarding output]
+//   A rank's output is forwarded a line at a time with its prefix; '\r' ends a line too, so a
+//   progress bar redrawn with '\r' shows as it goes. Only the bytes that arrived are scanned,
+//   and a line longer than kMaxLine (binary data, a huge line) is forwarded in pieces of that
+//   size, so the launcher's memory and time stay linear and bounded whatever a rank writes.
+constexpr size_t kMaxLine = 64 * 1024;
+
+// Forwards the complete lines of `buf` to `fd` with the prefix, and the rest too when it reached
+// kMaxLine or with `flush`. `buf` holds only an unfinished line before new bytes are appended.
+void forward(std::string& buf, size_t scanned, int fd, const std::string& prefix, bool flush) {
   size_t start = 0;
-  for (;;) {
-    size_t nl = buf.find('\n', start);
-    if (nl == std::string::npos) break;
-    write_all(fd, prefix + buf.substr(start, nl - start + 1));
-    start = nl + 1;
+  for (size_t i = scanned; i < buf.size(); ++i) {
+    char ch = buf[i];
+    if (ch == '\r' && i + 1 < buf.size() && buf[i + 1] == '\n') continue;  // "\r\n" is one end
+    if (ch != '\n' && ch != '\r' && i + 1 - start < kMaxLine) continue;
+    std::string piece = buf.substr(start, i + 1 - start);
+    if (ch != '\n' && ch != '\r') piece += '\n';
+    write_all(fd, prefix + piece);
+    start = i + 1;
   }
   buf.erase(0, start);
   if (flush && !buf.empty()) {
     write_all(fd, prefix + buf + "\n");
     buf.clear();
+  }
+}
+
+// Stops and reaps the first `count` children (a start that failed half-way): SIGKILL, as
+// they have not got far enough to need a grace period, then waitpid so none is orphaned.
+void stop_started(std::vector<Child>& children, int count) {
+  for (int k = 0; k < count; ++k) {
+    Child& c = children[static_cast<size_t>(k)];
+    ::kill(-c.pid, SIGKILL);
+    ::kill(c.pid, SIGKILL);
+  }
+  for (int k = 0; k < count; ++k) {
+    Child& c = children[static_cast<size_t>(k)];
+    int status = 0;
+    while (::waitpid(c.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (c.out >= 0) ::close(c.out);
+    if (c.err >= 0) ::close(c.err);
   }
 }
 
@@ -156,8 +202,9 @@ int main(int argc, char** argv) {
       init = value("--init");
     } else if (is("--timeout")) {
       timeout = value("--timeout");
+      parse_seconds(timeout, "--timeout", 0, 31536000, false);
     } else if (is("--grace")) {
-      grace = std::atof(value("--grace").c_str());
+      grace = parse_seconds(value("--grace"), "--grace", 0, 3600, true);
     } else if (a == "--no-prefix") {
       prefix = false;
     } else if (a == "--keep-going") {
@@ -181,12 +228,22 @@ int main(int argc, char** argv) {
         "--nnodes > 1 needs --init tcp://host:port (or file:///shared/dir) that every "
         "host can reach");
 
+  if (!init.empty() && init.rfind("tcp://", 0) != 0 && init.rfind("file:///", 0) != 0)
+    usage_error("--init needs tcp://host:port or file:///absolute/dir, got '" + init + "'");
+
   // The store (Note [bp-run rendezvous]).
   std::unique_ptr<bp::dist::TcpStoreServer> server;
   bool hosted = false;
+  std::string secret;
+  if (const char* s = std::getenv("BACKPLANE_STORE_SECRET"); s && *s) secret = s;
+  if (secret.empty() && nnodes > 1 && init.rfind("tcp://", 0) == 0)
+    usage_error(
+        "--nnodes > 1 with a tcp:// --init needs BACKPLANE_STORE_SECRET (16 to 1024 characters, "
+        "the same on every host, e.g. from `openssl rand -hex 16`)");
   if (init.empty()) {
     try {
-      server = std::make_unique<bp::dist::TcpStoreServer>("127.0.0.1", 0);
+      if (secret.empty()) secret = bp::dist::generate_store_secret();
+      server = std::make_unique<bp::dist::TcpStoreServer>("127.0.0.1", 0, secret);
     } catch (const bp::Error& e) {
       std::fprintf(stderr, "bp-run: %s\n", e.what());
       return 1;
@@ -203,19 +260,34 @@ int main(int argc, char** argv) {
   sigaction(SIGHUP, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  if (secret.empty() && init.rfind("tcp://", 0) == 0) {
+    try {
+      secret = bp::dist::generate_store_secret();
+    } catch (const bp::Error& e) {
+      std::fprintf(stderr, "bp-run: %s\n", e.what());
+      return 1;
+    }
+  }
+
   int world = nproc * nnodes;
   std::vector<Child> children(static_cast<size_t>(nproc));
   for (int local = 0; local < nproc; ++local) {
     Child& c = children[static_cast<size_t>(local)];
     c.rank = node_rank * nproc + local;
-    int out[2], err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
-      std::perror("bp-run: pipe");
-      return 1;
-    }
-    pid_t pid = ::fork();
-    if (pid < 0) {
-      std::perror("bp-run: fork");
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    const char* failed = nullptr;
+    pid_t pid = -1;
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+      failed = "pipe";
+    else if ((pid = ::fork()) < 0)
+      failed = "fork";
+    if (failed) {
+      int e = errno;
+      for (int fd : {out[0], out[1], err[0], err[1]})
+        if (fd >= 0) ::close(fd);
+      std::fprintf(stderr, "bp-run: %s failed for rank %d: %s; stopping the %d rank(s) started\n",
+                   failed, c.rank, std::strerror(e), local);
+      stop_started(children, local);
       return 1;
     }
     if (pid == 0) {
@@ -232,6 +304,7 @@ int main(int argc, char** argv) {
       else
         unsetenv("BACKPLANE_STORE_HOSTED");
       if (!timeout.empty()) setenv("BACKPLANE_DIST_TIMEOUT", timeout.c_str(), 1);
+      if (!secret.empty()) setenv("BACKPLANE_STORE_SECRET", secret.c_str(), 1);
       ::execvp(argv[i], argv + i);
       std::fprintf(stderr, "bp-run: cannot run '%s': %s\n", argv[i], std::strerror(errno));
       ::_exit(127);
@@ -288,10 +361,11 @@ int main(int argc, char** argv) {
       char tmp[65536];
       ssize_t n = ::read(fds[k].fd, tmp, sizeof tmp);
       if (n > 0) {
+        size_t scanned = buf.size();
         buf.append(tmp, static_cast<size_t>(n));
-        forward(buf, is_err ? 2 : 1, pre, false);
+        forward(buf, scanned, is_err ? 2 : 1, pre, false);
       } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        forward(buf, is_err ? 2 : 1, pre, true);
+        forward(buf, buf.size(), is_err ? 2 : 1, pre, true);
         ::close(fds[k].fd);
         (is_err ? c.err : c.out) = -1;
       }

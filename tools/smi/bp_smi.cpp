@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
@@ -46,6 +47,15 @@ std::string default_device_or_error() {
   } catch (const bp::Error& e) {
     return std::string("error: ") + e.what();
   }
+}
+
+// A driver's or plugin's string for the terminal: control characters (an ESC starting a colour
+// or cursor sequence) shown as '?', so a device name cannot rewrite the screen.
+std::string printable(const std::string& s) {
+  std::string out = s;
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return out;
 }
 
 std::string mib(uint64_t bytes) {
@@ -118,7 +128,7 @@ int print_json() {
                             {"cores", p.cores}});
   }
   j["default_device"] = default_device_or_error();
-  std::cout << j.dump(2) << "\n";
+  std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   return 0;
 }
 
@@ -130,7 +140,7 @@ void print_devices(const std::vector<DeviceRow>& rows) {
     uint64_t used = row.total - std::min(row.total, row.free_now);
     std::string mem = mib(used) + " / " + mib(row.total);
     std::printf("  %-10s %-8s %-40.40s %22s %12s %12s\n", row.dev->str().c_str(),
-                row.dev->backend_name().c_str(), p.name.c_str(), mem.c_str(),
+                row.dev->backend_name().c_str(), printable(p.name).c_str(), mem.c_str(),
                 mib(row.stats.allocated).c_str(), mib(row.stats.reserved).c_str());
     if (!p.pci_bus_id.empty() || p.compute_major)
       std::printf("  %-10s %-8s bus %s, compute %d.%d, %d cores, %s\n", "", "",
@@ -151,9 +161,16 @@ void print_published() {
   std::error_code ec;
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  // Only a folder of this user's, and only its regular files (a planted link or FIFO is
+  // neither followed nor removed): Note [Private folders] in core/src/runtime/files.hpp.
+  struct stat dst {};
+  if (::lstat(dir.c_str(), &dst) == 0 && (!S_ISDIR(dst.st_mode) || dst.st_uid != ::geteuid())) {
+    std::printf("  (not read: %s is not a directory of this user's)\n", dir.c_str());
+    return;
+  }
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const fs::path& p = entry.path();
-    if (p.extension() != ".json") continue;
+    if (p.extension() != ".json" || !entry.is_regular_file(ec) || entry.is_symlink(ec)) continue;
     char* end = nullptr;
     long pid = std::strtol(p.stem().c_str(), &end, 10);
     if (!end || *end || pid <= 0) continue;
@@ -298,6 +315,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bp-smi: --json and --watch do not go together; pick one\n");
     return 2;
   }
+  // bp-smi survives any plugin: each is loaded first in a child process (Note [Plugin probes]
+  // in core/src/runtime/registry.cpp); the environment may choose another time.
+  ::setenv("BACKPLANE_PROBE_PLUGINS", "10", 0);
   try {
     if (watch_seconds > 0) return watch(watch_seconds);
     return json ? print_json() : print_table();

@@ -117,8 +117,10 @@ struct InitOptions {
   int world_size = -1;
   // "file:///shared/dir", "tcp://host:port"; "" reads BACKPLANE_INIT, else
   // tcp://MASTER_ADDR:MASTER_PORT, else (a group of one only) an in-process store.
-  // With tcp://, rank 0 hosts the store on that port unless BACKPLANE_STORE_HOSTED=1 says the
-  // launcher does (bp-run).
+  // With tcp://, rank 0 hosts the store on that address and port (tcp://0.0.0.0:port for every
+  // interface) unless BACKPLANE_STORE_HOSTED=1 says the launcher does (bp-run); every rank
+  // presents BACKPLANE_STORE_SECRET (16 to 1024 characters, the same on every rank; bp-run
+  // generates one). BACKPLANE_WORLD_SIZE may be 1 to 65536.
   std::string init_method{};
   // Bound on the rendezvous and on every collective; 0 reads BACKPLANE_DIST_TIMEOUT
   // (seconds), else 300 s.

@@ -144,29 +144,47 @@ class BP_API MemoryStore final : public Store {
 };
 
 // The server side of TcpStore: a thread serving every client over one listening socket.
-// Binds `host` (an address of this machine, or "" / "0.0.0.0" for every interface) and
-// `port` (0: a free port, read back with port()). Throws RendezvousError when it cannot bind
-// (naming the address and the system's reason, e.g. "Address already in use").
+// Binds `host` (an address of this machine, "127.0.0.1" for local ranks only, or "" /
+// "0.0.0.0" for every interface) and `port` (0: a free port, read back with port()). Every
+// connection must first present `secret` (16 to 1024 bytes; generate_store_secret() makes
+// one); one that does not, or breaks the protocol, is dropped and counted, and never stops the
+// others (Note [Store limits] in dist_store.cpp). Throws RendezvousError when it cannot bind
+// (naming the address and the system's reason, e.g. "Address already in use") or the secret's
+// size is wrong.
 class BP_API TcpStoreServer {
  public:
-  TcpStoreServer(const std::string& host, int port);
+  TcpStoreServer(const std::string& host, int port, std::string secret);
   ~TcpStoreServer();  // stops the thread and closes every connection
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
   int port() const noexcept;
+
+  struct Counters {
+    uint64_t accepted = 0;  // connections accepted
+    uint64_t rejected = 0;  // dropped for a missing or wrong secret (or none in time)
+    uint64_t dropped = 0;   // authenticated, then dropped: malformed bytes, a reply stalled
+  };
+  // Counts since the server started; safe from any thread.
+  Counters counters() const noexcept;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
+// 32 hex digits from the system's random source, for TcpStoreServer and TcpStore (bp-run
+// passes one to its ranks as BACKPLANE_STORE_SECRET). RendezvousError when none is available.
+BP_API std::string generate_store_secret();
+
 // A client of TcpStoreServer. Connecting retries until `connect_timeout` (the server may
-// start later than the client); RendezvousError naming the address and the last error when
-// it never answers. Operations whose connection breaks throw RendezvousError saying the
-// server went away.
+// start later than the client), then presents `secret`; RendezvousError naming the address
+// and the last error when it never answers, or saying the secret was refused. An operation
+// whose reply breaks, is malformed or does not come in time throws RendezvousError and closes
+// the connection: every later operation on this handle throws at once (clone() connects anew).
 class BP_API TcpStore final : public Store {
  public:
-  TcpStore(std::string host, int port, std::chrono::milliseconds connect_timeout);
+  TcpStore(std::string host, int port, std::chrono::milliseconds connect_timeout,
+           std::string secret);
   ~TcpStore() override;
   void set(const std::string& key, const std::string& value) override;
   using Store::get;
@@ -188,6 +206,7 @@ class BP_API TcpStore final : public Store {
   std::string host_;
   int port_;
   std::chrono::milliseconds connect_timeout_;
+  std::string secret_;
   std::unique_ptr<Conn> conn_;
 };
 

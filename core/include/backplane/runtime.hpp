@@ -82,8 +82,17 @@ BP_API DeviceSpec parse_device_string(std::string_view spec);
 //     sync = "warn"                     # "off", "warn" or "error"
 //
 //   Environment beats file: BACKPLANE_DEVICE, BACKPLANE_PLUGINS (allow list),
-//   BACKPLANE_ALLOW_TF32 (0/1), BACKPLANE_SYNC_DEBUG. An unknown key, a wrong type or a syntax
-//   error is an IOError naming the file, the line and the key.
+//   BACKPLANE_ALLOW_TF32 (0/1), BACKPLANE_SYNC_DEBUG. An unknown key, a wrong type (a number for
+//   a boolean, an empty device string) or a syntax error is an IOError naming the file, the line
+//   and the key; so is a file over 1 MiB, a line over 64 KiB or a key of more than 64 dotted
+//   parts (checked before the TOML parser sees the file, whose recursion they would overflow).
+//
+//   Trust: what a program loads comes only from places the user chose. A ./backplane.toml is
+//   found implicitly, in whatever folder a program starts (a cloned repository, a download), so
+//   it may set every key but plugins.paths: a plugin there would run its code in the program.
+//   Such a file that sets plugins.paths is an IOError unless the user opts in, with
+//   BACKPLANE_CONFIG=backplane.toml (naming the file) or BACKPLANE_TRUST_LOCAL_CONFIG=1. Relative
+//   plugins.paths are resolved against the working folder.
 struct Config {
   std::string source;  // the file read, or "" when none
   std::string default_device;
@@ -108,6 +117,11 @@ struct RegistryOptions {
   std::string default_device;             // "" : cpu:0
   // Where default_device came from ("BACKPLANE_DEVICE", "config file <path>"), for messages.
   std::string default_device_origin;
+  // > 0: load each plugin first in a child process and leave out, with the reason, one whose
+  // init crashes or does not return within this many seconds (Note [Plugin probes] in
+  // registry.cpp; BACKPLANE_PROBE_PLUGINS=<seconds>, 0.1 to 3600; bp-smi uses 10). For
+  // single-threaded tools: the probe forks without exec.
+  double probe_seconds = 0;
 
   // The options of the process default: BACKPLANE_PLUGIN_PATH then the config file's paths,
   // the allow and deny lists and the default device of Config::load().
@@ -136,12 +150,15 @@ class BP_API Registry {
   // Resolves a device string. Throws DeviceError listing the devices that exist, or quoting
   // the load report's reason when the type has no devices.
   Device& device(std::string_view spec);
-  // Number of devices of a type ("cuda"); 0 when the backend is missing or has none.
+  // Number of devices of a type ("cuda", or the type of a device string "cuda:1"); 0 when the
+  // backend is missing or has none. DeviceError for a malformed device string.
   int num_devices(std::string_view type) const;
   // The device if it exists, otherwise cpu:0 (like d2l's try_gpu(i)).
   Device& try_device(std::string_view spec);
   // Every device of a type, or [cpu:0] when there is none (like try_all_gpus()).
   std::vector<Device*> all_devices(std::string_view type);
+  // Whether a type ("cuda") has a device, or a device string ("cuda:1") names one, with the
+  // reason when not. DeviceError for a malformed device string.
   Availability is_available(std::string_view type) const;
   // set_default_device, else the options' default_device, else cpu:0.
   Device& default_device();

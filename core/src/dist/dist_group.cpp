@@ -110,6 +110,9 @@ Route Group::route_for(Device& dev, const char* op) {
                         p.report.name + " (Note [Host staging])");
     return Route{&communicator("cpu", cpu, p), true};
   };
+  // A name given for every type must exist (a typo such as "ncl" never silently means Gloo).
+  if (!backend_all.empty() && !reg.find(backend_all))
+    require(nullptr, backend_all, "named by the backend option or BACKPLANE_DIST_BACKEND");
   std::string chosen;
   if (auto it = backend_for_type.find(type); it != backend_for_type.end())
     chosen = it->second;

@@ -6,9 +6,11 @@
 //      variable is set: BACKPLANE_RANK/_WORLD_SIZE (bp-run), OMPI_COMM_WORLD_RANK/_SIZE
 //      (Open MPI's mpirun), PMI_RANK/PMI_SIZE (MPICH, Intel MPI), SLURM_PROCID/SLURM_NTASKS.
 //   2. The store: BACKPLANE_INIT=file:///dir (a directory every rank sees) or tcp://host:port
-//      (rank 0 listens on that port on every interface, unless BACKPLANE_STORE_HOSTED=1 says the
-//      launcher hosts it), else tcp://MASTER_ADDR:MASTER_PORT (PyTorch's variables), else, for
-//      a group of one, an in-process store.
+//      (rank 0 listens on that port of that address only — tcp://0.0.0.0:port for every
+//      interface — unless BACKPLANE_STORE_HOSTED=1 says the launcher hosts it; every
+//      connection presents BACKPLANE_STORE_SECRET, Note [Store limits]), else
+//      tcp://MASTER_ADDR:MASTER_PORT (PyTorch's variables), else, for a group of one, an in-process
+//      store.
 //   3. Each rank claims its rank with an atomic add (a second claim is an error in both
 //      processes: two processes started with one rank, or a file store left over from another
 //      run), posts what it was configured with (world size, collective checks, backend), and
@@ -51,13 +53,18 @@ const char* env(const char* name) {
   return v && *v ? v : nullptr;
 }
 
-int parse_int(const char* name, const char* v, int min) {
+// The most ranks a group may have: every rank's keys and descriptors pass through one store,
+// so a mistyped size must fail here, not after gigabytes of keys.
+constexpr long kMaxWorldSize = 1 << 16;
+
+int parse_int(const char* name, const char* v, int min, long max = INT_MAX) {
   char* end = nullptr;
   errno = 0;
   long n = std::strtol(v, &end, 10);
-  if (*end || errno || n < min || n > INT_MAX)
-    throw RendezvousError(std::string(name) + "='" + v +
-                          "' is not an integer >= " + std::to_string(min));
+  if (*end || errno || n < min || n > max)
+    throw RendezvousError(std::string(name) + "='" + std::string(v).substr(0, 64) +
+                          "' is not an integer from " + std::to_string(min) + " to " +
+                          std::to_string(max));
   return static_cast<int>(n);
 }
 
@@ -82,7 +89,7 @@ RankInfo rank_from_env() {
       throw RendezvousError(std::string(r ? f[0] : f[1]) + " is set but " + (r ? f[1] : f[0]) +
                             " is not; set both (bp-run does)");
     info.rank = parse_int(f[0], r, 0);
-    info.size = parse_int(f[1], s, 1);
+    info.size = parse_int(f[1], s, 1, kMaxWorldSize);
     if (const char* l = env(f[2])) info.local_rank = parse_int(f[2], l, 0);
     info.source = std::string(f[0]) + "/" + f[1];
     return info;
@@ -145,12 +152,29 @@ milliseconds timeout_from(const InitOptions& o) {
   if (const char* v = env("BACKPLANE_DIST_TIMEOUT")) {
     char* end = nullptr;
     double sec = std::strtod(v, &end);
-    if (*end || !(sec > 0))
-      throw RendezvousError(std::string("BACKPLANE_DIST_TIMEOUT='") + v +
-                            "' is not a positive number of seconds");
+    // 1 ms to a year: inf, 1e300 (overflowing milliseconds) and 1e-9 (0 ms) are refused here.
+    if (*end || !(sec >= 0.001 && sec <= 31536000.0))
+      throw RendezvousError(std::string("BACKPLANE_DIST_TIMEOUT='") + std::string(v).substr(0, 64) +
+                            "' is not a number of seconds from 0.001 to 31536000");
     return milliseconds(static_cast<int64_t>(sec * 1000));
   }
   return milliseconds(300000);
+}
+
+// Every connection to a TCP store presents BACKPLANE_STORE_SECRET (bp-run
+// generates one for its ranks; several hosts export one value on each).
+std::string store_secret() {
+  const char* v = env("BACKPLANE_STORE_SECRET");
+  if (!v)
+    throw RendezvousError(
+        "BACKPLANE_STORE_SECRET is not set: a tcp:// rendezvous needs the same secret of 16 to "
+        "1024 characters on every rank (bp-run sets one; across hosts export e.g. the output of "
+        "`openssl rand -hex 16` on each)");
+  size_t n = std::strlen(v);
+  if (n < 16 || n > 1024)
+    throw RendezvousError("BACKPLANE_STORE_SECRET has " + std::to_string(n) +
+                          " characters; it needs 16 to 1024");
+  return v;
 }
 
 void parse_backend(Group& g, const std::string& spec) {
@@ -168,6 +192,25 @@ void parse_backend(Group& g, const std::string& spec) {
       throw DistError("backend '" + spec + "': '" + item +
                       "' is not type:plugin (e.g. cpu:gloo,cuda:nccl)");
     g.backend_for_type[item.substr(0, c)] = item.substr(c + 1);
+  }
+}
+
+// Every communicator plugin the backend option names exists (a typo such as "ncl" must not
+// silently mean Gloo); BackendUnavailable listing those found otherwise.
+void check_backend_names(const Group& g, const char* from) {
+  std::vector<std::string> names;
+  if (!g.backend_all.empty()) names.push_back(g.backend_all);
+  for (const auto& [type, name] : g.backend_for_type) names.push_back(name);
+  if (names.empty()) return;
+  const auto& reg = bp::detail::CommRegistry::get();
+  for (const auto& n : names) {
+    if (reg.find(n)) continue;
+    std::string found;
+    for (const auto& p : reg.plugins()) found += (found.empty() ? "" : ", ") + p.report.name;
+    throw BackendUnavailable(std::string(from) + "='" + g.backend_spec.substr(0, 64) +
+                             "': no communicator plugin '" + n.substr(0, 64) +
+                             "' was found (found: " + (found.empty() ? "none" : found) +
+                             "); bp-smi lists them");
   }
 }
 
@@ -318,6 +361,9 @@ void init_process_group(const InitOptions& options) {
   if (backend.empty())
     if (const char* b = env("BACKPLANE_DIST_BACKEND")) backend = b;
   parse_backend(*g, backend);
+  if (g->size > 1)
+    check_backend_names(
+        *g, options.backend.empty() ? "BACKPLANE_DIST_BACKEND" : "InitOptions::backend");
   g->prefix = "bp/g" + std::to_string(g_generation) + "/";
 
   // The store (Note [Rendezvous] step 2).
@@ -345,10 +391,11 @@ void init_process_group(const InitOptions& options) {
     if (m.kind == InitMethod::Kind::file) {
       g->store = std::make_unique<FileStore>(m.path);
     } else {
+      std::string secret = store_secret();
       const char* hosted = env("BACKPLANE_STORE_HOSTED");
       if (g->rank == 0 && !(hosted && std::strcmp(hosted, "1") == 0))
-        g->server = std::make_unique<TcpStoreServer>("", m.port);
-      g->store = std::make_unique<TcpStore>(m.host, m.port, g->timeout);
+        g->server = std::make_unique<TcpStoreServer>(m.host, m.port, secret);
+      g->store = std::make_unique<TcpStore>(m.host, m.port, g->timeout, secret);
     }
   }
   if (g->size > 1) {

@@ -1,8 +1,9 @@
 // The rendezvous stores (Note [Why core has its own stores] in backplane/dist_store.hpp).
 //
 // Note [TCP store protocol]
-//   One request, then one reply, at a time per connection; integers little-endian; a string
-//   is a u32 length and its bytes.
+//   One request, then one reply, at a time per connection (requests may be pipelined; replies
+//   come in order); integers little-endian; a string is a u32 length and its bytes.
+//     HELLO         secret                    -> u8 0 | u8 1 and the connection closes
 //     SET           key value                 -> u8 0
 //     GET           u32 timeout_ms, u32 n, keys  -> u8 0, n values | u8 1, u32 m, m missing keys
 //     TRY_GET       key                       -> u8 found [value]
@@ -12,10 +13,31 @@
 //                                                        if this connection closes before
 //                                                        LEAVE)
 //     LEAVE                                   -> u8 0
-//   The server answers a GET as soon as every key exists, or with the missing keys when its
-//   timeout passes, so a client never waits on a reply that will not come; the client bounds
-//   every read by a deadline of its own as well, in case the server's machine disappears.
+//   The first request of a connection is HELLO with the store's shared secret (Note [Store
+//   limits]). The server answers a GET as soon as every key exists, or with the missing keys
+//   when its timeout passes, so a client never waits on a reply that will not come; the client
+//   bounds every read by a deadline of its own as well, in case the server's machine
+//   disappears, and closes the connection after any reply that broke or did not come in time,
+//   so a late reply is never read as the answer to a later request. The parsers are
+//   store_wire.cpp's.
+//
+// Note [Store limits]
+//   Anything that can reach the port may connect, so the server trusts nothing it reads:
+//   - every length and count is bounded before it is used (store_wire.hpp: a key 64 KiB, a
+//     value 256 MiB, 2^20 keys, a request 257 MiB), so a connection holds at most one request;
+//   - a connection must send HELLO with the secret (compared in constant time) as its first
+//     request, within 10 s; anything else, or a wrong secret, drops it and counts it
+//     (counters().rejected). At most 64 connections wait for their HELLO; the oldest goes.
+//   - replies are queued and written as the socket takes them, so a client that stops reading
+//     stalls only itself: the server stops reading its requests while 16 MiB of replies wait,
+//     and drops it when none of them leaves for 60 s;
+//   - malformed bytes, an exception while serving a client (std::bad_alloc) or a timeout drop
+//     that client (counters().dropped), never the server.
+//   The secret keeps other local users and other hosts out of the rendezvous; it is not
+//   encryption: on an untrusted network, run the group inside a private one.
 #include <backplane/dist_store.hpp>
+
+#include "dist/store_wire.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -24,6 +46,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -46,6 +69,7 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
+using wire::Writer;
 
 std::string join_keys(const std::vector<std::string>& keys) {
   std::string s;
@@ -74,80 +98,6 @@ int64_t parse_counter(const std::string& v, const std::string& key) {
                           "', which is not a counter");
   return n;
 }
-
-// ---- wire format ------------------------------------------------------------------------------
-
-enum Op : uint8_t {
-  kSet = 1,
-  kGet = 2,
-  kTryGet = 3,
-  kAdd = 4,
-  kErase = 5,
-  kOnDisconnect = 6,
-  kLeave = 7,
-};
-constexpr uint32_t kMaxString = 256u << 20;  // a key or value larger than this is a protocol error
-
-struct Writer {
-  std::string b;
-  void u8(uint8_t v) { b.push_back(static_cast<char>(v)); }
-  void u32(uint32_t v) {
-    for (int i = 0; i < 4; ++i) b.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-  }
-  void i64(int64_t v) {
-    uint64_t u = static_cast<uint64_t>(v);
-    for (int i = 0; i < 8; ++i) b.push_back(static_cast<char>((u >> (8 * i)) & 0xff));
-  }
-  void str(const std::string& s) {
-    u32(static_cast<uint32_t>(s.size()));
-    b += s;
-  }
-};
-
-// Reads from a byte range; every getter returns false when the data is incomplete.
-struct Reader {
-  const std::string& b;
-  size_t pos = 0;
-  bool bad = false;  // a malformed length
-  bool u8(uint8_t& v) {
-    if (pos + 1 > b.size()) return false;
-    v = static_cast<uint8_t>(b[pos++]);
-    return true;
-  }
-  bool u32(uint32_t& v) {
-    if (pos + 4 > b.size()) return false;
-    v = 0;
-    for (int i = 0; i < 4; ++i)
-      v |= static_cast<uint32_t>(static_cast<uint8_t>(b[pos + i])) << (8 * i);
-    pos += 4;
-    return true;
-  }
-  bool i64(int64_t& v) {
-    if (pos + 8 > b.size()) return false;
-    uint64_t u = 0;
-    for (int i = 0; i < 8; ++i)
-      u |= static_cast<uint64_t>(static_cast<uint8_t>(b[pos + i])) << (8 * i);
-    v = static_cast<int64_t>(u);
-    pos += 8;
-    return true;
-  }
-  bool str(std::string& s) {
-    uint32_t n;
-    size_t save = pos;
-    if (!u32(n)) return false;
-    if (n > kMaxString) {
-      bad = true;
-      return false;
-    }
-    if (pos + n > b.size()) {
-      pos = save;
-      return false;
-    }
-    s.assign(b, pos, n);
-    pos += n;
-    return true;
-  }
-};
 
 // Writes everything or fails after `deadline`. MSG_NOSIGNAL: a closed peer is an error, not
 // SIGPIPE.
@@ -362,10 +312,41 @@ std::unique_ptr<Store> MemoryStore::clone() const {
 
 // ---- TcpStoreServer -------------------------------------------------------------------------
 
+namespace {
+constexpr auto kHelloWithin = std::chrono::seconds(10);
+constexpr auto kStalledReplies = std::chrono::seconds(60);
+constexpr size_t kMaxQueuedReplies = 16u << 20;
+constexpr size_t kMaxPendingHellos = 64;
+
+// Equal without an early exit, so the time taken says nothing about where two secrets differ.
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+std::string check_secret(std::string secret, const std::string& who) {
+  if (secret.size() < wire::kMinSecret || secret.size() > wire::kMaxSecret)
+    throw RendezvousError(who + ": the shared secret has " + std::to_string(secret.size()) +
+                          " bytes; it needs " + std::to_string(wire::kMinSecret) + " to " +
+                          std::to_string(wire::kMaxSecret) +
+                          " (BACKPLANE_STORE_SECRET; bp-run generates one)");
+  return secret;
+}
+}  // namespace
+
 struct TcpStoreServer::Impl {
   struct Client {
     int fd = -1;
-    std::string in;
+    bool authenticated = false;
+    bool dead = false;
+    Clock::time_point accepted;
+    std::string in, out;
+    size_t out_sent = 0;  // bytes at the front of `out` already written
+    size_t need = 0;      // the unparsed bytes must reach this size before another parse
+    size_t queued() const { return out.size() - out_sent; }
+    Clock::time_point stalled_since;  // the first unwritten byte of `out` waits since then
     bool waiting = false;
     std::vector<std::string> wait_keys;
     Clock::time_point deadline;
@@ -373,78 +354,163 @@ struct TcpStoreServer::Impl {
     std::string dc_key, dc_value;
   };
 
+  std::string secret;
   int listen_fd = -1;
   int wake[2] = {-1, -1};
   int port = 0;
   std::thread thread;
   std::map<std::string, std::string> data;
-  std::vector<Client> clients;
+  std::vector<std::unique_ptr<Client>> clients;
+  std::atomic<uint64_t> accepted{0}, rejected{0}, dropped{0};
 
   void run() {
     for (;;) {
-      std::vector<pollfd> fds;
-      fds.push_back({listen_fd, POLLIN, 0});
-      fds.push_back({wake[0], POLLIN, 0});
-      for (auto& c : clients) fds.push_back({c.fd, static_cast<short>(c.waiting ? 0 : POLLIN), 0});
-      int timeout = -1;
-      auto now = Clock::now();
-      for (auto& c : clients)
-        if (c.waiting) {
-          auto ms = std::chrono::duration_cast<milliseconds>(c.deadline - now).count();
-          ms = std::max<int64_t>(ms, 0) + 1;
-          timeout = timeout < 0 ? static_cast<int>(ms) : std::min(timeout, static_cast<int>(ms));
-        }
-      int n = ::poll(fds.data(), fds.size(), timeout);
-      if (n < 0 && errno != EINTR) return;
-      if (fds[1].revents) return;  // asked to stop
-      if (fds[0].revents & POLLIN) accept_client();
-      // Clients: read, then serve what is complete. Indices of fds are offset by 2.
-      std::vector<size_t> dead;
-      size_t count = fds.size() - 2;
-      for (size_t i = 0; i < count && i < clients.size(); ++i) {
-        short re = fds[i + 2].revents;
-        if (!re) continue;
-        if (!read_client(clients[i])) dead.push_back(i);
+      try {
+        if (!step()) return;
+      } catch (...) {
+        // Only the loop's own bookkeeping can get here (a client's failure drops the client):
+        // keep serving after a pause rather than spin.
+        std::this_thread::sleep_for(milliseconds(10));
       }
-      for (size_t i = 0; i < clients.size(); ++i)
-        if (std::find(dead.begin(), dead.end(), i) == dead.end() && !serve(clients[i]))
-          dead.push_back(i);
-      expire_waiters(dead);
-      std::sort(dead.begin(), dead.end());
-      dead.erase(std::unique(dead.begin(), dead.end()), dead.end());
-      for (auto it = dead.rbegin(); it != dead.rend(); ++it) drop(*it);
-      if (!dead.empty()) wake_waiters();
     }
   }
 
-  void accept_client() {
-    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) return;
-    int one = 1;
-    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    Client c;
-    c.fd = fd;
-    clients.push_back(std::move(c));
+  // One poll and what it found; false when asked to stop.
+  bool step() {
+    std::vector<pollfd> fds;
+    fds.push_back({listen_fd, POLLIN, 0});
+    fds.push_back({wake[0], POLLIN, 0});
+    auto now = Clock::now();
+    auto next = now + std::chrono::seconds(1);
+    for (auto& c : clients) {
+      short ev = 0;
+      if (!c->waiting && c->queued() < kMaxQueuedReplies) ev |= POLLIN;
+      if (c->queued() > 0) {
+        ev |= POLLOUT;
+        next = std::min(next, c->stalled_since + kStalledReplies);
+      }
+      if (c->waiting) next = std::min(next, c->deadline);
+      if (!c->authenticated) next = std::min(next, c->accepted + kHelloWithin);
+      fds.push_back({c->fd, ev, 0});
+    }
+    auto ms = std::chrono::duration_cast<milliseconds>(next - now).count();
+    int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(ms + 1, 0, 1000)));
+    if (n < 0 && errno != EINTR) {
+      std::this_thread::sleep_for(milliseconds(10));
+      return true;
+    }
+    if (fds[1].revents) return false;
+    if (fds[0].revents & POLLIN) accept_clients();
+    size_t polled = fds.size() - 2;
+    for (size_t i = 0; i < polled && i < clients.size(); ++i) {
+      Client& c = *clients[i];
+      short re = fds[i + 2].revents;
+      if (!re) continue;
+      guarded(c, [&] {
+        if (re & POLLOUT) flush(c);
+        if (!c.dead && (re & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) && !read_client(c))
+          c.dead = true;
+      });
+    }
+    for (auto& c : clients) guarded(*c, [&] { serve(*c); });
+    expire(Clock::now());
+    sweep();
+    return true;
   }
 
-  // False when the connection closed or broke.
+  // Runs `f` for one client; whatever it throws drops that client only.
+  template <class F>
+  void guarded(Client& c, F&& f) {
+    if (c.dead) return;
+    try {
+      f();
+    } catch (...) {
+      c.dead = true;
+      ++dropped;
+    }
+  }
+
+  void accept_clients() {
+    for (int k = 0; k < 64; ++k) {
+      int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        // Out of descriptors: make room by dropping the oldest connection that has not
+        // authenticated; else wait (the listening socket stays readable).
+        if ((errno == EMFILE || errno == ENFILE) && !drop_oldest_pending())
+          std::this_thread::sleep_for(milliseconds(10));
+        return;
+      }
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      auto c = std::make_unique<Client>();
+      c->fd = fd;
+      c->accepted = Clock::now();
+      clients.push_back(std::move(c));
+      ++accepted;
+      size_t pending = 0;
+      for (auto& x : clients) pending += !x->authenticated && !x->dead;
+      if (pending > kMaxPendingHellos) drop_oldest_pending();
+    }
+  }
+
+  bool drop_oldest_pending() {
+    for (auto& c : clients)
+      if (!c->authenticated && !c->dead) {
+        c->dead = true;
+        ++rejected;
+        return true;
+      }
+    return false;
+  }
+
+  // False when the connection closed or broke. Reads what is there, a bounded amount per pass.
   bool read_client(Client& c) {
     char buf[65536];
-    for (;;) {
+    for (size_t total = 0; total < (4u << 20);) {
       ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
       if (n > 0) {
         c.in.append(buf, static_cast<size_t>(n));
+        total += static_cast<size_t>(n);
         if (n < static_cast<ssize_t>(sizeof buf)) return true;
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-      return false;
+      return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    }
+    return true;
+  }
+
+  // Writes what the socket takes now; the written front of `out` is dropped when it is all
+  // written or larger than what is left (linear in the bytes, however slowly they leave).
+  void flush(Client& c) {
+    size_t before = c.out_sent;
+    while (c.out_sent < c.out.size()) {
+      ssize_t n = ::send(c.fd, c.out.data() + c.out_sent, c.out.size() - c.out_sent,
+                         MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        c.out_sent += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      c.dead = true;
+      break;
+    }
+    if (c.out_sent == before) return;
+    c.stalled_since = Clock::now();
+    if (c.out_sent == c.out.size()) {
+      c.out.clear();
+      c.out_sent = 0;
+    } else if (c.out_sent > c.out.size() / 2) {
+      c.out.erase(0, c.out_sent);
+      c.out_sent = 0;
     }
   }
 
-  bool reply(Client& c, const Writer& w) {
-    return write_all(c.fd, w.b, Clock::now() + std::chrono::seconds(10));
+  void reply(Client& c, const Writer& w) {
+    if (c.queued() == 0) c.stalled_since = Clock::now();
+    c.out += w.b;
+    flush(c);
   }
 
   bool keys_present(const std::vector<std::string>& keys) const {
@@ -453,147 +519,167 @@ struct TcpStoreServer::Impl {
     return true;
   }
 
-  bool answer_get(Client& c) {
+  void answer_get(Client& c) {
     Writer w;
     w.u8(0);
     for (const auto& k : c.wait_keys) w.str(data[k]);
     c.waiting = false;
-    return reply(c, w);
+    c.wait_keys.clear();
+    reply(c, w);
   }
 
-  // Serves every complete request of a client; false when the client must be dropped.
-  bool serve(Client& c) {
-    while (!c.waiting) {
-      Reader r{c.in};
-      uint8_t op;
-      if (!r.u8(op)) return true;
-      Writer w;
-      bool complete = false;
-      switch (op) {
-        case kSet: {
-          std::string k, v;
-          if (r.str(k) && r.str(v)) {
-            data[k] = std::move(v);
-            w.u8(0);
-            complete = true;
-          }
-          break;
-        }
-        case kGet: {
-          uint32_t t, n;
-          if (!r.u32(t) || !r.u32(n)) break;
-          std::vector<std::string> keys(n);
-          bool ok = true;
-          for (auto& k : keys) ok = ok && r.str(k);
-          if (!ok) break;
-          c.in.erase(0, r.pos);
-          c.wait_keys = std::move(keys);
-          c.waiting = true;
-          c.deadline = Clock::now() + milliseconds(t);
-          if (keys_present(c.wait_keys) && !answer_get(c)) return false;
-          continue;
-        }
-        case kTryGet: {
-          std::string k;
-          if (r.str(k)) {
-            auto it = data.find(k);
-            w.u8(it != data.end());
-            if (it != data.end()) w.str(it->second);
-            complete = true;
-          }
-          break;
-        }
-        case kAdd: {
-          std::string k;
-          int64_t d;
-          if (r.str(k) && r.i64(d)) {
-            int64_t v = 0;
-            auto it = data.find(k);
-            if (it != data.end()) {
-              char* end = nullptr;
-              v = std::strtoll(it->second.c_str(), &end, 10);
-            }
-            v += d;
-            data[k] = std::to_string(v);
-            w.i64(v);
-            complete = true;
-          }
-          break;
-        }
-        case kErase: {
-          uint32_t n;
-          if (!r.u32(n)) break;
-          std::vector<std::string> keys(n);
-          bool ok = true;
-          for (auto& k : keys) ok = ok && r.str(k);
-          if (!ok) break;
-          for (const auto& k : keys) data.erase(k);
-          w.u8(0);
-          complete = true;
-          break;
-        }
-        case kOnDisconnect: {
-          std::string k, v;
-          if (r.str(k) && r.str(v)) {
-            c.has_dc = true;
-            c.left = false;
-            c.dc_key = std::move(k);
-            c.dc_value = std::move(v);
-            w.u8(0);
-            complete = true;
-          }
-          break;
-        }
-        case kLeave:
-          c.left = true;
-          w.u8(0);
-          complete = true;
-          break;
-        default:
-          return false;  // not our protocol
+  // Serves every complete request of a client.
+  void serve(Client& c) {
+    size_t pos = 0;
+    while (!c.waiting && !c.dead && c.queued() < kMaxQueuedReplies) {
+      std::string_view in(c.in);
+      in.remove_prefix(pos);
+      if (in.empty() || in.size() < c.need) break;
+      if (!c.authenticated && static_cast<uint8_t>(in[0]) != wire::kHello) {
+        c.dead = true;
+        ++rejected;
+        break;
       }
-      if (r.bad) return false;
-      if (!complete) return true;  // wait for more bytes
-      c.in.erase(0, r.pos);
-      if (!reply(c, w)) return false;
-      if (op == kSet || op == kAdd) wake_waiters();
+      wire::Request q;
+      wire::Result r = wire::parse_request(in, q);
+      if (r.status == wire::Status::incomplete) {
+        c.need = r.need;
+        if (!c.authenticated && r.need > 5 + wire::kMaxSecret)
+          r.status = wire::Status::malformed;
+        else
+          break;
+      }
+      if (r.status == wire::Status::malformed) {
+        c.dead = true;
+        ++(c.authenticated ? dropped : rejected);
+        break;
+      }
+      c.need = 0;
+      pos += r.consumed;
+      handle(c, q);
     }
-    return true;
+    c.in.erase(0, pos);  // `need` counts from where the unparsed bytes start: still right
+  }
+
+  void handle(Client& c, wire::Request& q) {
+    Writer w;
+    if (!c.authenticated || q.op == wire::kHello) {
+      bool ok = q.op == wire::kHello && same_secret(q.value, secret);
+      w.u8(ok ? 0 : 1);
+      reply(c, w);
+      if (!ok) {
+        c.dead = true;
+        ++rejected;
+      }
+      c.authenticated = ok;
+      return;
+    }
+    switch (q.op) {
+      case wire::kSet:
+        data[q.key] = std::move(q.value);
+        w.u8(0);
+        break;
+      case wire::kGet:
+        c.wait_keys = std::move(q.keys);
+        c.waiting = true;
+        c.deadline = Clock::now() + milliseconds(q.timeout_ms);
+        if (keys_present(c.wait_keys)) answer_get(c);
+        return;
+      case wire::kTryGet: {
+        auto it = data.find(q.key);
+        w.u8(it != data.end());
+        if (it != data.end()) w.str(it->second);
+        break;
+      }
+      case wire::kAdd: {
+        int64_t v = 0;
+        auto it = data.find(q.key);
+        if (it != data.end()) v = std::strtoll(it->second.c_str(), nullptr, 10);
+        // Wraps like the two's-complement counter it is; never undefined behaviour.
+        v = static_cast<int64_t>(static_cast<uint64_t>(v) + static_cast<uint64_t>(q.delta));
+        data[q.key] = std::to_string(v);
+        w.i64(v);
+        break;
+      }
+      case wire::kErase:
+        for (const auto& k : q.keys) data.erase(k);
+        w.u8(0);
+        break;
+      case wire::kOnDisconnect:
+        c.has_dc = true;
+        c.left = false;
+        c.dc_key = std::move(q.key);
+        c.dc_value = std::move(q.value);
+        w.u8(0);
+        break;
+      case wire::kLeave:
+        c.left = true;
+        w.u8(0);
+        break;
+      default:
+        c.dead = true;
+        ++dropped;
+        return;
+    }
+    reply(c, w);
+    if (q.op == wire::kSet || q.op == wire::kAdd) wake_waiters();
   }
 
   void wake_waiters() {
     for (auto& c : clients)
-      if (c.waiting && keys_present(c.wait_keys)) {
-        if (!answer_get(c)) c.waiting = false;  // a broken client is dropped on its next read
-      }
+      if (!c->dead && c->waiting && keys_present(c->wait_keys))
+        guarded(*c, [&] { answer_get(*c); });
   }
 
-  void expire_waiters(std::vector<size_t>& dead) {
-    auto now = Clock::now();
-    for (size_t i = 0; i < clients.size(); ++i) {
-      Client& c = clients[i];
+  // Answers GETs whose time is up; drops clients that never authenticated or stopped reading.
+  void expire(Clock::time_point now) {
+    for (auto& cp : clients) {
+      Client& c = *cp;
+      if (c.dead) continue;
+      if (!c.authenticated && now - c.accepted >= kHelloWithin) {
+        c.dead = true;
+        ++rejected;
+        continue;
+      }
+      if (c.queued() > 0 && now - c.stalled_since >= kStalledReplies) {
+        c.dead = true;
+        ++dropped;
+        continue;
+      }
       if (!c.waiting || c.deadline > now) continue;
-      Writer w;
-      w.u8(1);
-      std::vector<std::string> missing;
-      for (const auto& k : c.wait_keys)
-        if (!data.count(k)) missing.push_back(k);
-      w.u32(static_cast<uint32_t>(missing.size()));
-      for (const auto& k : missing) w.str(k);
-      c.waiting = false;
-      if (!reply(c, w)) dead.push_back(i);
+      guarded(c, [&] {
+        Writer w;
+        w.u8(1);
+        std::vector<std::string> missing;
+        for (const auto& k : c.wait_keys)
+          if (!data.count(k)) missing.push_back(k);
+        w.u32(static_cast<uint32_t>(missing.size()));
+        for (const auto& k : missing) w.str(k);
+        c.waiting = false;
+        c.wait_keys.clear();
+        reply(c, w);
+      });
     }
   }
 
-  void drop(size_t i) {
-    Client& c = clients[i];
-    if (c.has_dc && !c.left && !data.count(c.dc_key)) data[c.dc_key] = c.dc_value;
-    ::close(c.fd);
-    clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
+  // Closes dead clients (setting their on-disconnect keys) and wakes whoever waits on those.
+  void sweep() {
+    bool any = false;
+    for (size_t i = clients.size(); i-- > 0;) {
+      Client& c = *clients[i];
+      if (!c.dead) continue;
+      if (c.has_dc && !c.left && !data.count(c.dc_key)) data[c.dc_key] = c.dc_value;
+      ::close(c.fd);
+      clients.erase(clients.begin() + static_cast<std::ptrdiff_t>(i));
+      any = true;
+    }
+    if (any) wake_waiters();
   }
 };
 
-TcpStoreServer::TcpStoreServer(const std::string& host, int port) : impl_(new Impl) {
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, std::string secret)
+    : impl_(new Impl) {
+  impl_->secret = check_secret(std::move(secret), "TCP store");
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
@@ -607,7 +693,7 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port) : impl_(new Im
     throw RendezvousError("TCP store: cannot resolve '" + host + "': " + gai_strerror(rc));
   std::string last = "no address";
   for (addrinfo* a = res; a; a = a->ai_next) {
-    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) {
       last = errno_text(errno);
       continue;
@@ -641,7 +727,7 @@ TcpStoreServer::~TcpStoreServer() {
   char c = 1;
   [[maybe_unused]] ssize_t n = ::write(impl_->wake[1], &c, 1);
   if (impl_->thread.joinable()) impl_->thread.join();
-  for (auto& cl : impl_->clients) ::close(cl.fd);
+  for (auto& cl : impl_->clients) ::close(cl->fd);
   ::close(impl_->listen_fd);
   ::close(impl_->wake[0]);
   ::close(impl_->wake[1]);
@@ -651,70 +737,98 @@ int TcpStoreServer::port() const noexcept {
   return impl_->port;
 }
 
+TcpStoreServer::Counters TcpStoreServer::counters() const noexcept {
+  return {impl_->accepted.load(), impl_->rejected.load(), impl_->dropped.load()};
+}
+
+std::string generate_store_secret() {
+  unsigned char raw[16];
+  size_t got = 0;
+  while (got < sizeof raw) {
+    ssize_t n = ::getrandom(raw + got, sizeof raw - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      throw RendezvousError("cannot generate a store secret: getrandom failed: " +
+                            errno_text(errno));
+    got += static_cast<size_t>(n);
+  }
+  static const char* hex = "0123456789abcdef";
+  std::string s;
+  for (unsigned char b : raw) {
+    s.push_back(hex[b >> 4]);
+    s.push_back(hex[b & 15]);
+  }
+  return s;
+}
+
 // ---- TcpStore (client) ----------------------------------------------------------------------
 
 struct TcpStore::Conn {
   int fd = -1;
   std::mutex mu;
-  std::string where;  // "tcp://host:port"
-  std::string local;  // this side's address
+  std::string where;   // "tcp://host:port"
+  std::string local;   // this side's address
+  std::string in;      // bytes received and not yet parsed
+  std::string failed;  // why the connection was closed
 
   ~Conn() {
     if (fd >= 0) ::close(fd);
   }
 
+  // Closes the connection (F7: a late reply must never be read as a later request's) and
+  // throws; every later call fails at once.
   [[noreturn]] void broken(const std::string& what) {
-    throw RendezvousError("rendezvous store " + where + ": " + what +
-                          " (the process hosting the store — rank 0 or bp-run — has probably "
-                          "exited)");
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+    in.clear();
+    failed = what;
+    throw RendezvousError("rendezvous store " + where + ": " + what);
+  }
+
+  void check_open() {
+    if (fd < 0)
+      throw RendezvousError("rendezvous store " + where +
+                            ": this connection was closed after an earlier failure (" + failed +
+                            ")");
   }
 
   void send_request(const Writer& w) {
+    check_open();
     if (!write_all(fd, w.b, Clock::now() + std::chrono::seconds(30)))
       broken("sending a request failed: " + errno_text(errno));
   }
 
-  // Reads exactly n bytes before `deadline`.
-  std::string read_exact(size_t n, Clock::time_point deadline) {
-    std::string out(n, '\0');
-    size_t off = 0;
-    while (off < n) {
+  // Reads one reply of `kind` before `deadline`.
+  wire::Reply read_reply(wire::ReplyKind kind, size_t count, Clock::time_point deadline) {
+    for (;;) {
+      wire::Reply rep;
+      wire::Result r = wire::parse_reply(in, kind, count, rep);
+      if (r.status == wire::Status::complete) {
+        in.erase(0, r.consumed);
+        return rep;
+      }
+      if (r.status == wire::Status::malformed) broken("malformed reply: " + r.why);
       auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) broken("no reply in time");
       pollfd p{fd, POLLIN, 0};
-      int r = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
-      if (r < 0 && errno != EINTR) broken("poll failed: " + errno_text(errno));
-      if (r <= 0) continue;
-      ssize_t got = ::recv(fd, out.data() + off, n - off, 0);
-      if (got == 0) broken("the connection was closed");
+      int pr = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
+      if (pr < 0 && errno != EINTR) broken("poll failed: " + errno_text(errno));
+      if (pr <= 0) continue;
+      char buf[65536];
+      size_t want = std::clamp<size_t>(r.need > in.size() ? r.need - in.size() : 1, 1, sizeof buf);
+      ssize_t got = ::recv(fd, buf, want, 0);
+      if (got == 0)
+        broken(
+            "the connection was closed (the process hosting the store — rank 0 or bp-run — has "
+            "probably exited)");
       if (got < 0) {
         if (errno == EINTR || errno == EAGAIN) continue;
         broken("receiving failed: " + errno_text(errno));
       }
-      off += static_cast<size_t>(got);
+      in.append(buf, static_cast<size_t>(got));
     }
-    return out;
   }
-  uint8_t read_u8(Clock::time_point d) { return static_cast<uint8_t>(read_exact(1, d)[0]); }
-  uint32_t read_u32(Clock::time_point d) {
-    std::string b = read_exact(4, d);
-    Reader r{b};
-    uint32_t v = 0;
-    r.u32(v);
-    return v;
-  }
-  int64_t read_i64(Clock::time_point d) {
-    std::string b = read_exact(8, d);
-    Reader r{b};
-    int64_t v = 0;
-    r.i64(v);
-    return v;
-  }
-  std::string read_str(Clock::time_point d) {
-    uint32_t n = read_u32(d);
-    if (n > kMaxString) broken("malformed reply");
-    return read_exact(n, d);
-  }
+  void ack(Clock::time_point d) { read_reply(wire::ReplyKind::ack, 0, d); }
 };
 
 namespace {
@@ -723,10 +837,11 @@ Clock::time_point reply_deadline() {
 }
 }  // namespace
 
-TcpStore::TcpStore(std::string host, int port, milliseconds connect_timeout)
+TcpStore::TcpStore(std::string host, int port, milliseconds connect_timeout, std::string secret)
     : host_(std::move(host)),
       port_(port),
       connect_timeout_(connect_timeout),
+      secret_(check_secret(std::move(secret), "TCP store client")),
       conn_(std::make_unique<Conn>()) {
   conn_->where = describe();
   auto deadline = Clock::now() + connect_timeout;
@@ -790,6 +905,21 @@ TcpStore::TcpStore(std::string host, int port, milliseconds connect_timeout)
   socklen_t len = sizeof ss;
   if (::getsockname(conn_->fd, reinterpret_cast<sockaddr*>(&ss), &len) == 0)
     conn_->local = address_text(reinterpret_cast<sockaddr*>(&ss));
+  Writer w;
+  w.u8(wire::kHello);
+  w.str(secret_);
+  conn_->send_request(w);
+  wire::Reply rep;
+  try {
+    rep = conn_->read_reply(wire::ReplyKind::hello, 0, reply_deadline());
+  } catch (const RendezvousError&) {
+    if (conn_->failed.rfind("the connection was closed", 0) != 0) throw;
+    conn_->broken("the store closed the connection at the handshake (is it a Backplane store?)");
+  }
+  if (rep.status != 0)
+    conn_->broken(
+        "the store refused this process's secret: BACKPLANE_STORE_SECRET must be the same for "
+        "every rank and for whoever hosts the store");
 }
 
 TcpStore::~TcpStore() = default;
@@ -805,26 +935,26 @@ std::string TcpStore::local_address() const {
 
 void TcpStore::set(const std::string& key, const std::string& value) {
   Writer w;
-  w.u8(kSet);
+  w.u8(wire::kSet);
   w.str(key);
   w.str(value);
   std::lock_guard<std::mutex> l(conn_->mu);
   conn_->send_request(w);
-  conn_->read_u8(reply_deadline());
+  conn_->ack(reply_deadline());
 }
 
 void TcpStore::set_many(const std::vector<std::pair<std::string, std::string>>& items) {
   if (items.empty()) return;
   Writer w;
   for (const auto& [k, v] : items) {
-    w.u8(kSet);
+    w.u8(wire::kSet);
     w.str(k);
     w.str(v);
   }
   std::lock_guard<std::mutex> l(conn_->mu);
   conn_->send_request(w);  // the server answers the requests one by one, in order
   auto d = reply_deadline();
-  for (size_t i = 0; i < items.size(); ++i) conn_->read_u8(d);
+  for (size_t i = 0; i < items.size(); ++i) conn_->ack(d);
 }
 
 std::vector<int64_t> TcpStore::add_many(const std::vector<std::string>& keys, int64_t delta) {
@@ -832,20 +962,21 @@ std::vector<int64_t> TcpStore::add_many(const std::vector<std::string>& keys, in
   if (keys.empty()) return out;
   Writer w;
   for (const auto& k : keys) {
-    w.u8(kAdd);
+    w.u8(wire::kAdd);
     w.str(k);
     w.i64(delta);
   }
   std::lock_guard<std::mutex> l(conn_->mu);
   conn_->send_request(w);
   auto d = reply_deadline();
-  for (size_t i = 0; i < keys.size(); ++i) out.push_back(conn_->read_i64(d));
+  for (size_t i = 0; i < keys.size(); ++i)
+    out.push_back(conn_->read_reply(wire::ReplyKind::counter, 0, d).counter);
   return out;
 }
 
 std::vector<std::string> TcpStore::get(const std::vector<std::string>& keys, milliseconds timeout) {
   Writer w;
-  w.u8(kGet);
+  w.u8(wire::kGet);
   int64_t t = std::clamp<int64_t>(timeout.count(), 0, 0x7fffffff);
   w.u32(static_cast<uint32_t>(t));
   w.u32(static_cast<uint32_t>(keys.size()));
@@ -853,69 +984,62 @@ std::vector<std::string> TcpStore::get(const std::vector<std::string>& keys, mil
   std::lock_guard<std::mutex> l(conn_->mu);
   conn_->send_request(w);
   auto deadline = Clock::now() + milliseconds(t) + std::chrono::seconds(60);
-  uint8_t status = conn_->read_u8(deadline);
-  if (status == 0) {
-    std::vector<std::string> out;
-    for (size_t i = 0; i < keys.size(); ++i) out.push_back(conn_->read_str(deadline));
-    return out;
-  }
-  uint32_t m = conn_->read_u32(deadline);
-  std::vector<std::string> missing;
-  for (uint32_t i = 0; i < m; ++i) missing.push_back(conn_->read_str(deadline));
-  throw_missing(describe(), missing, timeout);
+  wire::Reply rep = conn_->read_reply(wire::ReplyKind::values, keys.size(), deadline);
+  if (rep.status == 0) return std::move(rep.values);
+  throw_missing(describe(), rep.values, timeout);
 }
 
 std::optional<std::string> TcpStore::try_get(const std::string& key) {
   Writer w;
-  w.u8(kTryGet);
+  w.u8(wire::kTryGet);
   w.str(key);
   std::lock_guard<std::mutex> l(conn_->mu);
   conn_->send_request(w);
-  auto d = reply_deadline();
-  if (!conn_->read_u8(d)) return std::nullopt;
-  return conn_->read_str(d);
+  wire::Reply rep = conn_->read_reply(wire::ReplyKind::maybe, 0, reply_deadline());
+  if (!rep.status) return std::nullopt;
+  return std::move(rep.values[0]);
 }
 
 int64_t TcpStore::add(const std::string& key, int64_t delta) {
   Writer w;
-  w.u8(kAdd);
+  w.u8(wire::kAdd);
   w.str(key);
   w.i64(delta);
   std::lock_guard<std::mutex> l(conn_->mu);
   conn_->send_request(w);
-  return conn_->read_i64(reply_deadline());
+  return conn_->read_reply(wire::ReplyKind::counter, 0, reply_deadline()).counter;
 }
 
 void TcpStore::erase(const std::vector<std::string>& keys) {
   Writer w;
-  w.u8(kErase);
+  w.u8(wire::kErase);
   w.u32(static_cast<uint32_t>(keys.size()));
   for (const auto& k : keys) w.str(k);
   std::lock_guard<std::mutex> l(conn_->mu);
   conn_->send_request(w);
-  conn_->read_u8(reply_deadline());
+  conn_->ack(reply_deadline());
 }
 
 void TcpStore::set_on_disconnect(const std::string& key, const std::string& value) {
   Writer w;
-  w.u8(kOnDisconnect);
+  w.u8(wire::kOnDisconnect);
   w.str(key);
   w.str(value);
   std::lock_guard<std::mutex> l(conn_->mu);
   conn_->send_request(w);
-  conn_->read_u8(reply_deadline());
+  conn_->ack(reply_deadline());
 }
 
 void TcpStore::leave() {
   Writer w;
-  w.u8(kLeave);
+  w.u8(wire::kLeave);
   std::lock_guard<std::mutex> l(conn_->mu);
   conn_->send_request(w);
-  conn_->read_u8(reply_deadline());
+  conn_->ack(reply_deadline());
 }
 
 std::unique_ptr<Store> TcpStore::clone() const {
-  return std::make_unique<TcpStore>(host_, port_, connect_timeout_);
+  return std::make_unique<TcpStore>(host_, port_, connect_timeout_, secret_);
 }
 
 }  // namespace bp::dist

@@ -1,6 +1,7 @@
 // The profiler's outputs: Chrome trace-event JSON, the per-op table, memory snapshots and the
 // allocator summary of out-of-memory errors.
 #include "profiler/profiler_internal.hpp"
+#include "runtime/files.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -238,11 +239,12 @@ std::string trace_json() {
   ObserverState& o = observer();
   std::lock_guard<std::mutex> lock(o.mu);
   if (!o.has_session) throw Error("bp::profiler::trace_json: no session was recorded; start() one");
-  return build_trace(o).dump();
+  return build_trace(o).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-void save(const std::string& path) {
+void save(const std::string& given) {
   std::string text = trace_json();
+  const std::string path = detail::output_target(given, "bp::profiler::save");
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
@@ -376,7 +378,7 @@ std::string MemorySnapshot::json() const {
                         {"note", "the plugin ABI reports reserved bytes as one total"}}},
                       {"untracked", {{"bytes", untracked_bytes}, {"blocks", untracked_blocks}}},
                       {"blocks", std::move(blocks)}};
-  return j.dump(1);
+  return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 }  // namespace bp

@@ -6,6 +6,10 @@
 //   starts when the process's registry is created (after its plugins are loaded) and the file
 //   is removed at normal exit; bp-smi --watch lists the files of live processes and ignores
 //   (and removes) those of processes that are gone. Off (the default) nothing of this runs.
+//   Without XDG_RUNTIME_DIR the folder is /tmp/backplane-stats-<uid>, a name anyone can take
+//   first: it is used only as a private folder (Note [Private folders] in runtime/files.hpp),
+//   and every file in any stats folder is opened relative to it with O_NOFOLLOW.
+#include "runtime/files.hpp"
 #include "runtime/registry.hpp"
 
 #include <backplane/profiler.hpp>
@@ -13,10 +17,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
 #include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -35,6 +41,8 @@ namespace detail {
 
 namespace {
 
+// The folder's descriptor and this process's file name in it.
+int g_dir_fd = -1;
 std::string& published_file() {
   static std::string* f = new std::string;
   return *f;
@@ -64,18 +72,20 @@ void publish_once(Registry& reg, const std::string& name) {
       {"time",
        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
       {"devices", std::move(devs)}};
-  const std::string& path = published_file();
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << j.dump();
-    if (!f) return;
-  }
-  std::rename(tmp.c_str(), path.c_str());
+  const std::string& name_in_dir = published_file();
+  std::string tmp = name_in_dir + ".tmp";
+  std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  ::unlinkat(g_dir_fd, tmp.c_str(), 0);
+  int fd =
+      ::openat(g_dir_fd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ok = ::close(fd) == 0 && ok;
+  if (ok) ::renameat(g_dir_fd, tmp.c_str(), g_dir_fd, name_in_dir.c_str());
 }
 
 void remove_published() {
-  std::remove(published_file().c_str());
+  ::unlinkat(g_dir_fd, published_file().c_str(), 0);
 }
 
 }  // namespace
@@ -84,14 +94,23 @@ void maybe_publish_stats(Registry& reg) {
   const char* on = std::getenv("BACKPLANE_PUBLISH_STATS");
   if (!on || std::string(on) != "1") return;
   std::string dir = stats_publish_dir();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    std::fprintf(stderr, "backplane: BACKPLANE_PUBLISH_STATS: cannot create %s: %s\n", dir.c_str(),
-                 ec.message().c_str());
+  const char* chosen = std::getenv("BACKPLANE_STATS_DIR");
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  std::string why;
+  if ((chosen && *chosen) || (xdg && *xdg)) {
+    // A folder the user chose or their private runtime folder.
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    g_dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (g_dir_fd < 0) why = "cannot open " + dir + ": " + std::strerror(errno);
+  } else {
+    g_dir_fd = open_private_dir(dir, why);  // in /tmp: Note [Private folders]
+  }
+  if (g_dir_fd < 0) {
+    std::fprintf(stderr, "backplane: BACKPLANE_PUBLISH_STATS: %s; not publishing\n", why.c_str());
     return;
   }
-  published_file() = dir + "/" + std::to_string(::getpid()) + ".json";
+  published_file() = std::to_string(::getpid()) + ".json";
   std::string name = command_name();
   std::atexit(remove_published);
   std::thread([&reg, name] {

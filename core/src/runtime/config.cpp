@@ -6,6 +6,7 @@
 #include <toml++/toml.h>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 
 namespace bp::detail {
 
@@ -40,10 +41,90 @@ std::string sync_mode(const std::string& where, const std::string& v) {
   throw IOError(where + ": sync debug mode '" + v + "' is not one of off, warn, error");
 }
 
-void read_file(Config& c, const std::string& file) {
+// The limits of a config file (Note [Config precedence]), checked on the raw bytes before
+// toml++ parses them: its parser recurses once per dotted part of a key or table header.
+constexpr size_t kMaxConfigBytes = 1u << 20, kMaxConfigLine = 64u << 10;
+constexpr int kMaxDottedParts = 64;
+
+std::string read_bounded(const std::string& file) {
+  std::ifstream f(file, std::ios::binary);
+  if (!f) throw IOError("config file " + file + ": cannot be opened for reading");
+  std::string text;
+  char buf[65536];
+  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
+    text.append(buf, static_cast<size_t>(f.gcount()));
+    if (text.size() > kMaxConfigBytes)
+      throw IOError("config file " + file + " is larger than " + std::to_string(kMaxConfigBytes) +
+                    " bytes; a Backplane config has a few keys");
+  }
+  // Count, per line, the dots outside strings and comments (a dotted key or table header has
+  // one per part; a float value has one); multi-line strings span lines.
+  int line = 1, dots = 0;
+  size_t line_start = 0;
+  enum { code, basic, literal, ml_basic, ml_literal, comment } st = code;
+  for (size_t i = 0; i < text.size(); ++i) {
+    char ch = text[i];
+    if (ch == '\n') {
+      if (i - line_start > kMaxConfigLine)
+        throw IOError("config file " + file + ", line " + std::to_string(line) +
+                      " is longer than " + std::to_string(kMaxConfigLine) + " bytes");
+      ++line;
+      line_start = i + 1;
+      dots = 0;
+      if (st == comment || st == basic || st == literal) st = code;
+      continue;
+    }
+    auto triple = [&](char q) { return text.compare(i, 3, std::string(3, q)) == 0; };
+    switch (st) {
+      case code:
+        if (ch == '#')
+          st = comment;
+        else if (triple('"'))
+          st = ml_basic, i += 2;
+        else if (triple('\''))
+          st = ml_literal, i += 2;
+        else if (ch == '"')
+          st = basic;
+        else if (ch == '\'')
+          st = literal;
+        else if (ch == '.' && ++dots > kMaxDottedParts)
+          throw IOError("config file " + file + ", line " + std::to_string(line) +
+                        ": a key of more than " + std::to_string(kMaxDottedParts) +
+                        " dotted parts; Backplane's keys have two");
+        break;
+      case basic:
+        if (ch == '\\')
+          ++i;
+        else if (ch == '"')
+          st = code;
+        break;
+      case literal:
+        if (ch == '\'') st = code;
+        break;
+      case ml_basic:
+        if (ch == '\\')
+          ++i;
+        else if (triple('"'))
+          st = code, i += 2;
+        break;
+      case ml_literal:
+        if (triple('\'')) st = code, i += 2;
+        break;
+      case comment:
+        break;
+    }
+  }
+  if (text.size() - line_start > kMaxConfigLine)
+    throw IOError("config file " + file + ", line " + std::to_string(line) + " is longer than " +
+                  std::to_string(kMaxConfigLine) + " bytes");
+  return text;
+}
+
+void read_file(Config& c, const std::string& file, bool implicit) {
   toml::table root;
+  std::string text = read_bounded(file);
   try {
-    root = toml::parse_file(file);
+    root = toml::parse(text, file);
   } catch (const toml::parse_error& e) {
     throw IOError("config file " + file + ", line " + std::to_string(e.source().begin.line) + ": " +
                   std::string(e.description()));
@@ -52,8 +133,8 @@ void read_file(Config& c, const std::string& file) {
   for (auto&& [k, node] : root) {
     std::string key(k.str());
     if (key == "device") {
-      auto v = node.value<std::string>();
-      if (!v) bad_key(file, node, key, "expected a device string such as \"cpu:0\"");
+      auto v = node.value_exact<std::string>();
+      if (!v || v->empty()) bad_key(file, node, key, "expected a device string such as \"cpu:0\"");
       c.default_device = *v;
     } else if (key == "plugins" || key == "matmul" || key == "debug") {
       const toml::table* t = node.as_table();
@@ -61,13 +142,20 @@ void read_file(Config& c, const std::string& file) {
       for (auto&& [sk, sn] : *t) {
         std::string sub = key + "." + std::string(sk.str());
         if (sub == "plugins.paths") {
+          const char* trust = std::getenv("BACKPLANE_TRUST_LOCAL_CONFIG");
+          if (implicit && !(trust && std::string(trust) == "1"))
+            bad_key(file, sn, sub,
+                    "a config file found implicitly in the working folder may not add plugin "
+                    "folders (their code would run in every program started here); to trust it, "
+                    "set BACKPLANE_CONFIG=" +
+                        file + " or BACKPLANE_TRUST_LOCAL_CONFIG=1");
           c.plugin_paths = string_list(file, sn, sub);
         } else if (sub == "plugins.allow") {
           c.allow = string_list(file, sn, sub);
         } else if (sub == "plugins.deny") {
           c.deny = string_list(file, sn, sub);
         } else if (sub == "matmul.allow_tf32") {
-          auto v = sn.value<bool>();
+          auto v = sn.value_exact<bool>();  // not 1 or 0: a boolean, as TOML has them
           if (!v) bad_key(file, sn, sub, "expected true or false");
           c.allow_tf32 = *v;
         } else if (sub == "debug.sync") {
@@ -163,7 +251,8 @@ std::string config_file_path() {
 Config load_config() {
   Config c;
   std::string file = config_file_path();
-  if (!file.empty()) read_file(c, file);
+  if (!file.empty())
+    read_file(c, file, file == "backplane.toml" && env("BACKPLANE_CONFIG").empty());
   if (std::string v = env("BACKPLANE_DEVICE"); !v.empty()) c.default_device = v;
   if (std::string v = env("BACKPLANE_PLUGINS"); !v.empty()) c.allow = split(v, ',');
   if (std::string v = env("BACKPLANE_ALLOW_TF32"); !v.empty()) {

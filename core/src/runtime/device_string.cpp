@@ -15,11 +15,13 @@ namespace bp {
 
 namespace {
 // The string as it can be printed: bytes outside printable ASCII as \xHH, so that a NUL or a
-// control character neither truncates the message nor garbles a terminal.
+// control character neither truncates the message nor garbles a terminal; past 64 bytes, the
+// start and the length (a 1 MB string must not make a 2 MB message).
 std::string printable(std::string_view s) {
   static const char kHex[] = "0123456789abcdef";
+  constexpr size_t kShown = 64;
   std::string out;
-  for (char c : s) {
+  for (char c : s.substr(0, kShown)) {
     const auto u = static_cast<unsigned char>(c);
     if (u >= 0x20 && u < 0x7f && c != '\\') {
       out += c;
@@ -29,6 +31,7 @@ std::string printable(std::string_view s) {
       out += kHex[u & 15];
     }
   }
+  if (s.size() > kShown) out += "... (" + std::to_string(s.size()) + " bytes)";
   return out;
 }
 [[noreturn]] void bad(std::string_view spec, const std::string& why) {

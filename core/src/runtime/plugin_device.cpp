@@ -154,6 +154,9 @@ std::shared_ptr<Buffer> DeviceState::allocate(uint64_t bytes, std::shared_ptr<St
     }
     throw_plugin_error(api, err, self->str() + ": " + what);
   }
+  if (!b && bytes > 0) [[unlikely]]  // a buffer the kernels would be handed as NULL
+    throw PluginError(self->str() + ": mem_alloc returned no buffer for " + std::to_string(bytes) +
+                      " bytes and no error (plugin " + api->name + ")");
   memory.on_alloc(bytes);
   try {
     const StreamState* on = stream.get();

@@ -13,21 +13,34 @@
 //   check_plugin_table() is everything the loader verifies in a table before it calls init():
 //   the table is large enough to hold the identity fields, the major version is the host's, the
 //   table holds every minor-0 slot and each required one is set, the five event slots are all
-//   set or all NULL, and the device type is a valid device-string prefix. It reads fields in
+//   set or all NULL, the size fits the declared minor (it holds every slot of that minor, and
+//   a table of a minor the host knows is no larger than the host's; one of a newer minor is at
+//   most 64 KiB: a hostile size would make the host read past the table), and the device type
+//   is a valid device-string prefix. It reads fields in
 //   that order and never past struct_size, so a truncated or hostile table gives a reason, not
 //   a crash; tests/fuzz/fuzz_plugin_table.cpp feeds it arbitrary tables.
 #include "runtime/registry.hpp"
 #include "runtime/config_internal.hpp"
+#include "runtime/files.hpp"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <set>
+#include <thread>
 
 namespace bp::detail {
 
@@ -54,17 +67,25 @@ std::string plugin_name_from_file(const std::string& path) {
 }
 
 bool is_elf_file(const std::string& path, std::string& why) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    why = "cannot be opened for reading";
+  // O_NONBLOCK: opening a FIFO without a writer must not block (it is refused just below).
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    why = std::string("cannot be opened for reading: ") + std::strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    why = std::string("not a regular file (") + file_kind(st.st_mode) + ")";
+    ::close(fd);
     return false;
   }
   char magic[4] = {};
-  in.read(magic, 4);
-  if (in.gcount() < 4 || std::memcmp(magic,
-                                     "\x7f"
-                                     "ELF",
-                                     4) != 0) {
+  ssize_t got = ::pread(fd, magic, 4, 0);
+  ::close(fd);
+  if (got < 4 || std::memcmp(magic,
+                             "\x7f"
+                             "ELF",
+                             4) != 0) {
     why = "not an ELF shared object";
     return false;
   }
@@ -175,6 +196,15 @@ std::string check_plugin_table(const bp_plugin_api* api, PluginReport& r) {
   if (api->struct_size < kMinor0Size)
     return "plugin table of " + std::to_string(api->struct_size) +
            " bytes is smaller than ABI 1.0 requires (" + std::to_string(kMinor0Size) + ")";
+  const size_t minor_end[] = {BP_API_MINOR1_OFFSET, BP_API_MINOR2_OFFSET, BP_API_MINOR3_OFFSET,
+                              sizeof(bp_plugin_api)};
+  static_assert(BP_ABI_MINOR == 3, "a new minor adds its end to minor_end");
+  const uint32_t known = std::min<uint32_t>(api->abi_minor, BP_ABI_MINOR);
+  const size_t most = api->abi_minor <= BP_ABI_MINOR ? sizeof(bp_plugin_api) : size_t{64} << 10;
+  if (api->struct_size < minor_end[known] || api->struct_size > most)
+    return "plugin table of " + std::to_string(api->struct_size) + " bytes does not fit ABI " +
+           version_string(api->abi_major, api->abi_minor) + " (" +
+           std::to_string(minor_end[known]) + " to " + std::to_string(most) + " bytes)";
   if (const char* slot = missing_required_slot(api))
     return std::string("required slot '") + slot + "' is NULL";
   bool ev_any = api->event_create || api->event_destroy || api->event_record ||
@@ -241,6 +271,47 @@ PluginReport load_library(const std::string& path, const bp_plugin_api** out_api
   return r;
 }
 
+// Note [Plugin probes]
+//   A plugin's init runs in the process that loads it, so one that crashes, aborts or loops
+//   takes that process with it; BACKPLANE_PLUGINS (an allow list) or plugins.deny keeps it out.
+//   A tool that must survive any plugin (bp-smi) sets RegistryOptions::probe_seconds: each
+//   plugin is then loaded first in a forked child that exits at once, and one whose child was
+//   killed by a signal or was still running after the time is reported ("init crashed with
+//   SIGSEGV", "init did not return within 10 s") and not loaded in the process. A fork without
+//   exec copies only the calling thread, hence "for single-threaded tools".
+std::string probe_in_child(const std::string& path, double seconds) {
+  pid_t pid = ::fork();
+  if (pid < 0) return "";  // cannot probe: load as usual
+  if (pid == 0) {
+    const bp_plugin_api* api = nullptr;
+    (void)load_library(path, &api);
+    ::_exit(0);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  const std::string advice =
+      " in a probe process; not loaded (leave it out with BACKPLANE_PLUGINS or plugins.deny)";
+  int status = 0;
+  for (;;) {
+    pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) return "";
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", seconds);
+      return std::string("init did not return within ") + text + " s" + advice;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!WIFSIGNALED(status)) return "";
+  const int sig = WTERMSIG(status);
+  const char* abbrev = ::sigabbrev_np(sig);
+  return "init crashed with SIG" + std::string(abbrev ? abbrev : std::to_string(sig).c_str()) +
+         " (" + ::strsignal(sig) + ")" + advice;
+}
+
 RegistryOptions options_from(const Config& c) {
   RegistryOptions o;
   o.plugin_paths = env_plugin_path();
@@ -250,6 +321,14 @@ RegistryOptions options_from(const Config& c) {
   o.default_device = c.default_device;
   const char* env = std::getenv("BACKPLANE_DEVICE");
   o.default_device_origin = env && *env ? "BACKPLANE_DEVICE" : "config file " + c.source;
+  if (const char* v = std::getenv("BACKPLANE_PROBE_PLUGINS"); v && *v) {
+    char* end = nullptr;
+    double sec = std::strtod(v, &end);
+    if (*end || !(sec >= 0.1 && sec <= 3600))
+      throw IOError("BACKPLANE_PROBE_PLUGINS='" + std::string(v).substr(0, 64) +
+                    "' is not a number of seconds from 0.1 to 3600");
+    o.probe_seconds = sec;
+  }
   return o;
 }
 
@@ -404,6 +483,19 @@ Registry::Registry(RegistryOptions options)
         continue;
       }
     }
+    if (opt.probe_seconds > 0) {  // Note [Plugin probes]
+      std::string why = detail::probe_in_child(path, opt.probe_seconds);
+      if (!why.empty()) {
+        PluginReport r;
+        r.path = path;
+        r.name = name;
+        r.status = PluginReport::Status::failed;
+        r.decision = "failed";
+        r.reason = std::move(why);
+        st.report.push_back(std::move(r));
+        continue;
+      }
+    }
     const bp_plugin_api* api = nullptr;
     PluginReport r = detail::load_library(path, &api);
     if (r.status == PluginReport::Status::loaded) {
@@ -472,8 +564,21 @@ Device& Registry::device(std::string_view spec) {
   return *p->devices[s.index];
 }
 
-int Registry::num_devices(std::string_view type) const {
-  Plugin* p = s_->plugin_for_type(type);
+namespace {
+// The type of "cuda" or "cuda:1" (a whole device string is accepted where a type is asked for);
+// DeviceError for a malformed string. `index` is -1 without one.
+std::string type_of(std::string_view spec, int& index) {
+  index = -1;
+  if (spec.find(':') == std::string_view::npos) return std::string(spec);
+  DeviceSpec s = parse_device_string(spec);
+  index = s.index;
+  return s.type;
+}
+}  // namespace
+
+int Registry::num_devices(std::string_view spec) const {
+  int index;
+  Plugin* p = s_->plugin_for_type(type_of(spec, index));
   return p ? static_cast<int>(p->devices.size()) : 0;
 }
 
@@ -492,8 +597,13 @@ std::vector<Device*> Registry::all_devices(std::string_view type) {
   return out;
 }
 
-Availability Registry::is_available(std::string_view type) const {
+Availability Registry::is_available(std::string_view spec) const {
+  int index;
+  const std::string type = type_of(spec, index);
   Plugin* p = s_->plugin_for_type(type);
+  if (p && index >= static_cast<int>(p->devices.size()) && !p->devices.empty())
+    return {false, type + " has " + std::to_string(p->devices.size()) + " device(s); " + type +
+                       ":" + std::to_string(index) + " does not exist"};
   if (p && !p->devices.empty()) return {true, ""};
   if (p) return {false, p->no_devices_reason};
   if (const PluginReport* r = s_->report_for_type(type))

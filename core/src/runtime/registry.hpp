@@ -65,6 +65,9 @@ std::string explain_dlerror(const std::string& path, const std::string& err);
 // The entries of the search order (Note [Plugin search order]): BACKPLANE_PLUGIN_PATH, the
 // config file's paths, the library's own plugin folder.
 std::vector<std::string> plugin_search_entries();
+// Loads `path` in a forked child (Note [Plugin probes] in registry.cpp): "" when the child
+// exited, else "init crashed with SIGSEGV ..." or "init did not return within N s ...".
+std::string probe_in_child(const std::string& path, double seconds);
 
 // Starts the BACKPLANE_PUBLISH_STATS=1 thread (Note [Published allocator statistics] in
 // stats_publisher.cpp) for the process default registry; nothing when the variable is not set.

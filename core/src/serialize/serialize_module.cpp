@@ -3,6 +3,7 @@
 #include <backplane/runtime.hpp>
 #include <backplane/serialize.hpp>
 
+#include "runtime/files.hpp"
 #include "serialize/serialize_internal.hpp"
 #include "tensor/tensor_internal.hpp"
 
@@ -92,7 +93,9 @@ void remove_stale_temporaries(const std::string& path, const std::string& host) 
 // such files of dead processes.
 class AtomicFile {
  public:
-  explicit AtomicFile(const std::string& path) : path_(path), host_(host_name()) {
+  // `path` is checked first (Note [Output targets]): a link is followed to the file it names.
+  explicit AtomicFile(const std::string& path)
+      : path_(detail::output_target(path, "bp::save")), host_(host_name()) {
     remove_stale_temporaries(path_, host_);
 #ifdef O_TMPFILE
     if (g_anonymous_temporaries.load(std::memory_order_relaxed)) {

@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "runtime/files.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -221,27 +223,60 @@ DType dtype_from_safetensors(std::string_view name, std::string_view source, std
                "' (Backplane reads F32 F64 F16 BF16 I32 I64 U8 BOOL)");
 }
 
-Header parse_header(std::string_view text, uint64_t data_bytes, std::string_view source) {
-  json root;
-  // Note [Hostile files]: a valid header nests three levels (root object, entry object, shape
-  // array), so containers opened deeper are refused while parsing, before they are built.
-  // Duplicate names, which nlohmann would silently merge, are refused too.
-  std::set<std::string> names, fields;
-  auto guard = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) {
-      if (depth >= 3) fail(source, "header JSON nests deeper than a safetensors header can");
-      if (depth == 1) fields.clear();
-    } else if (event == json::parse_event_t::key) {
-      const std::string& k = parsed.get_ref<const std::string&>();
-      if (depth == 1 && !names.insert(k).second)
-        fail_key(source, k, "the name appears twice in the header");
-      if (depth == 2 && !fields.insert(k).second)
-        fail(source, "field '" + k.substr(0, 64) + "' appears twice in one header entry");
-    }
+namespace {
+// Note [Hostile files]: a valid header nests three levels (root object, entry object, shape
+// array), so a first pass over the text refuses containers opened deeper, and duplicate names
+// (which nlohmann would silently merge), before anything is built; the header is then parsed
+// without a callback. Both passes are linear: nlohmann-json 3.11's callback parser rescans the
+// root object after every entry, which made an 80,000-entry header take minutes.
+class HeaderCheck final : public nlohmann::json_sax<json> {
+ public:
+  explicit HeaderCheck(std::string_view source) : source_(source) {}
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return open(); }
+  bool end_object() override { return close(); }
+  bool start_array(std::size_t) override { return open(); }
+  bool end_array() override { return close(); }
+  bool key(string_t& k) override {
+    if (depth_ == 1 && !names_.insert(k).second)
+      fail_key(source_, k, "the name appears twice in the header");
+    if (depth_ == 2 && !fields_.insert(k).second)
+      fail(source_, "field '" + k.substr(0, 64) + "' appears twice in one header entry");
     return true;
-  };
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
+    fail(source_, std::string("the header is not valid JSON: ") + e.what());
+  }
+
+ private:
+  bool open() {
+    if (depth_ >= 3) fail(source_, "header JSON nests deeper than a safetensors header can");
+    if (depth_ == 1) fields_.clear();
+    ++depth_;
+    return true;
+  }
+  bool close() {
+    --depth_;
+    return true;
+  }
+  std::string_view source_;
+  int depth_ = 0;
+  std::set<std::string> names_, fields_;
+};
+}  // namespace
+
+Header parse_header(std::string_view text, uint64_t data_bytes, std::string_view source) {
+  HeaderCheck check(source);
+  json::sax_parse(text.begin(), text.end(), &check);
+  json root;
   try {
-    root = json::parse(text.begin(), text.end(), guard);
+    root = json::parse(text.begin(), text.end());
   } catch (const json::exception& e) {
     fail(source, std::string("the header is not valid JSON: ") + e.what());
   }
@@ -343,12 +378,15 @@ void pread_exact(int fd, void* dst, uint64_t n, uint64_t offset, const std::stri
 }  // namespace
 
 Reader::Reader(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below); reads of a
+  // regular file ignore the flag.
+  fd_ = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd_ < 0) fail(path, "cannot open for reading: " + errno_text(errno));
   try {
     struct stat st {};
     if (::fstat(fd_, &st) != 0) fail(path, "cannot stat: " + errno_text(errno));
-    if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
+    if (!S_ISREG(st.st_mode))
+      fail(path, std::string("not a regular file (") + detail::file_kind(st.st_mode) + ")");
     uint64_t size = static_cast<uint64_t>(st.st_size);
     if (size < 8)
       fail(path, "truncated: " + std::to_string(size) +

@@ -5,6 +5,7 @@
 #include "graph/graph_internal.hpp"
 #include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
+#include "tensor/tensor_sizes.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -73,11 +74,7 @@ Tensor dense_over(Device& dev, const Dims& shape, DType dtype, std::shared_ptr<B
 }  // namespace
 
 Tensor make_empty(Device& dev, const Dims& shape, DType dtype) {
-  for (int i = 0; i < shape.rank; ++i)
-    if (shape.d[i] < 0)
-      throw ShapeError("negative dimension " + std::to_string(shape.d[i]) + " in shape " +
-                       shape.str());
-  uint64_t bytes = static_cast<uint64_t>(shape.numel()) * dtype_size(dtype);
+  uint64_t bytes = checked_bytes(shape, dtype, "");  // Note [Checked sizes]
   DeviceState& s = state(dev);
   if (CaptureState* c = s.capture.load(std::memory_order_acquire)) [[unlikely]]
     return dense_over(dev, shape, dtype, capture_allocate(*c, bytes));  // Note [Graph pool]
@@ -338,8 +335,8 @@ Dims infer_shape(const Shape& shape, int64_t numel, const char* op, const Dims& 
       infer = k;
     } else if (out.d[k] < 0) {
       throw ShapeError(std::string(op) + ": invalid dimension " + std::to_string(out.d[k]));
-    } else {
-      known *= out.d[k];
+    } else if (__builtin_mul_overflow(known, out.d[k], &known)) {
+      throw ShapeError(std::string(op) + ": shape " + out.str() + " has more than 2^63 elements");
     }
   }
   if (infer >= 0) {
@@ -348,7 +345,7 @@ Dims infer_shape(const Shape& shape, int64_t numel, const char* op, const Dims& 
                        std::to_string(numel) + " elements)");
     out.d[infer] = numel / known;
   }
-  if (out.numel() != numel)
+  if (checked_numel(out, op) != numel)
     throw ShapeError(std::string(op) + ": shape " + out.str() + " has " +
                      std::to_string(out.numel()) + " elements but the tensor (" + from.str() +
                      ") has " + std::to_string(numel));
@@ -448,7 +445,7 @@ Tensor Tensor::permute(const Shape& order) const {
   s.rank = st.rank = i.shape.rank;
   bool used[kMaxRank] = {};
   for (int k = 0; k < i.shape.rank; ++k) {
-    int ax = normalize_axis(static_cast<int>(order[k]), i.shape.rank, "permute");
+    int ax = normalize_axis64(order[k], i.shape.rank, "permute");
     if (used[ax]) throw ShapeError("permute: axis " + std::to_string(ax) + " appears twice");
     used[ax] = true;
     s.d[k] = i.shape.d[ax];
@@ -456,7 +453,7 @@ Tensor Tensor::permute(const Shape& order) const {
   }
   Shape normalized(order.size());
   for (size_t k = 0; k < order.size(); ++k)
-    normalized[k] = normalize_axis(static_cast<int>(order[k]), i.shape.rank, "permute");
+    normalized[k] = normalize_axis64(order[k], i.shape.rank, "permute");
   return tracked(make_view(*this, s, st, i.offset), GradKind::permute, *this, normalized);
 }
 
@@ -524,6 +521,7 @@ Tensor Tensor::unsqueeze(int axis) const {
 Tensor Tensor::expand(const Shape& shape) const {
   const TensorImpl& i = need(impl_);
   Dims target{std::span<const int64_t>(shape)};
+  checked_numel(target, "expand");
   Dims out = broadcast_shapes(i.shape, target, "expand");
   if (!(out == target))
     throw ShapeError("expand: shape " + i.shape.str() + " cannot be expanded to " + target.str());
@@ -539,7 +537,7 @@ Tensor Tensor::expand(const Shape& shape) const {
 Tensor from_bytes(const void* data, size_t nbytes, const Shape& shape, DType dtype,
                   Device& device) {
   Dims s{std::span<const int64_t>(shape)};
-  size_t expected = static_cast<size_t>(s.numel()) * dtype_size(dtype);
+  size_t expected = checked_bytes(s, dtype, "from_bytes");
   if (nbytes != expected)
     throw ShapeError("from_bytes: " + std::to_string(nbytes) + " bytes given, shape " + s.str() +
                      " of " + std::string(dtype_name(dtype)) + " needs " +
@@ -644,7 +642,15 @@ Tensor ones_like(const Tensor& t) {
 Tensor arange(int64_t n, Device& device, DType dtype) {
   // Built on the host in the requested dtype, so devices without f64 need no cast.
   size_t count = static_cast<size_t>(std::max<int64_t>(n, 0));
-  std::vector<char> bytes(count * dtype_size(dtype));
+  uint64_t size = checked_bytes(Dims{static_cast<int64_t>(count)}, dtype, "arange");
+  std::vector<char> bytes;
+  try {
+    bytes.resize(size);
+  } catch (const std::bad_alloc&) {
+    throw OutOfMemory("arange(" + std::to_string(n) + "): the " + std::to_string(size) +
+                      " bytes of " + std::string(dtype_name(dtype)) +
+                      " values could not be allocated on the host");
+  }
   for (size_t k = 0; k < count; ++k)
     store_from_double(bytes.data(), dtype, k, static_cast<double>(k));
   return from_bytes(bytes.data(), bytes.size(), {static_cast<int64_t>(count)}, dtype, device);

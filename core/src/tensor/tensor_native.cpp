@@ -3,6 +3,7 @@
 #include <backplane/tensor.hpp>
 
 #include "tensor/tensor_internal.hpp"
+#include "tensor/tensor_sizes.hpp"
 
 #include <cstdio>
 
@@ -57,6 +58,7 @@ Tensor from_blob(Device& dev, void* address, Shape shape, Shape strides, DType d
                          std::to_string(k) + " is negative (strides " + dims_text(strides) +
                          "); pass the address of the lowest element and non-negative strides");
   }
+  detail::checked_numel(s, "from_blob");  // Note [Checked sizes]
   // The memory the view reaches: 1 + sum((size - 1) * stride) elements, none when empty.
   const uint64_t esize = dtype_size(dtype);
   uint64_t bytes = 0;

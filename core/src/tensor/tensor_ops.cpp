@@ -636,6 +636,7 @@ Tensor& Tensor::mul_(double factor) {
 // cat: tensor_index_ops.cpp.
 
 bool allclose(const Tensor& a, const Tensor& b, double rtol, double atol) {
+  check_same_device("allclose", {&a, &b});  // like every op: moving data is the caller's choice
   if (!(impl(a).shape == impl(b).shape)) return false;
   std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
   for (size_t k = 0; k < x.size(); ++k) {

@@ -59,7 +59,7 @@ int64_t DataLoader::epoch_size() const {
 
 int64_t DataLoader::num_batches() const {
   int64_t bs = opt_.batch_size, n = epoch_size();
-  return opt_.drop_last ? n / bs : (n + bs - 1) / bs;
+  return n / bs + (!opt_.drop_last && n % bs != 0);  // no n + bs - 1: bs may be INT64_MAX
 }
 
 DataLoader::Iterator DataLoader::begin() {
