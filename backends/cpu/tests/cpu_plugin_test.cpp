@@ -39,7 +39,16 @@ const std::map<std::string, std::vector<bp_dtype>>& support_matrix() {
       {"sqrt", kFloats},       {"relu", kSigned},      {"sigmoid", kFloats},   {"tanh", kFloats},
       {"abs", kSigned},        {"sum", kSigned},       {"mean", kFloats},      {"max", kSigned},
       {"matmul", kFloats},     {"uniform", kFloats},   {"normal", kFloats},    {"sumsq", kFloats},
-      {"norm", kFloats},       {"linear", kFloats}};
+      {"norm", kFloats},       {"linear", kFloats},
+      // Minor 4: the convolutional family.
+      {"conv2d", kFloats}, {"conv2d_backward_input", kFloats},
+      {"conv2d_backward_weight", kFloats}, {"max_pool2d", kFloats},
+      {"max_pool2d_backward", kFloats}, {"avg_pool2d", kFloats}, {"avg_pool2d_backward", kFloats},
+      {"adaptive_avg_pool2d", kFloats}, {"adaptive_avg_pool2d_backward", kFloats},
+      {"batch_norm", kFloats}, {"batch_norm_backward", kFloats}, {"dropout", kFloats},
+      {"max_dim", kSigned}, {"min_dim", kSigned}, {"gather", all_dtypes()},
+      {"scatter_add", kArith}, {"softmax", kFloats}, {"log_softmax", kFloats},
+      {"softmax_backward", kFloats}, {"log_softmax_backward", kFloats}};
   return m;
 }
 
