@@ -2,8 +2,8 @@
 //
 // Note [CPU convolution]
 //   f32 and bf16 go to oneDNN's convolution primitives (forward, backward data, backward
-//   weights; algorithm direct, plain nchw / oihw (goihw with groups) memory as the tensors
-//   lie), created once per shape and attributes (Note [CPU primitive cache]). f16, and bf16 on a
+//   weights; algorithm direct; the tensors stay NCHW / KCRS, Note [CPU convolution layouts]),
+//   created once per shape and attributes (Note [CPU primitive cache]). f16, and bf16 on a
 //   CPU where oneDNN has no implementation, are converted to f32, run as f32 and rounded back
 //   once: the primitive build reports unimplemented and the cached entry remembers it. f64,
 //   which oneDNN lacks, runs our own direct loops (accumulating in double; correctness first).
@@ -14,12 +14,25 @@
 //   run gives the same bits every time on one machine. A batch smaller than the worker count
 //   runs as one oneDNN call with an OpenMP team of that many threads instead; small problems
 //   (below kSerialMacs multiply-adds) run on the calling thread.
+//
+// Note [CPU convolution layouts]
+//   The tensors are NCHW (weights KCRS) as the host gives them. By default each primitive is
+//   created with format_tag::any and picks its own (blocked, nChw8c-like) layouts; the launch
+//   reorders the inputs into them and the output back (reorders of oneDNN, cached by oneDNN
+//   itself), per batch chunk on the chunk's thread. With plain layouts oneDNN 2.6 falls back to
+//   im2col + gemm ("gemm:jit"); the blocked "jit:avx2" kernels were faster including the
+//   reorders, at every ResNet-18 shape measured with tests/cpu_conv_bench.cpp (2-core AVX2 VM,
+//   batch 32, f32, ms plain -> blocked: 64x32x32 s1 forward 87 -> 58, backward input 101 ->
+//   57, backward weight 95 -> 75; 128x16x16 s1 64 -> 69, 82 -> 56, 89 -> 72; 128x16x16 -> 256
+//   s2 47 -> 34, 43 -> 39, 43 -> 42; README.md has the table). BACKPLANE_CPU_CONV_LAYOUT=plain
+//   (read once) keeps the plain layouts, for comparison.
 #include "cpu_dnnl_cache.hpp"
 #include "cpu_nn.hpp"
 
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -34,6 +47,8 @@ using tag = dnnl::memory::format_tag;
 // Below this many multiply-adds a convolution runs on the calling thread (about the cost of
 // waking the workers; not measured per shape).
 constexpr int64_t kSerialMacs = int64_t{1} << 19;
+// Note [CPU convolution layouts]: the default of BACKPLANE_CPU_CONV_LAYOUT.
+constexpr bool kBlockedByDefault = true;
 
 struct ConvGeom {
   int64_t N, C, H, W, K, R, S, P, Q, G;
@@ -109,8 +124,7 @@ template <class T>
 void direct_backward_input(const ConvGeom& g, const T* dy, const T* w, T* dx) {
   using C = compute_t<T>;
   const int64_t Cg = g.C / g.G, Kg = g.K / g.G, HW = g.H * g.W, PQ = g.P * g.Q;
-  parallel_units(g.N * g.C, PQ * Kg * g.R * g.S + HW, Cost::kReduction, [&](int64_t b,
-                                                                            int64_t e) {
+  parallel_units(g.N * g.C, PQ * Kg * g.R * g.S + HW, Cost::kReduction, [&](int64_t b, int64_t e) {
     std::vector<C> acc(static_cast<size_t>(HW));
     for (int64_t nc = b; nc < e; ++nc) {
       const int64_t n = nc / g.C, c = nc % g.C, grp = c / Cg, cg = c % Cg;
@@ -182,18 +196,32 @@ const char* dt_name(dt d) {
   return d == dt::f32 ? "f32" : d == dt::bf16 ? "bf16" : "f16";
 }
 
+// Note [CPU convolution layouts]: BACKPLANE_CPU_CONV_LAYOUT=plain|blocked (read once).
+bool blocked_layout() {
+  static const bool blocked = [] {
+    const char* env = std::getenv("BACKPLANE_CPU_CONV_LAYOUT");
+    if (!env || !*env) return kBlockedByDefault;
+    if (std::strcmp(env, "blocked") == 0) return true;
+    if (std::strcmp(env, "plain") == 0) return false;
+    bp::sdk::fail(
+        BP_ERROR_INVALID_ARGUMENT,
+        bp::sdk::format("cpu: BACKPLANE_CPU_CONV_LAYOUT='%s' is not 'plain' or 'blocked'", env));
+  }();
+  return blocked;
+}
+
 std::string conv_key(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bias) {
   const ConvGeom& q = g;
-  return bp::sdk::format("conv%d %s n%lld c%lld h%lld w%lld k%lld r%lld s%lld g%lld st%lld,%lld "
-                         "pd%lld,%lld dl%lld,%lld b%d",
-                         static_cast<int>(pass), dt_name(d), static_cast<long long>(nb),
-                         static_cast<long long>(q.C), static_cast<long long>(q.H),
-                         static_cast<long long>(q.W), static_cast<long long>(q.K),
-                         static_cast<long long>(q.R), static_cast<long long>(q.S),
-                         static_cast<long long>(q.G), static_cast<long long>(q.s.stride_h),
-                         static_cast<long long>(q.s.stride_w), static_cast<long long>(q.s.pad_h),
-                         static_cast<long long>(q.s.pad_w), static_cast<long long>(q.s.dil_h),
-                         static_cast<long long>(q.s.dil_w), bias ? 1 : 0);
+  return bp::sdk::format(
+      "conv%d%s %s n%lld c%lld h%lld w%lld k%lld r%lld s%lld g%lld st%lld,%lld "
+      "pd%lld,%lld dl%lld,%lld b%d",
+      static_cast<int>(pass), blocked_layout() ? "b" : "", dt_name(d), static_cast<long long>(nb),
+      static_cast<long long>(q.C), static_cast<long long>(q.H), static_cast<long long>(q.W),
+      static_cast<long long>(q.K), static_cast<long long>(q.R), static_cast<long long>(q.S),
+      static_cast<long long>(q.G), static_cast<long long>(q.s.stride_h),
+      static_cast<long long>(q.s.stride_w), static_cast<long long>(q.s.pad_h),
+      static_cast<long long>(q.s.pad_w), static_cast<long long>(q.s.dil_h),
+      static_cast<long long>(q.s.dil_w), bias ? 1 : 0);
 }
 
 // Builds the primitive of one pass for a batch of nb in dtype d (md: src, weights, dst, bias /
@@ -215,18 +243,29 @@ DnnlPrimitive make_conv(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bia
   const memory::dims dil = {g.s.dil_h - 1, g.s.dil_w - 1};
   const memory::dims pad = {g.s.pad_h, g.s.pad_w};
   // oneDNN wants the right padding that makes its output size ours exactly.
-  const memory::dims pad_r = {(g.P - 1) * g.s.stride_h + (g.R - 1) * g.s.dil_h + 1 - g.H - g.s.pad_h,
-                              (g.Q - 1) * g.s.stride_w + (g.S - 1) * g.s.dil_w + 1 - g.W - g.s.pad_w};
+  const memory::dims pad_r = {
+      (g.P - 1) * g.s.stride_h + (g.R - 1) * g.s.dil_h + 1 - g.H - g.s.pad_h,
+      (g.Q - 1) * g.s.stride_w + (g.S - 1) * g.s.dil_w + 1 - g.W - g.s.pad_w};
   primitive_attr attr;
   attr.set_scratchpad_mode(scratchpad_mode::user);
   DnnlPrimitive out;
+  // Note [CPU convolution layouts]: the primitive's own choice of layouts, or the plain ones.
+  const bool blocked = blocked_layout();
+  auto any = [&](const memory::desc& md) {
+    return blocked ? memory::desc(md.dims(), md.data_type(), tag::any) : md;
+  };
+  const memory::desc asrc = any(src), adst = any(dst), awei = any(wei), afwd_wei = any(fwd_wei);
+  auto bind = [&](int k, int arg, bool is_output, const memory::desc& chosen) {
+    out.arg[k] = arg;
+    out.output[k] = is_output;
+    out.impl[k] = chosen;
+  };
   try {
-    const auto fd = bias ? convolution_forward::desc(prop_kind::forward_training,
-                                                     algorithm::convolution_direct, src, fwd_wei,
-                                                     bmd, dst, strides, dil, pad, pad_r)
-                         : convolution_forward::desc(prop_kind::forward_training,
-                                                     algorithm::convolution_direct, src, fwd_wei,
-                                                     dst, strides, dil, pad, pad_r);
+    const auto fd =
+        bias ? convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                         asrc, afwd_wei, bmd, adst, strides, dil, pad, pad_r)
+             : convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                         asrc, afwd_wei, adst, strides, dil, pad, pad_r);
     const convolution_forward::primitive_desc fpd(fd, attr, dnnl_engine());
     if (pass == Pass::kForward) {
       out.prim = convolution_forward(fpd);
@@ -235,8 +274,11 @@ DnnlPrimitive make_conv(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bia
       out.md[2] = dst;
       out.md[3] = bmd;
       out.scratchpad = fpd.scratchpad_desc();
+      bind(0, DNNL_ARG_SRC, false, fpd.src_desc());
+      bind(1, DNNL_ARG_WEIGHTS, false, fpd.weights_desc());
+      bind(2, DNNL_ARG_DST, true, fpd.dst_desc());
     } else if (pass == Pass::kBackwardData) {
-      const convolution_backward_data::desc bd(algorithm::convolution_direct, src, wei, dst,
+      const convolution_backward_data::desc bd(algorithm::convolution_direct, asrc, awei, adst,
                                                strides, dil, pad, pad_r);
       const convolution_backward_data::primitive_desc pd(bd, attr, dnnl_engine(), fpd);
       out.prim = convolution_backward_data(pd);
@@ -244,8 +286,11 @@ DnnlPrimitive make_conv(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bia
       out.md[1] = wei;
       out.md[2] = dst;
       out.scratchpad = pd.scratchpad_desc();
+      bind(0, DNNL_ARG_DIFF_SRC, true, pd.diff_src_desc());
+      bind(1, DNNL_ARG_WEIGHTS, false, pd.weights_desc());
+      bind(2, DNNL_ARG_DIFF_DST, false, pd.diff_dst_desc());
     } else {
-      const convolution_backward_weights::desc wd(algorithm::convolution_direct, src, wei, dst,
+      const convolution_backward_weights::desc wd(algorithm::convolution_direct, asrc, awei, adst,
                                                   strides, dil, pad, pad_r);
       const convolution_backward_weights::primitive_desc pd(wd, attr, dnnl_engine(), fpd);
       out.prim = convolution_backward_weights(pd);
@@ -253,6 +298,9 @@ DnnlPrimitive make_conv(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bia
       out.md[1] = wei;
       out.md[2] = dst;
       out.scratchpad = pd.scratchpad_desc();
+      bind(0, DNNL_ARG_SRC, false, pd.src_desc());
+      bind(1, DNNL_ARG_DIFF_WEIGHTS, true, pd.diff_weights_desc());
+      bind(2, DNNL_ARG_DIFF_DST, false, pd.diff_dst_desc());
     }
   } catch (const dnnl::error& e) {
     if (e.status != dnnl_unimplemented || d == dt::f32)
@@ -266,11 +314,26 @@ DnnlPrimitive make_conv(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bia
   return out;
 }
 
+// Runs p on plain memories, reordering through the primitive's chosen layouts where they
+// differ (Note [CPU convolution layouts]).
 void execute(const DnnlPrimitive& p, std::unordered_map<int, dnnl::memory>& args) {
   AlignedBuffer scratch(p.scratchpad.get_size());
   args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratchpad, dnnl_engine(), scratch.get()));
   try {
+    AlignedBuffer staged[3];
+    dnnl::memory plain[3];
+    for (int k = 0; k < 3; ++k) {
+      if (!p.arg[k] || p.impl[k] == p.md[k]) continue;
+      plain[k] = args.at(p.arg[k]);
+      staged[k].reset(p.impl[k].get_size());
+      dnnl::memory m(p.impl[k], dnnl_engine(), staged[k].get());
+      if (!p.output[k]) dnnl::reorder(plain[k], m).execute(dnnl_stream(), plain[k], m);
+      args[p.arg[k]] = m;
+    }
     p.prim.execute(dnnl_stream(), args);
+    for (int k = 0; k < 3; ++k)
+      if (plain[k] && p.output[k])
+        dnnl::reorder(args[p.arg[k]], plain[k]).execute(dnnl_stream(), args[p.arg[k]], plain[k]);
     dnnl_stream().wait();
   } catch (const dnnl::error& e) {
     bp::sdk::fail(BP_ERROR_INTERNAL,

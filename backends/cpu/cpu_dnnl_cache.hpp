@@ -19,8 +19,8 @@
 #ifndef BACKPLANE_CPU_DNNL_CACHE_HPP_
 #define BACKPLANE_CPU_DNNL_CACHE_HPP_
 
-#include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
+#include <oneapi/dnnl/dnnl.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -40,11 +40,18 @@ dnnl::stream& dnnl_stream();
 // What a cached entry holds: the primitive and the memory descriptors its caller binds, in an
 // order the caller defines (md[0..3]), the scratchpad's descriptor, and whether it computes in
 // the launch's own dtype (native) or in f32 after conversion.
+// A primitive created with blocked layouts (format_tag::any) also records, for up to three of
+// its arguments, the layout it chose (impl[k]) for argument id arg[k]: the caller binds plain
+// memory of md[k] and the execution reorders through impl[k] when they differ (inputs before,
+// outputs after).
 struct DnnlPrimitive {
   dnnl::primitive prim;
   dnnl::memory::desc md[4];
   dnnl::memory::desc scratchpad;
   bool native = true;
+  int arg[3] = {0, 0, 0};
+  bool output[3] = {false, false, false};
+  dnnl::memory::desc impl[3];
 };
 
 // The entry for `key`, built by make() on first use (Note [CPU primitive cache]).
@@ -77,7 +84,7 @@ class AlignedBuffer {
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t bytes) { reset(bytes); }
   void reset(size_t bytes) {
-    p_.reset(bytes ? static_cast<char*>(::operator new(bytes, std::align_val_t{64})) : nullptr);
+    p_.reset(bytes ? static_cast<char*>(::operator new (bytes, std::align_val_t{64})) : nullptr);
   }
   template <class T = void>
   T* get() const {
@@ -86,7 +93,7 @@ class AlignedBuffer {
 
  private:
   struct Free {
-    void operator()(char* p) const { ::operator delete(p, std::align_val_t{64}); }
+    void operator()(char* p) const { ::operator delete (p, std::align_val_t{64}); }
   };
   std::unique_ptr<char, Free> p_;
 };

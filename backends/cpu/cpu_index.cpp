@@ -146,19 +146,18 @@ void check_indices(const Launch& l, const bp_tensor_desc& index, int axis, int64
         [](int64_t a, int64_t b) { return std::min(a, b); });
   }
   if (first != none)
-    launch_error(l, bp::sdk::format("index %lld at position %s of index %s is outside [0, %lld), "
-                                    "the size of dimension %d",
-                                    static_cast<long long>(p[first]),
-                                    position(index, first).c_str(), describe(index).c_str(),
-                                    static_cast<long long>(size), axis));
+    launch_error(l,
+                 bp::sdk::format("index %lld at position %s of index %s is outside [0, %lld), "
+                                 "the size of dimension %d",
+                                 static_cast<long long>(p[first]), position(index, first).c_str(),
+                                 describe(index).c_str(), static_cast<long long>(size), axis));
 }
 
 // Requires `small`.shape[d] <= `big`.shape[d] for every d != axis (same rank).
 void check_fits(const Launch& l, const bp_tensor_desc& small, const bp_tensor_desc& big, int axis,
                 const char* small_role, const char* big_role) {
   bool fits = small.rank == big.rank;
-  for (int d = 0; fits && d < small.rank; ++d)
-    fits = d == axis || small.shape[d] <= big.shape[d];
+  for (int d = 0; fits && d < small.rank; ++d) fits = d == axis || small.shape[d] <= big.shape[d];
   if (!fits)
     launch_error(l, bp::sdk::format("%s %s must have %s %s's rank and no larger sizes outside "
                                     "axis %d",
@@ -170,7 +169,7 @@ void check_fits(const Launch& l, const bp_tensor_desc& small, const bp_tensor_de
 // replaced: decomposed as (outer coords, k, inner coords) with x's strides.
 struct IndexMap {
   int rank = 0, axis = 0;
-  int64_t shape[BP_MAX_RANK] = {};     // index's shape
+  int64_t shape[BP_MAX_RANK] = {};    // index's shape
   int64_t xstride[BP_MAX_RANK] = {};  // the big tensor's dense strides
 };
 IndexMap index_map(const bp_tensor_desc& index, const bp_tensor_desc& big, int axis) {
@@ -329,8 +328,7 @@ void dropout_kernel(const Launch& l) {
   check_dense(l, y, x.rank, DType<T>::id, "output");
   check_same_shape(l, x, y, "input");
   const double p = l.attrs.f(BP_ATTR_ID_P, 0.5);
-  if (!(p >= 0.0 && p < 1.0))
-    launch_error(l, bp::sdk::format("p = %g is outside [0, 1)", p));
+  if (!(p >= 0.0 && p < 1.0)) launch_error(l, bp::sdk::format("p = %g is outside [0, 1)", p));
   const uint64_t seed = static_cast<uint64_t>(l.attrs.i(BP_ATTR_ID_SEED, 0));
   const uint64_t offset = static_cast<uint64_t>(l.attrs.i(BP_ATTR_ID_OFFSET, 0));
   const C scale = static_cast<C>(1.0 / (1.0 - p));

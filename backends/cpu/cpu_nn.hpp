@@ -41,15 +41,13 @@ inline Spatial conv_attrs(const Launch& l) {
   s.groups = l.attrs.i(BP_ATTR_ID_GROUPS, 1);
   if (s.stride_h < 1 || s.stride_w < 1 || s.pad_h < 0 || s.pad_w < 0 || s.dil_h < 1 ||
       s.dil_w < 1 || s.groups < 1)
-    launch_error(l, bp::sdk::format("stride (%lld, %lld) and dilation (%lld, %lld) must be >= 1, "
-                                    "padding (%lld, %lld) >= 0 and groups (%lld) >= 1",
-                                    static_cast<long long>(s.stride_h),
-                                    static_cast<long long>(s.stride_w),
-                                    static_cast<long long>(s.dil_h),
-                                    static_cast<long long>(s.dil_w),
-                                    static_cast<long long>(s.pad_h),
-                                    static_cast<long long>(s.pad_w),
-                                    static_cast<long long>(s.groups)));
+    launch_error(
+        l, bp::sdk::format("stride (%lld, %lld) and dilation (%lld, %lld) must be >= 1, "
+                           "padding (%lld, %lld) >= 0 and groups (%lld) >= 1",
+                           static_cast<long long>(s.stride_h), static_cast<long long>(s.stride_w),
+                           static_cast<long long>(s.dil_h), static_cast<long long>(s.dil_w),
+                           static_cast<long long>(s.pad_h), static_cast<long long>(s.pad_w),
+                           static_cast<long long>(s.groups)));
   return s;
 }
 
@@ -71,12 +69,11 @@ inline Spatial pool_attrs(const Launch& l) {
   if (s.kernel_h < 1 || s.kernel_w < 1 || s.stride_h < 1 || s.stride_w < 1 || s.dil_h < 1 ||
       s.dil_w < 1 || s.pad_h < 0 || s.pad_w < 0 || 2 * s.pad_h > s.kernel_h ||
       2 * s.pad_w > s.kernel_w)
-    launch_error(l, bp::sdk::format("kernel (%lld, %lld), stride and dilation must be >= 1 and "
-                                    "padding (%lld, %lld) within [0, kernel / 2]",
-                                    static_cast<long long>(s.kernel_h),
-                                    static_cast<long long>(s.kernel_w),
-                                    static_cast<long long>(s.pad_h),
-                                    static_cast<long long>(s.pad_w)));
+    launch_error(
+        l, bp::sdk::format("kernel (%lld, %lld), stride and dilation must be >= 1 and "
+                           "padding (%lld, %lld) within [0, kernel / 2]",
+                           static_cast<long long>(s.kernel_h), static_cast<long long>(s.kernel_w),
+                           static_cast<long long>(s.pad_h), static_cast<long long>(s.pad_w)));
   return s;
 }
 
@@ -116,8 +113,8 @@ inline void check_shape(const Launch& l, const bp_tensor_desc& t,
     std::string want = "[";
     d = 0;
     for (int64_t s : shape) (want += d++ ? "," : "") += std::to_string(s);
-    launch_error(l, bp::sdk::format("%s %s should have shape %s]", role, describe(t).c_str(),
-                                    want.c_str()));
+    launch_error(
+        l, bp::sdk::format("%s %s should have shape %s]", role, describe(t).c_str(), want.c_str()));
   }
 }
 

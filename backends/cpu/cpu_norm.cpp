@@ -143,7 +143,8 @@ void batch_norm_kernel(const Launch& l) {
       const C m = mean[c], a = scale[c], sh = shift[c];
       const T* xr = px + r * s.L;
       T* yr = py + r * s.L;
-      for (int64_t i = 0; i < s.L; ++i) yr[i] = DType<T>::store((DType<T>::load(xr[i]) - m) * a + sh);
+      for (int64_t i = 0; i < s.L; ++i)
+        yr[i] = DType<T>::store((DType<T>::load(xr[i]) - m) * a + sh);
     }
   });
 }
@@ -207,8 +208,7 @@ void batch_norm_backward_kernel(const Launch& l) {
       const T* xr = px + r * s.L;
       T* o = pdx + r * s.L;
       for (int64_t i = 0; i < s.L; ++i)
-        o[i] = DType<T>::store(
-            (DType<T>::load(g[i]) - md - (DType<T>::load(xr[i]) - m) * kk) * a);
+        o[i] = DType<T>::store((DType<T>::load(g[i]) - md - (DType<T>::load(xr[i]) - m) * kk) * a);
     }
   });
 }

@@ -38,8 +38,7 @@ PoolShape pool_shape(const Launch& l, const bp_tensor_desc& big, const bp_tensor
     const int64_t Q = out_size(ps.W, s->kernel_w, s->stride_w, s->pad_w, s->dil_w, s->ceil_mode);
     check_shape(l, small, {big.shape[0], big.shape[1], P, Q}, small_role);
   } else {
-    check_shape(l, small, {big.shape[0], big.shape[1], small.shape[2], small.shape[3]},
-                small_role);
+    check_shape(l, small, {big.shape[0], big.shape[1], small.shape[2], small.shape[3]}, small_role);
   }
   return ps;
 }

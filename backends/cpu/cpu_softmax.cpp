@@ -52,8 +52,7 @@ void softmax_kernel(const Launch& l) {
   T* po = data<T>(out);
   const int64_t nj = tile_width(v);
   const int64_t blocks = (v.inner + nj - 1) / nj;
-  parallel_units(v.outer * blocks, v.length * nj, Cost::kTranscendental, [&](int64_t b,
-                                                                             int64_t e) {
+  parallel_units(v.outer * blocks, v.length * nj, Cost::kTranscendental, [&](int64_t b, int64_t e) {
     std::vector<C> tile(static_cast<size_t>(v.length * nj));
     std::vector<C> tile2(kBackward || kKind == Kind::kLogSoftmax ? tile.size() : 0);
     std::vector<double> acc(static_cast<size_t>(nj));
@@ -86,8 +85,7 @@ void softmax_kernel(const Launch& l) {
           for (int64_t j = 0; j < w; ++j) acc[j] = std::log(acc[j]);
           for (int64_t k = 0; k < v.length; ++k)
             for (int64_t j = 0; j < w; ++j)
-              po[base + k * v.inner + j] =
-                  DType<T>::store(t[k * w + j] - static_cast<C>(acc[j]));
+              po[base + k * v.inner + j] = DType<T>::store(t[k * w + j] - static_cast<C>(acc[j]));
         } else {
           for (int64_t k = 0; k < v.length; ++k)
             for (int64_t j = 0; j < w; ++j) t[k * w + j] -= m[j];
@@ -96,21 +94,21 @@ void softmax_kernel(const Launch& l) {
             for (int64_t j = 0; j < w; ++j) acc[j] += t[k * w + j];
           for (int64_t k = 0; k < v.length; ++k)
             for (int64_t j = 0; j < w; ++j)
-              po[base + k * v.inner + j] =
-                  DType<T>::store(t[k * w + j] / static_cast<C>(acc[j]));
+              po[base + k * v.inner + j] = DType<T>::store(t[k * w + j] / static_cast<C>(acc[j]));
         }
       } else {
         C* dy = tile2.data();
         for (int64_t k = 0; k < v.length; ++k)
-          for (int64_t j = 0; j < w; ++j) dy[k * w + j] = DType<T>::load(pd[base + k * v.inner + j]);
+          for (int64_t j = 0; j < w; ++j)
+            dy[k * w + j] = DType<T>::load(pd[base + k * v.inner + j]);
         if constexpr (kKind == Kind::kSoftmaxBackward) {  // dx = y (dy - sum(dy y))
           for (int64_t k = 0; k < v.length; ++k)
             for (int64_t j = 0; j < w; ++j)
               acc[j] += static_cast<double>(dy[k * w + j]) * static_cast<double>(t[k * w + j]);
           for (int64_t k = 0; k < v.length; ++k)
             for (int64_t j = 0; j < w; ++j)
-              po[base + k * v.inner + j] = DType<T>::store(
-                  t[k * w + j] * (dy[k * w + j] - static_cast<C>(acc[j])));
+              po[base + k * v.inner + j] =
+                  DType<T>::store(t[k * w + j] * (dy[k * w + j] - static_cast<C>(acc[j])));
         } else {  // dx = dy - exp(y) sum(dy)
           for (int64_t k = 0; k < v.length; ++k)
             for (int64_t j = 0; j < w; ++j) acc[j] += dy[k * w + j];

@@ -134,11 +134,11 @@ ConvData prepare_conv(bp_dtype d, const ConvCase& c) {
 
 void run_conv(bp_dtype d, const ConvData& k) {
   const ConvCase& c = k.c;
-  SCOPED_TRACE(::testing::Message() << "conv N" << c.N << " C" << c.C << " " << c.H << "x" << c.W
-                                    << " K" << c.K << " " << c.R << "x" << c.S << " stride "
-                                    << c.sh << "," << c.sw << " pad " << c.ph << "," << c.pw
-                                    << " dil " << c.dh << "," << c.dw << " groups " << c.G
-                                    << (c.bias ? " bias" : ""));
+  SCOPED_TRACE(::testing::Message()
+               << "conv N" << c.N << " C" << c.C << " " << c.H << "x" << c.W << " K" << c.K << " "
+               << c.R << "x" << c.S << " stride " << c.sh << "," << c.sw << " pad " << c.ph << ","
+               << c.pw << " dil " << c.dh << "," << c.dw << " groups " << c.G
+               << (c.bias ? " bias" : ""));
   const int64_t P = k.P, Q = k.Q;
   const HostTensor &x = k.x, &w = k.w, &b = k.b, &dy = k.dy;
   const ConvRef& ref = k.ref;
@@ -152,15 +152,15 @@ void run_conv(bp_dtype d, const ConvData& k) {
       << "conv2d";
   EXPECT_TRUE(y.guards_intact());
   DeviceTensor gx = make_output(d, {c.N, c.C, c.H, c.W});
-  ASSERT_TRUE(ok(launch("conv2d_backward_input", d, {ddy.desc, dw_.desc}, {gx.desc},
-                        conv_attrs(c))));
+  ASSERT_TRUE(
+      ok(launch("conv2d_backward_input", d, {ddy.desc, dw_.desc}, {gx.desc}, conv_attrs(c))));
   EXPECT_TRUE(bp_test::all_close(d, gx.values(), ref.dx,
                                  Tolerance{.op_class = OpClass::matmul, .magnitude = ref.dxm}))
       << "conv2d_backward_input";
   EXPECT_TRUE(gx.guards_intact());
   DeviceTensor gw = make_output(d, {c.K, c.C / c.G, c.R, c.S});
-  ASSERT_TRUE(ok(launch("conv2d_backward_weight", d, {dx_.desc, ddy.desc}, {gw.desc},
-                        conv_attrs(c))));
+  ASSERT_TRUE(
+      ok(launch("conv2d_backward_weight", d, {dx_.desc, ddy.desc}, {gw.desc}, conv_attrs(c))));
   EXPECT_TRUE(bp_test::all_close(d, gw.values(), ref.dw,
                                  Tolerance{.op_class = OpClass::matmul, .magnitude = ref.dwm}))
       << "conv2d_backward_weight";
@@ -223,26 +223,27 @@ int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, bool ceil_mode) {
 }
 
 std::vector<bp_attr> pool_attrs(const PoolCase& c) {
-  return {attr_i("kernel_h", c.kh),     attr_i("kernel_w", c.kw), attr_i("stride_h", c.sh),
-          attr_i("stride_w", c.sw),     attr_i("pad_h", c.ph),    attr_i("pad_w", c.pw),
+  return {attr_i("kernel_h", c.kh),    attr_i("kernel_w", c.kw),
+          attr_i("stride_h", c.sh),    attr_i("stride_w", c.sw),
+          attr_i("pad_h", c.ph),       attr_i("pad_w", c.pw),
           attr_i("ceil_mode", c.ceil), attr_i("count_include_pad", c.include_pad)};
 }
 
 const std::vector<PoolCase> kPoolCases = {
-    {2, 3, 8, 8, 2, 2, 2, 2, 0, 0, false, true},   // the classic 2x2
-    {2, 2, 7, 9, 3, 3, 2, 2, 1, 1, false, true},   // ResNet's stem pool
-    {1, 3, 7, 9, 3, 3, 2, 2, 1, 1, false, false},  // divisor inside the image
-    {2, 2, 7, 8, 3, 2, 2, 3, 1, 1, true, true},    // ceil mode
-    {2, 2, 6, 5, 3, 3, 2, 2, 1, 0, true, false},   // ceil mode, exclusive divisor
-    {1, 4, 5, 5, 5, 5, 1, 1, 2, 2, false, true},   // padding = kernel / 2, stride 1
+    {2, 3, 8, 8, 2, 2, 2, 2, 0, 0, false, true},     // the classic 2x2
+    {2, 2, 7, 9, 3, 3, 2, 2, 1, 1, false, true},     // ResNet's stem pool
+    {1, 3, 7, 9, 3, 3, 2, 2, 1, 1, false, false},    // divisor inside the image
+    {2, 2, 7, 8, 3, 2, 2, 3, 1, 1, true, true},      // ceil mode
+    {2, 2, 6, 5, 3, 3, 2, 2, 1, 0, true, false},     // ceil mode, exclusive divisor
+    {1, 4, 5, 5, 5, 5, 1, 1, 2, 2, false, true},     // padding = kernel / 2, stride 1
     {4, 16, 20, 20, 3, 3, 1, 1, 1, 1, false, true},  // planes over the workers
 };
 
 void check_pool(bp_dtype d, const PoolCase& c, Dist dist, bool with_nan) {
-  SCOPED_TRACE(::testing::Message() << "pool " << c.N << "x" << c.C << "x" << c.H << "x" << c.W
-                                    << " k" << c.kh << "x" << c.kw << " s" << c.sh << "x" << c.sw
-                                    << " p" << c.ph << "x" << c.pw << " ceil " << c.ceil
-                                    << " include_pad " << c.include_pad);
+  SCOPED_TRACE(::testing::Message()
+               << "pool " << c.N << "x" << c.C << "x" << c.H << "x" << c.W << " k" << c.kh << "x"
+               << c.kw << " s" << c.sh << "x" << c.sw << " p" << c.ph << "x" << c.pw << " ceil "
+               << c.ceil << " include_pad " << c.include_pad);
   const int64_t P = pool_out(c.H, c.kh, c.sh, c.ph, c.ceil);
   const int64_t Q = pool_out(c.W, c.kw, c.sw, c.pw, c.ceil);
   HostTensor x = make_host(d, {c.N, c.C, c.H, c.W}, Kind::kDense, dist);
@@ -252,8 +253,8 @@ void check_pool(bp_dtype d, const PoolCase& c, Dist dist, bool with_nan) {
   const HostTensor dy = make_host(d, {c.N, c.C, P, Q}, Kind::kDense);
   const std::vector<double> g = dy.values();
   const int64_t planes = c.N * c.C, HW = c.H * c.W, PQ = P * Q;
-  std::vector<double> ymax(static_cast<size_t>(planes * PQ)), imax(ymax.size()),
-      yavg(ymax.size()), yavgm(ymax.size());
+  std::vector<double> ymax(static_cast<size_t>(planes * PQ)), imax(ymax.size()), yavg(ymax.size()),
+      yavgm(ymax.size());
   std::vector<double> dxmax(static_cast<size_t>(planes * HW), 0.0), dxmaxm(dxmax.size(), 0.0),
       dxavg(dxmax.size(), 0.0), dxavgm(dxmax.size(), 0.0);
   for (int64_t pl = 0; pl < planes; ++pl)
@@ -298,7 +299,8 @@ void check_pool(bp_dtype d, const PoolCase& c, Dist dist, bool with_nan) {
     for (double& v : *m) v = std::sqrt(v);
   const std::vector<bp_attr> attrs = pool_attrs(c);
   DeviceTensor dx = upload(x), ddy = upload(dy);
-  DeviceTensor y = make_output(d, {c.N, c.C, P, Q}), ind = make_output(BP_DTYPE_I64, {c.N, c.C, P, Q});
+  DeviceTensor y = make_output(d, {c.N, c.C, P, Q}),
+               ind = make_output(BP_DTYPE_I64, {c.N, c.C, P, Q});
   ASSERT_TRUE(ok(launch("max_pool2d", d, {dx.desc}, {y.desc, ind.desc}, attrs)));
   EXPECT_TRUE(close(d, y.values(), ymax, 0)) << "max_pool2d values";
   EXPECT_TRUE(close(BP_DTYPE_I64, ind.values(), imax)) << "max_pool2d indices";
@@ -340,8 +342,8 @@ TEST_P(NnTest, AdaptiveAvgPoolMatchesTheReference) {
   struct Case {
     int64_t H, W, P, Q;
   };
-  for (const Case& c : std::vector<Case>{{7, 5, 3, 2}, {4, 4, 4, 4}, {5, 7, 1, 1}, {3, 2, 5, 4},
-                                         {16, 16, 7, 7}}) {
+  for (const Case& c :
+       std::vector<Case>{{7, 5, 3, 2}, {4, 4, 4, 4}, {5, 7, 1, 1}, {3, 2, 5, 4}, {16, 16, 7, 7}}) {
     SCOPED_TRACE(::testing::Message() << c.H << "x" << c.W << " -> " << c.P << "x" << c.Q);
     const int64_t N = 2, C = 3;
     const HostTensor x = make_host(d, {N, C, c.H, c.W}, Kind::kDense);
@@ -388,7 +390,8 @@ TEST_P(NnTest, BatchNormTrainingEvaluationAndBackward) {
   struct Case {
     int64_t N, C, L;
   };
-  for (const Case& c : std::vector<Case>{{4, 3, 25}, {2, 5, 1}, {16, 8, 64}, {1, 2, 7}, {1, 3, 1}}) {
+  for (const Case& c :
+       std::vector<Case>{{4, 3, 25}, {2, 5, 1}, {16, 8, 64}, {1, 2, 7}, {1, 3, 1}}) {
     SCOPED_TRACE(::testing::Message() << "[" << c.N << "," << c.C << "," << c.L << "]");
     HostTensor x = make_host(d, {c.N, c.C, c.L}, Kind::kDense);
     // Channel 0 far from zero: the mean must be subtracted before scaling.
@@ -402,11 +405,11 @@ TEST_P(NnTest, BatchNormTrainingEvaluationAndBackward) {
     const HostTensor rv = make_host(pd, {c.C}, Kind::kDense, Dist::kPositive);
     const HostTensor dy = make_host(d, {c.N, c.C, c.L}, Kind::kDense);
     const double eps = 1e-3, momentum = 0.25;
-    const std::vector<double> xv = x.values(), wv = w.values(), bv = b.values(),
-                              rmv = rm.values(), rvv = rv.values(), g = dy.values();
+    const std::vector<double> xv = x.values(), wv = w.values(), bv = b.values(), rmv = rm.values(),
+                              rvv = rv.values(), g = dy.values();
     const double n = static_cast<double>(c.N * c.L);
-    std::vector<double> mean(c.C), var(c.C), inv(c.C), y(xv.size()), ym(xv.size()),
-        ye(xv.size()), yem(xv.size()), nrm(c.C), nrv(c.C);
+    std::vector<double> mean(c.C), var(c.C), inv(c.C), y(xv.size()), ym(xv.size()), ye(xv.size()),
+        yem(xv.size()), nrm(c.C), nrv(c.C);
     auto at = [&](int64_t b_, int64_t ch, int64_t i) {
       return static_cast<size_t>((b_ * c.C + ch) * c.L + i);
     };
@@ -437,8 +440,9 @@ TEST_P(NnTest, BatchNormTrainingEvaluationAndBackward) {
     DeviceTensor ty = make_output(d, {c.N, c.C, c.L}), sm = make_output(pd, {c.C}),
                  si = make_output(pd, {c.C});
     if (n < 2) {  // training needs two values a channel
-      const ErrorInfo e = take(launch("batch_norm", d, {tx.desc, tw.desc, tb.desc, trm.desc, trv.desc},
-                                      {ty.desc, sm.desc, si.desc}, train));
+      const ErrorInfo e =
+          take(launch("batch_norm", d, {tx.desc, tw.desc, tb.desc, trm.desc, trv.desc},
+                      {ty.desc, sm.desc, si.desc}, train));
       EXPECT_EQ(e.code, BP_ERROR_INVALID_ARGUMENT);
       EXPECT_NE(e.message.find("more than one value per channel"), std::string::npos) << e.message;
       EXPECT_EQ(trm.values(), rmv);  // nothing updated on refusal
@@ -592,10 +596,10 @@ TEST_P(NnTest, DropoutIsThePhiloxMaskBitForBit) {
       const bool keep = static_cast<double>(u) >= p;
       kept += keep;
       // The product in the compute type (float for f32/f16/bf16), rounded once.
-      const double prod = d == BP_DTYPE_F64
-                              ? xv[i] * scale64
-                              : static_cast<double>(static_cast<float>(xv[i]) *
-                                                    static_cast<float>(scale64));
+      const double prod =
+          d == BP_DTYPE_F64
+              ? xv[i] * scale64
+              : static_cast<double>(static_cast<float>(xv[i]) * static_cast<float>(scale64));
       ref[i] = keep ? round_to(d, prod) : 0.0;
     }
     DeviceTensor tx = upload(x), ty = make_output(d, {37, 129});
@@ -656,8 +660,8 @@ TEST_P(NnIndexTest, MaxDimAndMinDimWithTiesAndNaN) {
           ASSERT_TRUE(ok(launch(is_max ? "max_dim" : "min_dim", d, {tx.desc}, {tv.desc, ti.desc},
                                 {attr_i("axis", axis)})));
           EXPECT_TRUE(close(d, tv.values(), vals, 0)) << (is_max ? "max" : "min") << " values";
-          EXPECT_TRUE(close(BP_DTYPE_I64, ti.values(), idx)) << (is_max ? "max" : "min")
-                                                              << " indices";
+          EXPECT_TRUE(close(BP_DTYPE_I64, ti.values(), idx))
+              << (is_max ? "max" : "min") << " indices";
           EXPECT_TRUE(tv.guards_intact() && ti.guards_intact());
         }
       }
