@@ -6,7 +6,9 @@
 //   created once per shape and attributes (Note [CPU primitive cache]). f16, and bf16 on a
 //   CPU where oneDNN has no implementation, are converted to f32, run as f32 and rounded back
 //   once: the primitive build reports unimplemented and the cached entry remembers it. f64,
-//   which oneDNN lacks, runs our own direct loops (accumulating in double; correctness first).
+//   which oneDNN lacks, is im2col (one image and group at a time, on a oneTBB worker) and
+//   OpenBLAS's one-threaded cblas_dgemm (col2im for the input gradient; the weight gradient sums
+//   per-worker chunks of the batch in chunk order).
 //   bf16 accumulates in f32 inside oneDNN, and its bias and weight gradient are f32 there.
 //   Threads (Note [One thread pool] in cpu_matmul.cpp): the batch is cut into one chunk per
 //   oneTBB worker and each chunk is a one-threaded oneDNN call on a primitive for the chunk's
@@ -29,9 +31,11 @@
 #include "cpu_dnnl_cache.hpp"
 #include "cpu_nn.hpp"
 
+#include <cblas.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -86,106 +90,125 @@ ConvGeom conv_geom(const Launch& l, const bp_tensor_desc& x, const bp_tensor_des
   return g;
 }
 
-// ---- Direct loops (f64; Note [CPU convolution]) -------------------------------------------
+// ---- f64: im2col + OpenBLAS (Note [CPU convolution]) -------------------------------------
 
-template <class T>
-void direct_forward(const ConvGeom& g, const T* x, const T* w, const T* bias, T* y) {
-  using C = compute_t<T>;
-  const int64_t Cg = g.C / g.G, Kg = g.K / g.G, PQ = g.P * g.Q;
-  parallel_units(g.N * g.K, PQ * Cg * g.R * g.S, Cost::kReduction, [&](int64_t b, int64_t e) {
-    std::vector<C> acc(static_cast<size_t>(PQ));
-    for (int64_t nk = b; nk < e; ++nk) {
-      const int64_t n = nk / g.K, k = nk % g.K, grp = k / Kg;
-      std::fill(acc.begin(), acc.end(), bias ? DType<T>::load(bias[k]) : C(0));
-      for (int64_t c = 0; c < Cg; ++c) {
-        const T* xp = x + (n * g.C + grp * Cg + c) * g.H * g.W;
-        for (int64_t r = 0; r < g.R; ++r)
-          for (int64_t s = 0; s < g.S; ++s) {
-            const C wv = DType<T>::load(w[((k * Cg + c) * g.R + r) * g.S + s]);
-            for (int64_t p = 0; p < g.P; ++p) {
-              const int64_t h = p * g.s.stride_h - g.s.pad_h + r * g.s.dil_h;
-              if (h < 0 || h >= g.H) continue;
-              C* ar = acc.data() + p * g.Q;
-              const T* xr = xp + h * g.W;
-              for (int64_t q = 0; q < g.Q; ++q) {
-                const int64_t ww = q * g.s.stride_w - g.s.pad_w + s * g.s.dil_w;
-                if (ww >= 0 && ww < g.W) ar[q] += wv * DType<T>::load(xr[ww]);
-              }
-            }
+// Rows (c, r, s) x columns (p, q) of one image's group of Cg channels; 0 in the padding.
+void im2col(const ConvGeom& g, const double* x, int64_t Cg, double* col) {
+  const int64_t PQ = g.P * g.Q;
+  for (int64_t c = 0; c < Cg; ++c)
+    for (int64_t r = 0; r < g.R; ++r)
+      for (int64_t s = 0; s < g.S; ++s) {
+        double* row = col + ((c * g.R + r) * g.S + s) * PQ;
+        const double* xp = x + c * g.H * g.W;
+        for (int64_t p = 0; p < g.P; ++p) {
+          const int64_t h = p * g.s.stride_h - g.s.pad_h + r * g.s.dil_h;
+          double* out = row + p * g.Q;
+          if (h < 0 || h >= g.H) {
+            std::fill(out, out + g.Q, 0.0);
+            continue;
           }
-      }
-      T* yp = y + nk * PQ;
-      for (int64_t i = 0; i < PQ; ++i) yp[i] = DType<T>::store(acc[static_cast<size_t>(i)]);
-    }
-  });
-}
-
-template <class T>
-void direct_backward_input(const ConvGeom& g, const T* dy, const T* w, T* dx) {
-  using C = compute_t<T>;
-  const int64_t Cg = g.C / g.G, Kg = g.K / g.G, HW = g.H * g.W, PQ = g.P * g.Q;
-  parallel_units(g.N * g.C, PQ * Kg * g.R * g.S + HW, Cost::kReduction, [&](int64_t b, int64_t e) {
-    std::vector<C> acc(static_cast<size_t>(HW));
-    for (int64_t nc = b; nc < e; ++nc) {
-      const int64_t n = nc / g.C, c = nc % g.C, grp = c / Cg, cg = c % Cg;
-      std::fill(acc.begin(), acc.end(), C(0));
-      for (int64_t kk = 0; kk < Kg; ++kk) {
-        const int64_t k = grp * Kg + kk;
-        const T* gp = dy + (n * g.K + k) * PQ;
-        for (int64_t r = 0; r < g.R; ++r)
-          for (int64_t s = 0; s < g.S; ++s) {
-            const C wv = DType<T>::load(w[((k * Cg + cg) * g.R + r) * g.S + s]);
-            for (int64_t p = 0; p < g.P; ++p) {
-              const int64_t h = p * g.s.stride_h - g.s.pad_h + r * g.s.dil_h;
-              if (h < 0 || h >= g.H) continue;
-              C* ar = acc.data() + h * g.W;
-              const T* gr = gp + p * g.Q;
-              for (int64_t q = 0; q < g.Q; ++q) {
-                const int64_t ww = q * g.s.stride_w - g.s.pad_w + s * g.s.dil_w;
-                if (ww >= 0 && ww < g.W) ar[ww] += wv * DType<T>::load(gr[q]);
-              }
-            }
+          for (int64_t q = 0; q < g.Q; ++q) {
+            const int64_t w = q * g.s.stride_w - g.s.pad_w + s * g.s.dil_w;
+            out[q] = w >= 0 && w < g.W ? xp[h * g.W + w] : 0.0;
           }
-      }
-      T* out = dx + nc * HW;
-      for (int64_t i = 0; i < HW; ++i) out[i] = DType<T>::store(acc[static_cast<size_t>(i)]);
-    }
-  });
-}
-
-template <class T>
-void direct_backward_weight(const ConvGeom& g, const T* x, const T* dy, T* dw) {
-  using C = compute_t<T>;
-  const int64_t Cg = g.C / g.G, Kg = g.K / g.G, PQ = g.P * g.Q, RS = g.R * g.S;
-  parallel_units(g.K, g.N * PQ * Cg * RS, Cost::kReduction, [&](int64_t b, int64_t e) {
-    std::vector<C> acc(static_cast<size_t>(Cg * RS));
-    for (int64_t k = b; k < e; ++k) {
-      const int64_t grp = k / Kg;
-      std::fill(acc.begin(), acc.end(), C(0));
-      for (int64_t n = 0; n < g.N; ++n) {
-        const T* gp = dy + (n * g.K + k) * PQ;
-        for (int64_t c = 0; c < Cg; ++c) {
-          const T* xp = x + (n * g.C + grp * Cg + c) * g.H * g.W;
-          for (int64_t r = 0; r < g.R; ++r)
-            for (int64_t s = 0; s < g.S; ++s) {
-              C sum = C(0);
-              for (int64_t p = 0; p < g.P; ++p) {
-                const int64_t h = p * g.s.stride_h - g.s.pad_h + r * g.s.dil_h;
-                if (h < 0 || h >= g.H) continue;
-                for (int64_t q = 0; q < g.Q; ++q) {
-                  const int64_t ww = q * g.s.stride_w - g.s.pad_w + s * g.s.dil_w;
-                  if (ww >= 0 && ww < g.W)
-                    sum += DType<T>::load(gp[p * g.Q + q]) * DType<T>::load(xp[h * g.W + ww]);
-                }
-              }
-              acc[static_cast<size_t>(c * RS + r * g.S + s)] += sum;
-            }
         }
       }
-      T* out = dw + k * Cg * RS;
-      for (int64_t i = 0; i < Cg * RS; ++i) out[i] = DType<T>::store(acc[static_cast<size_t>(i)]);
+}
+
+// The adjoint of im2col: adds the columns back into the image's Cg channels (zeroed first).
+void col2im(const ConvGeom& g, const double* col, int64_t Cg, double* dx) {
+  const int64_t PQ = g.P * g.Q;
+  std::fill(dx, dx + Cg * g.H * g.W, 0.0);
+  for (int64_t c = 0; c < Cg; ++c)
+    for (int64_t r = 0; r < g.R; ++r)
+      for (int64_t s = 0; s < g.S; ++s) {
+        const double* row = col + ((c * g.R + r) * g.S + s) * PQ;
+        double* dp = dx + c * g.H * g.W;
+        for (int64_t p = 0; p < g.P; ++p) {
+          const int64_t h = p * g.s.stride_h - g.s.pad_h + r * g.s.dil_h;
+          if (h < 0 || h >= g.H) continue;
+          for (int64_t q = 0; q < g.Q; ++q) {
+            const int64_t w = q * g.s.stride_w - g.s.pad_w + s * g.s.dil_w;
+            if (w >= 0 && w < g.W) dp[h * g.W + w] += row[p * g.Q + q];
+          }
+        }
+      }
+}
+
+void dgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, const double* b,
+           double beta, double* c) {
+  cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, a,
+              static_cast<int>(ta ? m : k), b, static_cast<int>(tb ? k : n), beta, c,
+              static_cast<int>(n));
+}
+
+// Refuses shapes whose matrices BLAS's 32-bit int cannot describe.
+void check_blas_dims(const Launch& l, const ConvGeom& g) {
+  const int64_t rows = (g.C / g.G) * g.R * g.S, cols = g.P * g.Q;
+  if (rows > INT_MAX || cols > INT_MAX || g.K > INT_MAX || rows * cols > INT_MAX)
+    launch_error(l, "the f64 convolution's im2col matrix does not fit BLAS's 32-bit int");
+}
+
+void f64_forward(const ConvGeom& g, const double* x, const double* w, const double* bias,
+                 double* y) {
+  const int64_t Cg = g.C / g.G, Kg = g.K / g.G, PQ = g.P * g.Q, CRS = Cg * g.R * g.S;
+  parallel_units(g.N * g.G, Kg * PQ * CRS, Cost::kReduction, [&](int64_t b, int64_t e) {
+    std::vector<double> col(static_cast<size_t>(CRS * PQ));
+    for (int64_t u = b; u < e; ++u) {
+      const int64_t n = u / g.G, grp = u % g.G;
+      im2col(g, x + (n * g.C + grp * Cg) * g.H * g.W, Cg, col.data());
+      double* yp = y + (n * g.K + grp * Kg) * PQ;
+      for (int64_t k = 0; k < Kg; ++k)
+        std::fill(yp + k * PQ, yp + (k + 1) * PQ, bias ? bias[grp * Kg + k] : 0.0);
+      dgemm(false, false, Kg, PQ, CRS, w + grp * Kg * CRS, col.data(), 1.0, yp);
     }
   });
+}
+
+void f64_backward_input(const ConvGeom& g, const double* dy, const double* w, double* dx) {
+  const int64_t Cg = g.C / g.G, Kg = g.K / g.G, PQ = g.P * g.Q, CRS = Cg * g.R * g.S;
+  parallel_units(g.N * g.G, Kg * PQ * CRS, Cost::kReduction, [&](int64_t b, int64_t e) {
+    std::vector<double> col(static_cast<size_t>(CRS * PQ));
+    for (int64_t u = b; u < e; ++u) {
+      const int64_t n = u / g.G, grp = u % g.G;
+      // col = w_g^T dy_g: [CRS, Kg] x [Kg, PQ]
+      dgemm(true, false, CRS, PQ, Kg, w + grp * Kg * CRS, dy + (n * g.K + grp * Kg) * PQ, 0.0,
+            col.data());
+      col2im(g, col.data(), Cg, dx + (n * g.C + grp * Cg) * g.H * g.W);
+    }
+  });
+}
+
+// dw_g = sum over n of dy_g [Kg, PQ] x col^T [PQ, CRS]: the batch in one chunk per worker, the
+// chunks' partial sums added in chunk order (the same bits every run on one machine).
+void f64_backward_weight(const ConvGeom& g, const double* x, const double* dy, double* dw) {
+  const int64_t Cg = g.C / g.G, Kg = g.K / g.G, PQ = g.P * g.Q, CRS = Cg * g.R * g.S;
+  const int64_t wn = g.K * CRS;
+  const bool serial = g.macs() < kSerialMacs;
+  const int64_t workers = serial ? 1 : std::max(1, tbb::this_task_arena::max_concurrency());
+  const int64_t nb = (g.N + workers - 1) / workers, chunks = (g.N + nb - 1) / nb;
+  std::vector<double> partial(static_cast<size_t>((chunks - 1) * wn));
+  auto unit = [&](int64_t u) {
+    const int64_t chunk = u / g.G, grp = u % g.G;
+    double* out = (chunk == 0 ? dw : partial.data() + (chunk - 1) * wn) + grp * Kg * CRS;
+    std::vector<double> col(static_cast<size_t>(CRS * PQ));
+    const int64_t n1 = std::min(g.N, (chunk + 1) * nb);
+    for (int64_t n = chunk * nb; n < n1; ++n) {
+      im2col(g, x + (n * g.C + grp * Cg) * g.H * g.W, Cg, col.data());
+      dgemm(false, true, Kg, CRS, PQ, dy + (n * g.K + grp * Kg) * PQ, col.data(),
+            n == chunk * nb ? 0.0 : 1.0, out);
+    }
+  };
+  if (serial || chunks * g.G == 1) {
+    for (int64_t u = 0; u < chunks * g.G; ++u) unit(u);
+  } else {
+    tbb::parallel_for(int64_t{0}, chunks * g.G, unit);
+  }
+  for (int64_t c = 1; c < chunks; ++c) {
+    const double* p = partial.data() + (c - 1) * wn;
+    for (int64_t i = 0; i < wn; ++i) dw[i] += p[i];
+  }
 }
 
 // ---- oneDNN -----------------------------------------------------------------------------
@@ -485,7 +508,8 @@ void conv2d_kernel(const Launch& l) {
   if (numel(y) == 0) return;
   const T* bias = has_bias ? data<T>(l.inputs[2]) : nullptr;
   if constexpr (std::is_same_v<T, double>) {
-    direct_forward(g, data<T>(x), data<T>(w), bias, data<T>(y));
+    check_blas_dims(l, g);
+    f64_forward(g, data<T>(x), data<T>(w), bias, data<T>(y));
   } else {
     constexpr dt d = dnnl_dt(DType<T>::id);
     std::vector<float> b32;
@@ -523,7 +547,8 @@ void conv2d_backward_input_kernel(const Launch& l) {
     return;
   }
   if constexpr (std::is_same_v<T, double>) {
-    direct_backward_input(g, data<T>(dy), data<T>(w), data<T>(dx));
+    check_blas_dims(l, g);
+    f64_backward_input(g, data<T>(dy), data<T>(w), data<T>(dx));
   } else {
     constexpr dt d = dnnl_dt(DType<T>::id);
     if (dnnl_native(Pass::kBackwardData, g, d, false)) {
@@ -549,7 +574,8 @@ void conv2d_backward_weight_kernel(const Launch& l) {
     return;
   }
   if constexpr (std::is_same_v<T, double>) {
-    direct_backward_weight(g, data<T>(x), data<T>(dy), data<T>(dw));
+    check_blas_dims(l, g);
+    f64_backward_weight(g, data<T>(x), data<T>(dy), data<T>(dw));
   } else {
     constexpr dt d = dnnl_dt(DType<T>::id);
     const bool f32 = std::is_same_v<T, float>;
