@@ -496,8 +496,10 @@ void dnnl_backward_weights(const ConvGeom& g, dt d, const void* x, const void* d
 
 template <class T>
 void conv2d_kernel(const Launch& l) {
-  if (l.num_inputs != 2 && l.num_inputs != 3) check_arity(l, 2, 1);
-  check_arity(l, l.num_inputs, 1);
+  if ((l.num_inputs != 2 && l.num_inputs != 3) || l.num_outputs != 1)
+    launch_error(l, bp::sdk::format("expects 2 or 3 inputs (input, weight, optional bias) and 1 "
+                                    "output, got %d and %d",
+                                    l.num_inputs, l.num_outputs));
   const bp_tensor_desc &x = l.inputs[0], &w = l.inputs[1], &y = l.outputs[0];
   const ConvGeom g = conv_geom(l, x, w, y, "input", "weight", "output");
   const bool has_bias = l.num_inputs == 3;
