@@ -49,6 +49,31 @@ OpKind kind_of(int32_t op) {
     case BP_OP_UNIFORM:
     case BP_OP_NORMAL:
       return OpKind::random;
+    case BP_OP_CONV2D:
+    case BP_OP_CONV2D_BACKWARD_INPUT:
+    case BP_OP_CONV2D_BACKWARD_WEIGHT:
+      return OpKind::conv;
+    case BP_OP_MAX_POOL2D:
+    case BP_OP_MAX_POOL2D_BACKWARD:
+    case BP_OP_AVG_POOL2D:
+    case BP_OP_AVG_POOL2D_BACKWARD:
+    case BP_OP_ADAPTIVE_AVG_POOL2D:
+    case BP_OP_ADAPTIVE_AVG_POOL2D_BACKWARD:
+      return OpKind::pool;
+    case BP_OP_BATCH_NORM:
+    case BP_OP_BATCH_NORM_BACKWARD:
+    case BP_OP_DROPOUT:
+      return OpKind::norm;
+    case BP_OP_MAX_DIM:
+    case BP_OP_MIN_DIM:
+    case BP_OP_GATHER:
+    case BP_OP_SCATTER_ADD:
+      return OpKind::index;
+    case BP_OP_SOFTMAX:
+    case BP_OP_LOG_SOFTMAX:
+    case BP_OP_SOFTMAX_BACKWARD:
+    case BP_OP_LOG_SOFTMAX_BACKWARD:
+      return OpKind::softmax;
     default:
       return OpKind::binary;
   }

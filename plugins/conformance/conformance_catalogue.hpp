@@ -16,7 +16,23 @@
 
 namespace bpc {
 
-enum class OpKind { fill, copy, cast, binary, compare, where, unary, reduce, matmul, random };
+enum class OpKind {
+  fill,
+  copy,
+  cast,
+  binary,
+  compare,
+  where,
+  unary,
+  reduce,
+  matmul,
+  random,
+  conv,     // conv2d and its backward ops
+  pool,     // max, average and adaptive average pooling and their backward
+  norm,     // batch_norm, batch_norm_backward, dropout
+  index,    // max_dim, min_dim, gather, scatter_add
+  softmax,  // softmax, log_softmax and their backward
+};
 
 struct OpInfo {
   const char* name;

@@ -5,7 +5,9 @@
 #include "conformance_suites.hpp"
 
 #include <backplane/abi/op_catalogue.h>
+#include <backplane_test/compare.hpp>
 
+#include <cmath>
 #include <memory>
 
 namespace bpc {
@@ -54,36 +56,86 @@ std::string describe_launch(const char* op, const std::vector<const HostTensor*>
   return s;
 }
 
+void expect_close_mag(const std::vector<double>& out, const std::vector<double>& ref,
+                      const std::vector<double>& magnitude, int32_t dt, bp_test::OpClass cls,
+                      const std::string& what, double scale) {
+  bp_test::Tolerance tol;
+  tol.op_class = cls;
+  tol.scale = scale;
+  tol.magnitude = magnitude;
+  bp_test::Verdict v = bp_test::compare(dt, out, ref, tol);
+  if (!v.ok) throw Failure(what + ": " + v.message);
+}
+
+int64_t window_out_size(int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dilation,
+                        bool ceil_mode) {
+  const int64_t span = in + 2 * pad - dilation * (k - 1) - 1;
+  int64_t out = (ceil_mode ? (span + stride - 1) / stride : span / stride) + 1;
+  if (ceil_mode && (out - 1) * stride >= in + pad) --out;
+  return out;
+}
+
+std::string case_label(Context& ctx, const OpInfo& op, int32_t dt, const char* variant) {
+  return format("%s %s (%s) on %s, seed %llu", op.name, bp_dtype_name(dt), variant,
+                ctx.device_label().c_str(), static_cast<unsigned long long>(ctx.seed()));
+}
+
+HostTensor dense_values(int32_t dt, const std::vector<int64_t>& shape,
+                        const std::vector<double>& values) {
+  HostTensor t;
+  t.dtype = dt;
+  t.shape = shape;
+  t.strides = contiguous_strides(shape);
+  for (double v : values) t.storage.push_back(std::isnan(v) ? v : round_to(dt, v));
+  return t;
+}
+
 namespace {
 
 bp_error* launch_raw(Context& ctx, const char* op, int32_t dt,
-                     const std::vector<bp_tensor_desc>& ins, const bp_tensor_desc& out,
-                     const std::vector<bp_attr>& attrs) {
+                     const std::vector<bp_tensor_desc>& ins,
+                     const std::vector<bp_tensor_desc>& outs, const std::vector<bp_attr>& attrs) {
   bp_kernel* k = find_kernel_checked(ctx, op, dt);
   return ctx.launch(k, ctx.stream(), ins.empty() ? nullptr : ins.data(),
-                    static_cast<int32_t>(ins.size()), &out, 1, attrs);
+                    static_cast<int32_t>(ins.size()), outs.data(),
+                    static_cast<int32_t>(outs.size()), attrs);
 }
 
 }  // namespace
 
-void run_kernel(Context& ctx, const char* op, int32_t dt, const std::vector<bp_tensor_desc>& ins,
-                const bp_tensor_desc& out, const std::vector<bp_attr>& attrs,
-                const std::string& what) {
-  ctx.check(launch_raw(ctx, op, dt, ins, out, attrs), "launch " + what);
+void run_kernel_n(Context& ctx, const char* op, int32_t dt, const std::vector<bp_tensor_desc>& ins,
+                  const std::vector<bp_tensor_desc>& outs, const std::vector<bp_attr>& attrs,
+                  const std::string& what) {
+  ctx.check(launch_raw(ctx, op, dt, ins, outs, attrs), "launch " + what);
   ctx.check(ctx.t().stream_synchronize(ctx.stream()), "stream_synchronize after " + what);
 }
 
-void run_kernel_expect_error(Context& ctx, const char* op, int32_t dt,
-                             const std::vector<bp_tensor_desc>& ins, const bp_tensor_desc& out,
-                             const std::vector<bp_attr>& attrs, int32_t code,
-                             const std::string& what) {
-  bp_error* e = launch_raw(ctx, op, dt, ins, out, attrs);
+std::string run_kernel_n_expect_error(Context& ctx, const char* op, int32_t dt,
+                                      const std::vector<bp_tensor_desc>& ins,
+                                      const std::vector<bp_tensor_desc>& outs,
+                                      const std::vector<bp_attr>& attrs, int32_t code,
+                                      const std::string& what) {
+  bp_error* e = launch_raw(ctx, op, dt, ins, outs, attrs);
   if (!e) e = ctx.t().stream_synchronize(ctx.stream());
   if (!e) throw Failure(what + ": succeeded, expected " + error_code_name(code));
   int32_t got = e->code;
   std::string desc = take_error(ctx.api(), e);
   if (got != code) throw Failure(what + ": expected " + error_code_name(code) + ", got " + desc);
   ctx.note("error as expected: " + desc);
+  return desc;
+}
+
+void run_kernel(Context& ctx, const char* op, int32_t dt, const std::vector<bp_tensor_desc>& ins,
+                const bp_tensor_desc& out, const std::vector<bp_attr>& attrs,
+                const std::string& what) {
+  run_kernel_n(ctx, op, dt, ins, {out}, attrs, what);
+}
+
+void run_kernel_expect_error(Context& ctx, const char* op, int32_t dt,
+                             const std::vector<bp_tensor_desc>& ins, const bp_tensor_desc& out,
+                             const std::vector<bp_attr>& attrs, int32_t code,
+                             const std::string& what) {
+  run_kernel_n_expect_error(ctx, op, dt, ins, {out}, attrs, code, what);
 }
 
 void build_kernels_suite(Context& ctx, std::vector<TestCase>& out) {
@@ -255,6 +307,21 @@ void build_kernels_suite(Context& ctx, std::vector<TestCase>& out) {
           break;
         case OpKind::random:
           random_cases(op, dt, cases);
+          break;
+        case OpKind::conv:
+          conv_cases(op, dt, cases);
+          break;
+        case OpKind::pool:
+          pool_cases(op, dt, cases);
+          break;
+        case OpKind::norm:
+          norm_cases(op, dt, cases);
+          break;
+        case OpKind::index:
+          index_cases(op, dt, cases);
+          break;
+        case OpKind::softmax:
+          softmax_cases(op, dt, cases);
           break;
         default:
           elementwise_cases(op, dt, cases);

@@ -83,8 +83,56 @@ int64_t template_numel(const bp_tensor_desc* t);
 int64_t template_offset_of(const bp_tensor_desc* t, int64_t i);
 
 /* Why every other (op, dtype) pair is BP_SUPPORT_NO. */
-#define TEMPLATE_UNSUPPORTED_REASON \
-  "the " TEMPLATE_NAME " backend implements fill, copy, add, mul and sum for f32 only"
+#define TEMPLATE_UNSUPPORTED_REASON                                     \
+  "the " TEMPLATE_NAME                                                  \
+  " backend implements fill, copy, add, mul and sum for f32 only (and " \
+  "the convolutional family for every dtype of its domain)"
+
+/* ---- The convolutional family (Note [Op catalogue], minor 4) ----
+ * Every tensor of these ops is dense and every shape was checked by the host. A kernel reads
+ * its floating inputs into double arrays (template_read), computes in double with plain loops
+ * and writes each result once, rounded to the output's dtype (template_write): one loop nest
+ * serves f32, f64, f16 and bf16. Each family's launch returns NULL or an error object. */
+typedef bp_error* (*template_family_fn)(int32_t op, const bp_tensor_desc* in, int32_t nin,
+                                        const bp_tensor_desc* out, int32_t nout,
+                                        const bp_attr* attrs, int32_t nattrs);
+bp_error* template_conv_launch(int32_t op, const bp_tensor_desc* in, int32_t nin,
+                               const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,
+                               int32_t nattrs); /* template_conv.c */
+bp_error* template_pool_launch(int32_t op, const bp_tensor_desc* in, int32_t nin,
+                               const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,
+                               int32_t nattrs); /* template_pool.c */
+bp_error* template_norm_launch(int32_t op, const bp_tensor_desc* in, int32_t nin,
+                               const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,
+                               int32_t nattrs); /* template_norm.c: batch_norm, dropout */
+bp_error* template_index_launch(int32_t op, const bp_tensor_desc* in, int32_t nin,
+                                const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,
+                                int32_t nattrs); /* template_index.c */
+bp_error* template_softmax_launch(int32_t op, const bp_tensor_desc* in, int32_t nin,
+                                  const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,
+                                  int32_t nattrs); /* template_softmax.c */
+
+/* Element i of a dense tensor as a double (floating dtypes) or an int64 (integer and bool
+ * dtypes), and the stores back: floats round to nearest even (f16 and bf16 through float, Note
+ * [Conversions]), integers wrap to their width. */
+double template_load(const bp_tensor_desc* t, int64_t i);
+void template_store(const bp_tensor_desc* t, int64_t i, double v);
+int64_t template_load_int(const bp_tensor_desc* t, int64_t i);
+void template_store_int(const bp_tensor_desc* t, int64_t i, int64_t v);
+int template_is_float(int32_t dtype);
+/* All of a dense floating tensor as a malloc'd double array (one spare element, so never NULL
+ * but out of memory), and the whole of `v` written to one. */
+double* template_read(const bp_tensor_desc* t);
+void template_write(const bp_tensor_desc* t, const double* v);
+/* A zeroed double array of n elements (never NULL but out of memory). */
+double* template_zeros(int64_t n);
+bp_error* template_out_of_memory(const char* op);
+/* An attribute's value, or `dflt` when the host did not send it. */
+int64_t template_attr_int(const bp_attr* attrs, int32_t n, int32_t id, int64_t dflt);
+double template_attr_float(const bp_attr* attrs, int32_t n, int32_t id, double dflt);
+/* BP_ERROR_INVALID_ARGUMENT unless nin and nout are what `op` takes. */
+bp_error* template_check_arity(int32_t op, int32_t nin, int32_t want_in_lo, int32_t want_in_hi,
+                               int32_t nout, int32_t want_out_lo, int32_t want_out_hi);
 
 /* Builds the op table (backplane/op_table.h) that find_kernel, find_kernel_id and list_ops
  * answer from; called once from init. */

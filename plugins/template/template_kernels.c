@@ -1,7 +1,9 @@
 /*
  * Kernels of the template backend: fill, copy, add, mul and sum for f32, on strided views
- * (Note [Op catalogue] in plugin_abi.h). Every other (op, dtype) pair of the catalogue is
- * declared BP_SUPPORT_NO.
+ * (Note [Op catalogue] in plugin_abi.h), and the convolutional family of minor 4 for every
+ * dtype of each op's domain (template_conv.c, template_pool.c, template_norm.c,
+ * template_index.c, template_softmax.c, on the element helpers at the end of this file). Every
+ * other (op, dtype) pair of the catalogue is declared BP_SUPPORT_NO.
  *
  * The op table (backplane/op_table.h, Note [Op tables]) is the one declaration of what exists:
  * find_kernel (by name), find_kernel_id (by catalogue number) and list_ops all answer from it.
@@ -11,6 +13,7 @@
  */
 #include "template.h"
 
+#include <backplane/abi/half.h>
 #include <backplane/abi/op_table.h>
 
 #include <stdlib.h>
@@ -18,18 +21,75 @@
 
 /* ---- The op table ----------------------------------------------------------------------- */
 
-static struct bp_kernel template_kernel_table[] = {
-    {BP_OP_FILL}, {BP_OP_COPY}, {BP_OP_ADD}, {BP_OP_MUL}, {BP_OP_SUM}};
+static struct bp_kernel template_kernel_table[] = {{BP_OP_FILL},
+                                                   {BP_OP_COPY},
+                                                   {BP_OP_ADD},
+                                                   {BP_OP_MUL},
+                                                   {BP_OP_SUM},
+                                                   {BP_OP_CONV2D},
+                                                   {BP_OP_CONV2D_BACKWARD_INPUT},
+                                                   {BP_OP_CONV2D_BACKWARD_WEIGHT},
+                                                   {BP_OP_MAX_POOL2D},
+                                                   {BP_OP_MAX_POOL2D_BACKWARD},
+                                                   {BP_OP_AVG_POOL2D},
+                                                   {BP_OP_AVG_POOL2D_BACKWARD},
+                                                   {BP_OP_ADAPTIVE_AVG_POOL2D},
+                                                   {BP_OP_ADAPTIVE_AVG_POOL2D_BACKWARD},
+                                                   {BP_OP_BATCH_NORM},
+                                                   {BP_OP_BATCH_NORM_BACKWARD},
+                                                   {BP_OP_DROPOUT},
+                                                   {BP_OP_MAX_DIM},
+                                                   {BP_OP_MIN_DIM},
+                                                   {BP_OP_GATHER},
+                                                   {BP_OP_SCATTER_ADD},
+                                                   {BP_OP_SOFTMAX},
+                                                   {BP_OP_LOG_SOFTMAX},
+                                                   {BP_OP_SOFTMAX_BACKWARD},
+                                                   {BP_OP_LOG_SOFTMAX_BACKWARD}};
 #define TEMPLATE_NUM_KERNELS (sizeof template_kernel_table / sizeof template_kernel_table[0])
 
 static bp_op_table template_ops;
 
-/* The resolver: asked once per (op, dtype) of each op's dtype domain. */
+/* The family of a convolutional op (catalogue numbers from BP_OP_CONV2D on), else NULL. */
+static template_family_fn template_family(int32_t op) {
+  switch (op) {
+    case BP_OP_CONV2D:
+    case BP_OP_CONV2D_BACKWARD_INPUT:
+    case BP_OP_CONV2D_BACKWARD_WEIGHT:
+      return template_conv_launch;
+    case BP_OP_MAX_POOL2D:
+    case BP_OP_MAX_POOL2D_BACKWARD:
+    case BP_OP_AVG_POOL2D:
+    case BP_OP_AVG_POOL2D_BACKWARD:
+    case BP_OP_ADAPTIVE_AVG_POOL2D:
+    case BP_OP_ADAPTIVE_AVG_POOL2D_BACKWARD:
+      return template_pool_launch;
+    case BP_OP_BATCH_NORM:
+    case BP_OP_BATCH_NORM_BACKWARD:
+    case BP_OP_DROPOUT:
+      return template_norm_launch;
+    case BP_OP_MAX_DIM:
+    case BP_OP_MIN_DIM:
+    case BP_OP_GATHER:
+    case BP_OP_SCATTER_ADD:
+      return template_index_launch;
+    case BP_OP_SOFTMAX:
+    case BP_OP_LOG_SOFTMAX:
+    case BP_OP_SOFTMAX_BACKWARD:
+    case BP_OP_LOG_SOFTMAX_BACKWARD:
+      return template_softmax_launch;
+    default:
+      return NULL;
+  }
+}
+
+/* The resolver: asked once per (op, dtype) of each op's dtype domain. The first five ops are
+ * f32 only; the convolutional family takes every dtype it is asked for (its domain). */
 static void template_resolve(void* user, int32_t op, int32_t dtype, bp_op_decl* decl) {
   size_t i;
   (void)user;
   decl->reason = TEMPLATE_UNSUPPORTED_REASON;
-  if (dtype != BP_DTYPE_F32) return;
+  if (dtype != BP_DTYPE_F32 && !template_family(op)) return;
   for (i = 0; i < TEMPLATE_NUM_KERNELS; ++i) {
     if (template_kernel_table[i].op == op) {
       decl->kernel = &template_kernel_table[i];
@@ -100,24 +160,26 @@ static float* template_data(const bp_tensor_desc* t) {
   return (float*)(t->buffer->data + t->offset);
 }
 
-/* NULL when the descriptor is an f32 tensor of rank <= BP_MAX_RANK whose elements lie in its
- * buffer (checked at the extremes: strides are non-negative). */
-static bp_error* template_check_tensor(const bp_tensor_desc* t, const char* op, const char* role) {
+/* NULL when the descriptor is a tensor of a known dtype (f32 unless `any_dtype`) and rank <=
+ * BP_MAX_RANK whose elements lie in its buffer (checked at the extremes: strides are
+ * non-negative). */
+static bp_error* template_check_tensor(const bp_tensor_desc* t, const char* op, const char* role,
+                                       int any_dtype) {
   int64_t n, last = 0;
   int32_t d;
-  if (t->dtype != BP_DTYPE_F32)
+  if (any_dtype ? (t->dtype < 0 || t->dtype >= BP_DTYPE_COUNT) : t->dtype != BP_DTYPE_F32)
     return template_error(BP_ERROR_INVALID_ARGUMENT,
                           TEMPLATE_NAME
                           ":0: %s: %s has dtype %s, "
-                          "expected f32",
-                          op, role, bp_dtype_name(t->dtype));
+                          "expected %s",
+                          op, role, bp_dtype_name(t->dtype), any_dtype ? "a bp_dtype" : "f32");
   if (t->rank < 0 || t->rank > BP_MAX_RANK)
     return template_error(BP_ERROR_INVALID_ARGUMENT, TEMPLATE_NAME ":0: %s: %s has rank %d", op,
                           role, (int)t->rank);
   n = template_numel(t);
   if (n == 0) return NULL;
   for (d = 0; d < t->rank; ++d) last += (t->shape[d] - 1) * t->strides[d];
-  if (!t->buffer || t->offset + (uint64_t)(last + 1) * sizeof(float) > t->buffer->size)
+  if (!t->buffer || t->offset + (uint64_t)(last + 1) * bp_dtype_size(t->dtype) > t->buffer->size)
     return template_error(BP_ERROR_INVALID_ARGUMENT,
                           TEMPLATE_NAME
                           ":0: %s: %s (%lld elements at byte offset %llu) lies "
@@ -215,16 +277,27 @@ bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_
   int32_t i;
   bp_error* err;
   (void)stream; /* eager: the work is done when launch returns */
+  if (template_family(id)) {
+    for (i = 0; i < num_inputs; ++i) {
+      err = template_check_tensor(&inputs[i], op, "an input", 1);
+      if (err) return err;
+    }
+    for (i = 0; i < num_outputs; ++i) {
+      err = template_check_tensor(&outputs[i], op, "an output", 1);
+      if (err) return err;
+    }
+    return template_family(id)(id, inputs, num_inputs, outputs, num_outputs, attrs, num_attrs);
+  }
   if (num_outputs != 1)
     return template_error(BP_ERROR_INVALID_ARGUMENT,
                           TEMPLATE_NAME
                           ":0: %s: %d outputs, "
                           "expected 1",
                           op, (int)num_outputs);
-  err = template_check_tensor(out, op, "output");
+  err = template_check_tensor(out, op, "output", 0);
   if (err) return err;
   for (i = 0; i < num_inputs; ++i) {
-    err = template_check_tensor(&inputs[i], op, i == 0 ? "input 0" : "input 1");
+    err = template_check_tensor(&inputs[i], op, i == 0 ? "input 0" : "input 1", 0);
     if (err) return err;
   }
 
@@ -271,4 +344,127 @@ bp_error* template_launch(bp_kernel* kernel, bp_stream* stream, const bp_tensor_
                     s ? (float)bp_attr_float(s) : 0.0f, r && bp_attr_int(r) == 1, out);
     return NULL;
   }
+}
+
+/* ---- Element helpers of the convolutional family (template.h) ---------------------------- */
+
+int template_is_float(int32_t dtype) {
+  return dtype == BP_DTYPE_F32 || dtype == BP_DTYPE_F64 || dtype == BP_DTYPE_F16 ||
+         dtype == BP_DTYPE_BF16;
+}
+
+double template_load(const bp_tensor_desc* t, int64_t i) {
+  const unsigned char* p = t->buffer->data + t->offset;
+  switch (t->dtype) {
+    case BP_DTYPE_F32:
+      return ((const float*)p)[i];
+    case BP_DTYPE_F64:
+      return ((const double*)p)[i];
+    case BP_DTYPE_F16:
+      return bp_f16_to_float(((const uint16_t*)p)[i]);
+    case BP_DTYPE_BF16:
+      return bp_bf16_to_float(((const uint16_t*)p)[i]);
+    default:
+      return (double)template_load_int(t, i);
+  }
+}
+
+void template_store(const bp_tensor_desc* t, int64_t i, double v) {
+  unsigned char* p = t->buffer->data + t->offset;
+  switch (t->dtype) {
+    case BP_DTYPE_F32:
+      ((float*)p)[i] = (float)v;
+      break;
+    case BP_DTYPE_F64:
+      ((double*)p)[i] = v;
+      break;
+    case BP_DTYPE_F16:
+      ((uint16_t*)p)[i] = bp_float_to_f16((float)v);
+      break;
+    case BP_DTYPE_BF16:
+      ((uint16_t*)p)[i] = bp_float_to_bf16((float)v);
+      break;
+    default:
+      template_store_int(t, i, (int64_t)v);
+      break;
+  }
+}
+
+int64_t template_load_int(const bp_tensor_desc* t, int64_t i) {
+  const unsigned char* p = t->buffer->data + t->offset;
+  switch (t->dtype) {
+    case BP_DTYPE_I32:
+      return ((const int32_t*)p)[i];
+    case BP_DTYPE_I64:
+      return ((const int64_t*)p)[i];
+    case BP_DTYPE_U8:
+    case BP_DTYPE_BOOL:
+      return p[i];
+    default:
+      return (int64_t)template_load(t, i);
+  }
+}
+
+void template_store_int(const bp_tensor_desc* t, int64_t i, int64_t v) {
+  unsigned char* p = t->buffer->data + t->offset;
+  switch (t->dtype) {
+    case BP_DTYPE_I32:
+      ((int32_t*)p)[i] = (int32_t)(uint32_t)v; /* wraps modulo 2^32 */
+      break;
+    case BP_DTYPE_I64:
+      ((int64_t*)p)[i] = v;
+      break;
+    case BP_DTYPE_U8:
+      p[i] = (unsigned char)v; /* wraps modulo 2^8 */
+      break;
+    case BP_DTYPE_BOOL:
+      p[i] = v != 0;
+      break;
+    default:
+      template_store(t, i, (double)v);
+      break;
+  }
+}
+
+double* template_read(const bp_tensor_desc* t) {
+  int64_t i, n = template_numel(t);
+  double* v = (double*)malloc((size_t)(n + 1) * sizeof *v);
+  if (v)
+    for (i = 0; i < n; ++i) v[i] = template_load(t, i);
+  return v;
+}
+
+void template_write(const bp_tensor_desc* t, const double* v) {
+  int64_t i, n = template_numel(t);
+  for (i = 0; i < n; ++i) template_store(t, i, v[i]);
+}
+
+double* template_zeros(int64_t n) {
+  return (double*)calloc((size_t)n + 1, sizeof(double));
+}
+
+bp_error* template_out_of_memory(const char* op) {
+  return template_error(BP_ERROR_OUT_OF_MEMORY, TEMPLATE_NAME ":0: %s: out of host memory", op);
+}
+
+int64_t template_attr_int(const bp_attr* attrs, int32_t n, int32_t id, int64_t dflt) {
+  const bp_attr* a = bp_attr_find(attrs, n, id);
+  return a ? bp_attr_int(a) : dflt;
+}
+
+double template_attr_float(const bp_attr* attrs, int32_t n, int32_t id, double dflt) {
+  const bp_attr* a = bp_attr_find(attrs, n, id);
+  return a ? bp_attr_float(a) : dflt;
+}
+
+bp_error* template_check_arity(int32_t op, int32_t nin, int32_t want_in_lo, int32_t want_in_hi,
+                               int32_t nout, int32_t want_out_lo, int32_t want_out_hi) {
+  if (nin >= want_in_lo && nin <= want_in_hi && nout >= want_out_lo && nout <= want_out_hi)
+    return NULL;
+  return template_error(BP_ERROR_INVALID_ARGUMENT,
+                        TEMPLATE_NAME
+                        ":0: %s takes %d to %d inputs and %d to %d outputs, got %d "
+                        "and %d",
+                        bp_op_name(op), (int)want_in_lo, (int)want_in_hi, (int)want_out_lo,
+                        (int)want_out_hi, (int)nin, (int)nout);
 }
