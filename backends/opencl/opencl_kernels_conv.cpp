@@ -39,7 +39,7 @@ typedef struct {
 } bp_cv;
 
 /* x[n, c, h, w] of the zero-padded image, c counted from channel c0. */
-inline ACC bp_cv_x(__global const T* x, const bp_cv* p, long n, long c, long h, long w) {
+ACC bp_cv_x(__global const T* x, const bp_cv* p, long n, long c, long h, long w) {
   if (h < 0 || h >= p->H_ || w < 0 || w >= p->W_) return (ACC)0;
   return (ACC)LD(x[p->x_off + ((n * p->C_ + c) * p->H_ + h) * p->W_ + w]);
 }
@@ -103,11 +103,11 @@ void $NAME(__global T* out, __global const T* a, __global const T* b, __global c
 // data ops and s * G + g (slice s) for the weight gradient.
 constexpr const char* kConvOps = R"CLC(
 /* conv2d: a = w, b = x, out = y. */
-inline ACC bp_fwd_a(__global const T* w, const bp_cv* p, long bz, long m, long k) {
+ACC bp_fwd_a(__global const T* w, const bp_cv* p, long bz, long m, long k) {
   long g = bz % p->G_;
   return (ACC)LD(w[p->w_off + (g * p->M + m) * p->KD + k]);
 }
-inline ACC bp_fwd_b(__global const T* x, const bp_cv* p, long bz, long k, long j) {
+ACC bp_fwd_b(__global const T* x, const bp_cv* p, long bz, long k, long j) {
   long n = bz / p->G_, g = bz - n * p->G_, RS = p->R_ * p->S_;
   long c = k / RS, rs = k - c * RS, r = rs / p->S_, s = rs - r * p->S_;
   long pp = j / p->Q_, q = j - pp * p->Q_;
@@ -115,7 +115,7 @@ inline ACC bp_fwd_b(__global const T* x, const bp_cv* p, long bz, long k, long j
   return bp_cv_x(x, p, n, g * Cg + c, pp * p->sh - p->ph + r * p->dh,
                  q * p->sw - p->pw + s * p->dw);
 }
-inline void bp_fwd_store(__global T* y, __global const T* bias, const bp_cv* p, long bz, long m,
+void bp_fwd_store(__global T* y, __global const T* bias, const bp_cv* p, long bz, long m,
                          long j, ACC v) {
   long n = bz / p->G_, g = bz - n * p->G_;
   long k = g * p->M + m;
@@ -124,12 +124,12 @@ inline void bp_fwd_store(__global T* y, __global const T* bias, const bp_cv* p, 
 }
 
 /* conv2d_backward_input: a = w (transposed per group), b = dy, out = dx. */
-inline ACC bp_bwi_a(__global const T* w, const bp_cv* p, long bz, long c, long k) {
+ACC bp_bwi_a(__global const T* w, const bp_cv* p, long bz, long c, long k) {
   long g = bz % p->G_, RS = p->R_ * p->S_;
   long kk = k / RS, rs = k - kk * RS;
   return (ACC)LD(w[p->w_off + ((g * (p->K_ / p->G_) + kk) * p->M + c) * RS + rs]);
 }
-inline ACC bp_bwi_b(__global const T* dy, const bp_cv* p, long bz, long k, long j) {
+ACC bp_bwi_b(__global const T* dy, const bp_cv* p, long bz, long k, long j) {
   long n = bz / p->G_, g = bz - n * p->G_, RS = p->R_ * p->S_;
   long kk = k / RS, rs = k - kk * RS, r = rs / p->S_, s = rs - r * p->S_;
   long h = j / p->W_, w = j - h * p->W_;
@@ -140,25 +140,25 @@ inline ACC bp_bwi_b(__global const T* dy, const bp_cv* p, long bz, long k, long 
   long ch = g * (p->K_ / p->G_) + kk;
   return (ACC)LD(dy[p->y_off + ((n * p->K_ + ch) * p->P_ + pp) * p->Q_ + q]);
 }
-inline void bp_bwi_store(__global T* dx, const bp_cv* p, long bz, long c, long j, ACC v) {
+void bp_bwi_store(__global T* dx, const bp_cv* p, long bz, long c, long j, ACC v) {
   long n = bz / p->G_, g = bz - n * p->G_;
   dx[p->x_off + (n * p->C_ + g * p->M + c) * p->NN + j] = ST(v);
 }
 
 /* conv2d_backward_weight: a = dy, b = x (im2col transposed), out = dw or the slice's partial. */
-inline ACC bp_bww_a(__global const T* dy, const bp_cv* p, long bz, long k, long i) {
+ACC bp_bww_a(__global const T* dy, const bp_cv* p, long bz, long k, long i) {
   long g = bz % p->G_, PQ = p->P_ * p->Q_;
   long n = i / PQ, pq = i - n * PQ;
   return (ACC)LD(dy[p->y_off + (n * p->K_ + g * p->M + k) * PQ + pq]);
 }
-inline ACC bp_bww_b(__global const T* x, const bp_cv* p, long bz, long i, long j) {
+ACC bp_bww_b(__global const T* x, const bp_cv* p, long bz, long i, long j) {
   long g = bz % p->G_, PQ = p->P_ * p->Q_, RS = p->R_ * p->S_;
   long n = i / PQ, pq = i - n * PQ, pp = pq / p->Q_, q = pq - pp * p->Q_;
   long c = j / RS, rs = j - c * RS, r = rs / p->S_, s = rs - r * p->S_;
   return bp_cv_x(x, p, n, g * (p->C_ / p->G_) + c, pp * p->sh - p->ph + r * p->dh,
                  q * p->sw - p->pw + s * p->dw);
 }
-inline void bp_bww_store(__global T* dw, __global ACC* partial, const bp_cv* p, long bz, long k,
+void bp_bww_store(__global T* dw, __global ACC* partial, const bp_cv* p, long bz, long k,
                          long j, ACC v) {
   long g = bz % p->G_;
   if (p->nbatch == p->G_) {
