@@ -18,7 +18,10 @@
 //   split into S slices of the sum (S chosen so the device gets about 8 work-groups per compute
 //   unit), each slice's tile goes to a temporary buffer in the accumulation type, and
 //   bp_conv_wgrad_sum adds the slices in slice order, so the result does not depend on timing.
-//   Grid dimensions 1 and 2 stay within 65535 groups by splitting the launch.
+//   Grid dimensions 1 and 2 stay within 65535 groups by splitting the launch. Index arithmetic
+//   inside the GEMM (the decomposition of a row or column into channel, tap and pixel) is in
+//   32 bits, which GPUs divide far faster than 64; the host refuses GEMM sizes of 2^31 or more
+//   (a single image plane of 2^31 pixels), and addresses are formed in 64 bits.
 #include "opencl_kernels.hpp"
 
 #include <algorithm>
@@ -45,8 +48,9 @@ ACC bp_cv_x(__global const T* x, const bp_cv* p, long n, long c, long h, long w)
 }
 )CLC";
 
-// One GEMM kernel: $NAME, the loads $LOADA (of a at bz, gm, gk) and $LOADB (of b at bz, gk, gn),
-// the store $STORE (of acc[i][j] at bz, m, n) and the range [$KBEG, $KEND) of the sum.
+// One GEMM kernel: $NAME, the loads $LOADA (of a at gm, gk) and $LOADB (of b at gk, gn), the
+// store $STORE (of acc[i][j] at m, n) and the range [$KBEG, $KEND) of the sum, for batch entry
+// bz = bn * G + bg.
 constexpr const char* kConvGemmTemplate = R"CLC(
 __kernel __attribute__((reqd_work_group_size(RTS, RTS, 1)))
 void $NAME(__global T* out, __global const T* a, __global const T* b, __global const T* bias,
@@ -55,24 +59,25 @@ void $NAME(__global T* out, __global const T* a, __global const T* b, __global c
   __local ACC Bs[TK][TS];
   const int tx = (int)get_local_id(0), ty = (int)get_local_id(1);
   const int tid = ty * RTS + tx;
-  const long n0 = (long)get_group_id(0) * TS;
-  const long m0 = ((long)get_group_id(1) + p.mtile0) * TS;
-  const long bz = (long)get_group_id(2) + p.batch0;
-  const long kbeg = $KBEG, kend = $KEND;
+  const int n0 = (int)get_group_id(0) * TS;
+  const int m0 = (int)(get_group_id(1) + p.mtile0) * TS;
+  const int bz = (int)(get_group_id(2) + p.batch0);
+  const int bn = bz / (int)p.G_, bg = bz - bn * (int)p.G_;
+  const int kbeg = $KBEG, kend = $KEND;
 
   ACC acc[WPT][WPT];
   for (int i = 0; i < WPT; ++i)
     for (int j = 0; j < WPT; ++j) acc[i][j] = (ACC)0;
 
-  for (long k0 = kbeg; k0 < kend; k0 += TK) {
+  for (int k0 = kbeg; k0 < kend; k0 += TK) {
     for (int l = tid; l < TK * TS; l += RTS * RTS) {
       int kk = l % TK, mm = l / TK;
-      long gm = m0 + mm, gk = k0 + kk;
+      int gm = m0 + mm, gk = k0 + kk;
       As[kk][mm] = (gm < p.M && gk < kend) ? $LOADA : (ACC)0;
     }
     for (int l = tid; l < TK * TS; l += RTS * RTS) {
       int nn = l % TS, kk = l / TS;
-      long gn = n0 + nn, gk = k0 + kk;
+      int gn = n0 + nn, gk = k0 + kk;
       Bs[kk][nn] = (gn < p.NN && gk < kend) ? $LOADB : (ACC)0;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -88,10 +93,10 @@ void $NAME(__global T* out, __global const T* a, __global const T* b, __global c
   }
 
   for (int i = 0; i < WPT; ++i) {
-    long m = m0 + ty + i * RTS;
+    int m = m0 + ty + i * RTS;
     if (m >= p.M) continue;
     for (int j = 0; j < WPT; ++j) {
-      long n = n0 + tx + j * RTS;
+      int n = n0 + tx + j * RTS;
       if (n >= p.NN) continue;
       $STORE;
     }
@@ -99,72 +104,70 @@ void $NAME(__global T* out, __global const T* a, __global const T* b, __global c
 }
 )CLC";
 
-// Loads and stores of the three ops (Note [Implicit GEMM convolution]). bz = n * G + g for the
-// data ops and s * G + g (slice s) for the weight gradient.
+// Loads and stores of the three ops (Note [Implicit GEMM convolution]). (bn, bg) is (image,
+// group) for the data ops and (slice, group) for the weight gradient.
 constexpr const char* kConvOps = R"CLC(
 /* conv2d: a = w, b = x, out = y. */
-ACC bp_fwd_a(__global const T* w, const bp_cv* p, long bz, long m, long k) {
-  long g = bz % p->G_;
-  return (ACC)LD(w[p->w_off + (g * p->M + m) * p->KD + k]);
+ACC bp_fwd_a(__global const T* w, const bp_cv* p, int bn, int bg, int m, int k) {
+  return (ACC)LD(w[p->w_off + ((long)bg * p->M + m) * p->KD + k]);
 }
-ACC bp_fwd_b(__global const T* x, const bp_cv* p, long bz, long k, long j) {
-  long n = bz / p->G_, g = bz - n * p->G_, RS = p->R_ * p->S_;
-  long c = k / RS, rs = k - c * RS, r = rs / p->S_, s = rs - r * p->S_;
-  long pp = j / p->Q_, q = j - pp * p->Q_;
-  long Cg = p->C_ / p->G_;
-  return bp_cv_x(x, p, n, g * Cg + c, pp * p->sh - p->ph + r * p->dh,
+ACC bp_fwd_b(__global const T* x, const bp_cv* p, int bn, int bg, int k, int j) {
+  const int S = (int)p->S_, RS = (int)(p->R_ * p->S_), Q = (int)p->Q_;
+  int c = k / RS, rs = k - c * RS, r = rs / S, s = rs - r * S;
+  int pp = j / Q, q = j - pp * Q;
+  return bp_cv_x(x, p, bn, (long)bg * (p->C_ / p->G_) + c, pp * p->sh - p->ph + r * p->dh,
                  q * p->sw - p->pw + s * p->dw);
 }
-void bp_fwd_store(__global T* y, __global const T* bias, const bp_cv* p, long bz, long m,
-                         long j, ACC v) {
-  long n = bz / p->G_, g = bz - n * p->G_;
-  long k = g * p->M + m;
+void bp_fwd_store(__global T* y, __global const T* bias, const bp_cv* p, int bn, int bg, int m,
+                  int j, ACC v) {
+  long k = (long)bg * p->M + m;
   if (p->has_bias) v += (ACC)LD(bias[p->b_off + k]);
-  y[p->y_off + (n * p->K_ + k) * p->NN + j] = ST(v);
+  y[p->y_off + ((long)bn * p->K_ + k) * p->NN + j] = ST(v);
 }
 
 /* conv2d_backward_input: a = w (transposed per group), b = dy, out = dx. */
-ACC bp_bwi_a(__global const T* w, const bp_cv* p, long bz, long c, long k) {
-  long g = bz % p->G_, RS = p->R_ * p->S_;
-  long kk = k / RS, rs = k - kk * RS;
-  return (ACC)LD(w[p->w_off + ((g * (p->K_ / p->G_) + kk) * p->M + c) * RS + rs]);
+ACC bp_bwi_a(__global const T* w, const bp_cv* p, int bn, int bg, int c, int k) {
+  const int RS = (int)(p->R_ * p->S_);
+  int kk = k / RS, rs = k - kk * RS;
+  return (ACC)LD(w[p->w_off + (((long)bg * (p->K_ / p->G_) + kk) * p->M + c) * RS + rs]);
 }
-ACC bp_bwi_b(__global const T* dy, const bp_cv* p, long bz, long k, long j) {
-  long n = bz / p->G_, g = bz - n * p->G_, RS = p->R_ * p->S_;
-  long kk = k / RS, rs = k - kk * RS, r = rs / p->S_, s = rs - r * p->S_;
-  long h = j / p->W_, w = j - h * p->W_;
-  long hp = h + p->ph - r * p->dh, wp = w + p->pw - s * p->dw;
+ACC bp_bwi_b(__global const T* dy, const bp_cv* p, int bn, int bg, int k, int j) {
+  const int S = (int)p->S_, RS = (int)(p->R_ * p->S_), W = (int)p->W_;
+  const int sh = (int)p->sh, sw = (int)p->sw;
+  int kk = k / RS, rs = k - kk * RS, r = rs / S, s = rs - r * S;
+  int h = j / W, w = j - h * W;
+  int hp = h + (int)p->ph - r * (int)p->dh, wp = w + (int)p->pw - s * (int)p->dw;
   if (hp < 0 || wp < 0) return (ACC)0;
-  long pp = hp / p->sh, q = wp / p->sw;
-  if (pp * p->sh != hp || q * p->sw != wp || pp >= p->P_ || q >= p->Q_) return (ACC)0;
-  long ch = g * (p->K_ / p->G_) + kk;
-  return (ACC)LD(dy[p->y_off + ((n * p->K_ + ch) * p->P_ + pp) * p->Q_ + q]);
+  int pp = hp / sh, q = wp / sw;
+  if (pp * sh != hp || q * sw != wp || pp >= p->P_ || q >= p->Q_) return (ACC)0;
+  long ch = (long)bg * (p->K_ / p->G_) + kk;
+  return (ACC)LD(dy[p->y_off + (((long)bn * p->K_ + ch) * p->P_ + pp) * p->Q_ + q]);
 }
-void bp_bwi_store(__global T* dx, const bp_cv* p, long bz, long c, long j, ACC v) {
-  long n = bz / p->G_, g = bz - n * p->G_;
-  dx[p->x_off + (n * p->C_ + g * p->M + c) * p->NN + j] = ST(v);
+void bp_bwi_store(__global T* dx, const bp_cv* p, int bn, int bg, int c, int j, ACC v) {
+  dx[p->x_off + ((long)bn * p->C_ + (long)bg * p->M + c) * p->NN + j] = ST(v);
 }
 
-/* conv2d_backward_weight: a = dy, b = x (im2col transposed), out = dw or the slice's partial. */
-ACC bp_bww_a(__global const T* dy, const bp_cv* p, long bz, long k, long i) {
-  long g = bz % p->G_, PQ = p->P_ * p->Q_;
-  long n = i / PQ, pq = i - n * PQ;
-  return (ACC)LD(dy[p->y_off + (n * p->K_ + g * p->M + k) * PQ + pq]);
+/* conv2d_backward_weight: a = dy, b = x (im2col transposed), out = dw or the slice's partial.
+   bn is the slice here. */
+ACC bp_bww_a(__global const T* dy, const bp_cv* p, int bn, int bg, int k, int i) {
+  const int PQ = (int)(p->P_ * p->Q_);
+  int n = i / PQ, pq = i - n * PQ;
+  return (ACC)LD(dy[p->y_off + ((long)n * p->K_ + (long)bg * p->M + k) * PQ + pq]);
 }
-ACC bp_bww_b(__global const T* x, const bp_cv* p, long bz, long i, long j) {
-  long g = bz % p->G_, PQ = p->P_ * p->Q_, RS = p->R_ * p->S_;
-  long n = i / PQ, pq = i - n * PQ, pp = pq / p->Q_, q = pq - pp * p->Q_;
-  long c = j / RS, rs = j - c * RS, r = rs / p->S_, s = rs - r * p->S_;
-  return bp_cv_x(x, p, n, g * (p->C_ / p->G_) + c, pp * p->sh - p->ph + r * p->dh,
+ACC bp_bww_b(__global const T* x, const bp_cv* p, int bn, int bg, int i, int j) {
+  const int PQ = (int)(p->P_ * p->Q_), Q = (int)p->Q_, S = (int)p->S_;
+  const int RS = (int)(p->R_ * p->S_);
+  int n = i / PQ, pq = i - n * PQ, pp = pq / Q, q = pq - pp * Q;
+  int c = j / RS, rs = j - c * RS, r = rs / S, s = rs - r * S;
+  return bp_cv_x(x, p, n, (long)bg * (p->C_ / p->G_) + c, pp * p->sh - p->ph + r * p->dh,
                  q * p->sw - p->pw + s * p->dw);
 }
-void bp_bww_store(__global T* dw, __global ACC* partial, const bp_cv* p, long bz, long k,
-                         long j, ACC v) {
-  long g = bz % p->G_;
+void bp_bww_store(__global T* dw, __global ACC* partial, const bp_cv* p, int bn, int bg, int k,
+                  int j, ACC v) {
   if (p->nbatch == p->G_) {
-    dw[p->w_off + (g * p->M + k) * p->NN + j] = ST(v);
+    dw[p->w_off + ((long)bg * p->M + k) * p->NN + j] = ST(v);
   } else {
-    partial[(bz * p->M + k) * p->NN + j] = v;
+    partial[(((long)bn * p->G_ + bg) * p->M + k) * p->NN + j] = v;
   }
 }
 
@@ -234,15 +237,16 @@ std::string conv_source(int32_t dtype, const DeviceInfo& info) {
                    kGemmTK, dtype == BP_DTYPE_F64 ? "double" : "float");
   s += kConvPrelude;
   s += kConvOps;
-  s += gemm_kernel("bp_conv2d", "bp_fwd_a(a, &p, bz, gm, gk)", "bp_fwd_b(b, &p, bz, gk, gn)",
-                   "bp_fwd_store(out, bias, &p, bz, m, n, acc[i][j])", "0", "p.KD");
-  s += gemm_kernel("bp_conv2d_backward_input", "bp_bwi_a(a, &p, bz, gm, gk)",
-                   "bp_bwi_b(b, &p, bz, gk, gn)", "bp_bwi_store(out, &p, bz, m, n, acc[i][j])", "0",
-                   "p.KD");
-  s += gemm_kernel("bp_conv2d_backward_weight", "bp_bww_a(a, &p, bz, gm, gk)",
-                   "bp_bww_b(b, &p, bz, gk, gn)",
-                   "bp_bww_store(out, partial, &p, bz, m, n, acc[i][j])", "(bz / p.G_) * p.kchunk",
-                   "min(p.KD, (bz / p.G_ + 1) * p.kchunk)");
+  s +=
+      gemm_kernel("bp_conv2d", "bp_fwd_a(a, &p, bn, bg, gm, gk)", "bp_fwd_b(b, &p, bn, bg, gk, gn)",
+                  "bp_fwd_store(out, bias, &p, bn, bg, m, n, acc[i][j])", "0", "p.KD");
+  s += gemm_kernel("bp_conv2d_backward_input", "bp_bwi_a(a, &p, bn, bg, gm, gk)",
+                   "bp_bwi_b(b, &p, bn, bg, gk, gn)",
+                   "bp_bwi_store(out, &p, bn, bg, m, n, acc[i][j])", "0", "p.KD");
+  s += gemm_kernel("bp_conv2d_backward_weight", "bp_bww_a(a, &p, bn, bg, gm, gk)",
+                   "bp_bww_b(b, &p, bn, bg, gk, gn)",
+                   "bp_bww_store(out, partial, &p, bn, bg, m, n, acc[i][j])", "bn * (int)p.kchunk",
+                   "(int)min(p.KD, (long)(bn + 1) * p.kchunk)");
   return s;
 }
 
@@ -333,6 +337,12 @@ void launch_conv(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in
     p.M = Kg, p.NN = Cg * p.R * p.S, p.KD = p.N * p.P * p.Q, p.nbatch = p.G;
   }
   if (sdk::numel(fwd ? y : bwi ? x : w) == 0) return;
+  if (p.M > INT32_MAX || p.NN > INT32_MAX || p.KD > INT32_MAX - 2 * kGemmTK || p.nbatch > INT32_MAX)
+    fail_launch(k, sdk::format("the GEMM of this convolution (%lld x %lld, sum of %lld, batch "
+                               "%lld) exceeds the kernel's 32-bit index range: x %s, w %s",
+                               static_cast<long long>(p.M), static_cast<long long>(p.NN),
+                               static_cast<long long>(p.KD), static_cast<long long>(p.nbatch),
+                               shape_string(x).c_str(), shape_string(w).c_str()));
 
   const Tiling t = gemm_tiling(k.dtype, lc.device.info());
   const int64_t n_tiles = (p.NN + t.ts - 1) / t.ts, m_tiles = (p.M + t.ts - 1) / t.ts;
