@@ -126,8 +126,8 @@ __kernel void bp_avg_pool2d_backward(__global T* dx, __global const T* dy, bp_pl
 }
 
 /* Adaptive windows: rows floor(pp H / P) .. ceil((pp + 1) H / P) - 1. */
-long bp_start(long i, long out, long in) { return (i * in) / out; }
-long bp_end(long i, long out, long in) { return ((i + 1) * in + out - 1) / out; }
+long bp_start(long i, long n_out, long n_in) { return (i * n_in) / n_out; }
+long bp_end(long i, long n_out, long n_in) { return ((i + 1) * n_in + n_out - 1) / n_out; }
 
 __kernel void bp_adaptive_avg_pool2d(__global T* y, __global const T* x, bp_pl p) {
   long o = get_global_id(0);
