@@ -373,96 +373,104 @@ TEST_F(OpenclConv, PoolingAndBackwardAgainstFloat64) {
 // ---- Batch normalisation ---------------------------------------------------------------------
 
 TEST_F(OpenclConv, BatchNormTrainEvalBackwardAgainstFloat64) {
-  const int64_t N = 5, C = 3, L = 131;  // N*L = 655: several elements per work-item
+  struct Shape {
+    int64_t N, C, L;
+  };
+  // N*L = 655: several values per work-item; one channel of 12,000 values: split into chunks
+  // merged by the combine kernels (Note [Batch norm kernels]).
+  const Shape shapes[] = {{5, 3, 131}, {3, 1, 4000}};
   const double eps = 1e-5, momentum = 0.1;
   for (int32_t d = 0; d < plugin().devices; ++d)
-    for (int32_t dt : kFloat) {
-      if (!supported(d, dt)) continue;
-      SCOPED_TRACE(bp_dtype_name(dt));
-      const int32_t st = dt == BP_DTYPE_F16 || dt == BP_DTYPE_BF16 ? BP_DTYPE_F32 : dt;
-      HostTensor x = random_tensor(dt, {N, C, L});
-      for (double& v : x.storage) v = bpt::quantize(dt, v + 3.0);  // a mean far from 0
-      HostTensor w = random_tensor(st, {C}), b = random_tensor(st, {C});
-      HostTensor rm = random_tensor(st, {C}), rv = random_tensor(st, {C}, Range::kPositive);
-      HostTensor dy = random_tensor(dt, {N, C, L});
-      std::vector<double> mean(C), var(C), y(x.storage.size()), rm2(C), rv2(C), inv(C);
-      const int64_t M = N * L;
-      for (int64_t c = 0; c < C; ++c) {
-        double s = 0, s2 = 0;
-        for (int64_t n = 0; n < N; ++n)
-          for (int64_t l = 0; l < L; ++l) s += x.storage[(n * C + c) * L + l];
-        mean[c] = s / M;
-        for (int64_t n = 0; n < N; ++n)
-          for (int64_t l = 0; l < L; ++l) {
-            double e = x.storage[(n * C + c) * L + l] - mean[c];
-            s2 += e * e;
-          }
-        var[c] = s2 / M;
-        inv[c] = 1 / std::sqrt(var[c] + eps);
-        rm2[c] = (1 - momentum) * rm.storage[c] + momentum * mean[c];
-        rv2[c] = (1 - momentum) * rv.storage[c] + momentum * var[c] * M / (M - 1);
-      }
-      for (int64_t i = 0; i < N * C * L; ++i) {
-        int64_t c = (i / L) % C;
-        y[i] = (x.storage[i] - mean[c]) * inv[c] * w.storage[c] + b.storage[c];
-      }
-      // Training: y, save_mean, save_invstd; the running statistics are updated in place.
-      std::vector<DeviceTensor> din;
-      for (const HostTensor* h : {&x, &w, &b, &rm, &rv}) din.push_back(upload(d, *h));
-      DeviceTensor yo = make_output(d, dt, {N, C, L}), sm = make_output(d, st, {C}),
-                   si = make_output(d, st, {C});
-      std::vector<bp_attr> attrs = {int_attr("training", 1), float_attr("eps", eps),
-                                    float_attr("momentum", momentum)};
-      ASSERT_TRUE(ok(launch(d, "batch_norm", dt,
-                            {din[0].desc, din[1].desc, din[2].desc, din[3].desc, din[4].desc},
-                            {yo.desc, sm.desc, si.desc}, attrs)));
-      expect_close(read_output(yo), y, dt, "batch_norm y (training)", 2);
-      expect_close(read_output(sm), mean, st, "save_mean");
-      expect_close(read_output(si), inv, st, "save_invstd", 2);
-      std::vector<unsigned char> bytes = read_bytes(din[3]);
-      std::vector<double> got(C);
-      for (int64_t c = 0; c < C; ++c) got[c] = bpt::decode(st, &bytes[c * bp_dtype_size(st)]);
-      expect_close(got, rm2, st, "running_mean updated");
-      bytes = read_bytes(din[4]);
-      for (int64_t c = 0; c < C; ++c) got[c] = bpt::decode(st, &bytes[c * bp_dtype_size(st)]);
-      expect_close(got, rv2, st, "running_var updated", 2);
+    for (int32_t dt : kFloat)
+      for (const Shape& sh : shapes) {
+        if (!supported(d, dt)) continue;
+        const int64_t N = sh.N, C = sh.C, L = sh.L;
+        SCOPED_TRACE(std::string(bp_dtype_name(dt)) + " N " + std::to_string(N) + " C " +
+                     std::to_string(C) + " L " + std::to_string(L));
+        const int32_t st = dt == BP_DTYPE_F16 || dt == BP_DTYPE_BF16 ? BP_DTYPE_F32 : dt;
+        HostTensor x = random_tensor(dt, {N, C, L});
+        for (double& v : x.storage) v = bpt::quantize(dt, v + 3.0);  // a mean far from 0
+        HostTensor w = random_tensor(st, {C}), b = random_tensor(st, {C});
+        HostTensor rm = random_tensor(st, {C}), rv = random_tensor(st, {C}, Range::kPositive);
+        HostTensor dy = random_tensor(dt, {N, C, L});
+        std::vector<double> mean(C), var(C), y(x.storage.size()), rm2(C), rv2(C), inv(C);
+        const int64_t M = N * L;
+        for (int64_t c = 0; c < C; ++c) {
+          double s = 0, s2 = 0;
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t l = 0; l < L; ++l) s += x.storage[(n * C + c) * L + l];
+          mean[c] = s / M;
+          for (int64_t n = 0; n < N; ++n)
+            for (int64_t l = 0; l < L; ++l) {
+              double e = x.storage[(n * C + c) * L + l] - mean[c];
+              s2 += e * e;
+            }
+          var[c] = s2 / M;
+          inv[c] = 1 / std::sqrt(var[c] + eps);
+          rm2[c] = (1 - momentum) * rm.storage[c] + momentum * mean[c];
+          rv2[c] = (1 - momentum) * rv.storage[c] + momentum * var[c] * M / (M - 1);
+        }
+        for (int64_t i = 0; i < N * C * L; ++i) {
+          int64_t c = (i / L) % C;
+          y[i] = (x.storage[i] - mean[c]) * inv[c] * w.storage[c] + b.storage[c];
+        }
+        // Training: y, save_mean, save_invstd; the running statistics are updated in place.
+        std::vector<DeviceTensor> din;
+        for (const HostTensor* h : {&x, &w, &b, &rm, &rv}) din.push_back(upload(d, *h));
+        DeviceTensor yo = make_output(d, dt, {N, C, L}), sm = make_output(d, st, {C}),
+                     si = make_output(d, st, {C});
+        std::vector<bp_attr> attrs = {int_attr("training", 1), float_attr("eps", eps),
+                                      float_attr("momentum", momentum)};
+        ASSERT_TRUE(ok(launch(d, "batch_norm", dt,
+                              {din[0].desc, din[1].desc, din[2].desc, din[3].desc, din[4].desc},
+                              {yo.desc, sm.desc, si.desc}, attrs)));
+        expect_close(read_output(yo), y, dt, "batch_norm y (training)", 2);
+        expect_close(read_output(sm), mean, st, "save_mean");
+        expect_close(read_output(si), inv, st, "save_invstd", 2);
+        std::vector<unsigned char> bytes = read_bytes(din[3]);
+        std::vector<double> got(C);
+        for (int64_t c = 0; c < C; ++c) got[c] = bpt::decode(st, &bytes[c * bp_dtype_size(st)]);
+        expect_close(got, rm2, st, "running_mean updated");
+        bytes = read_bytes(din[4]);
+        for (int64_t c = 0; c < C; ++c) got[c] = bpt::decode(st, &bytes[c * bp_dtype_size(st)]);
+        expect_close(got, rv2, st, "running_var updated", 2);
 
-      // Evaluation: the running statistics (the original ones) normalise; only y is written.
-      std::vector<double> ye(y.size());
-      for (int64_t i = 0; i < N * C * L; ++i) {
-        int64_t c = (i / L) % C;
-        ye[i] = (x.storage[i] - rm.storage[c]) / std::sqrt(rv.storage[c] + eps) * w.storage[c] +
-                b.storage[c];
-      }
-      auto e = run(d, "batch_norm", dt, {&x, &w, &b, &rm, &rv}, {{dt, {N, C, L}}},
-                   {int_attr("training", 0), float_attr("eps", eps)});
-      expect_close(e[0], ye, dt, "batch_norm y (evaluation)", 2);
+        // Evaluation: the running statistics (the original ones) normalise; only y is written.
+        std::vector<double> ye(y.size());
+        for (int64_t i = 0; i < N * C * L; ++i) {
+          int64_t c = (i / L) % C;
+          ye[i] = (x.storage[i] - rm.storage[c]) / std::sqrt(rv.storage[c] + eps) * w.storage[c] +
+                  b.storage[c];
+        }
+        auto e = run(d, "batch_norm", dt, {&x, &w, &b, &rm, &rv}, {{dt, {N, C, L}}},
+                     {int_attr("training", 0), float_attr("eps", eps)});
+        expect_close(e[0], ye, dt, "batch_norm y (evaluation)", 2);
 
-      // Backward with the saved statistics of the reference.
-      HostTensor hm = rm, hi = rm;
-      hm.storage = mean;
-      hi.storage = inv;
-      for (double& v : hm.storage) v = bpt::quantize(st, v);
-      for (double& v : hi.storage) v = bpt::quantize(st, v);
-      std::vector<double> dx(y.size()), dwt(C, 0.0), db(C, 0.0);
-      for (int64_t i = 0; i < N * C * L; ++i) {
-        int64_t c = (i / L) % C;
-        double xh = (x.storage[i] - hm.storage[c]) * hi.storage[c];
-        db[c] += dy.storage[i];
-        dwt[c] += dy.storage[i] * xh;
+        // Backward with the saved statistics of the reference.
+        HostTensor hm = rm, hi = rm;
+        hm.storage = mean;
+        hi.storage = inv;
+        for (double& v : hm.storage) v = bpt::quantize(st, v);
+        for (double& v : hi.storage) v = bpt::quantize(st, v);
+        std::vector<double> dx(y.size()), dwt(C, 0.0), db(C, 0.0);
+        for (int64_t i = 0; i < N * C * L; ++i) {
+          int64_t c = (i / L) % C;
+          double xh = (x.storage[i] - hm.storage[c]) * hi.storage[c];
+          db[c] += dy.storage[i];
+          dwt[c] += dy.storage[i] * xh;
+        }
+        for (int64_t i = 0; i < N * C * L; ++i) {
+          int64_t c = (i / L) % C;
+          double xh = (x.storage[i] - hm.storage[c]) * hi.storage[c];
+          dx[i] = w.storage[c] * hi.storage[c] * (dy.storage[i] - db[c] / M - xh * dwt[c] / M);
+        }
+        auto g = run(d, "batch_norm_backward", dt, {&dy, &x, &w, &hm, &hi},
+                     {{dt, {N, C, L}}, {st, {C}}, {st, {C}}}, {float_attr("eps", eps)});
+        ASSERT_EQ(g.size(), 3u);
+        expect_close(g[0], dx, dt, "batch_norm_backward dx", 4);
+        expect_close(g[1], dwt, st, "batch_norm_backward dweight", 4);
+        expect_close(g[2], db, st, "batch_norm_backward dbias", 4);
       }
-      for (int64_t i = 0; i < N * C * L; ++i) {
-        int64_t c = (i / L) % C;
-        double xh = (x.storage[i] - hm.storage[c]) * hi.storage[c];
-        dx[i] = w.storage[c] * hi.storage[c] * (dy.storage[i] - db[c] / M - xh * dwt[c] / M);
-      }
-      auto g = run(d, "batch_norm_backward", dt, {&dy, &x, &w, &hm, &hi},
-                   {{dt, {N, C, L}}, {st, {C}}, {st, {C}}}, {float_attr("eps", eps)});
-      ASSERT_EQ(g.size(), 3u);
-      expect_close(g[0], dx, dt, "batch_norm_backward dx", 4);
-      expect_close(g[1], dwt, st, "batch_norm_backward dweight", 4);
-      expect_close(g[2], db, st, "batch_norm_backward dbias", 4);
-    }
 }
 
 // ---- Dropout ---------------------------------------------------------------------------------
