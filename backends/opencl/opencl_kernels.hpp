@@ -223,6 +223,12 @@ cl_kernel create_kernel(const bp_kernel& k, cl_program program, const char* name
 // Throws unless the counts of inputs and outputs are among the allowed ones.
 void check_counts(const bp_kernel& k, int32_t num_in, int32_t num_out, int32_t min_in,
                   int32_t max_in, int32_t min_out, int32_t max_out);
+// Replaces every occurrence of `from` in `s` (source templates' $PLACEHOLDERS).
+void replace_all(std::string& s, const std::string& from, const std::string& to);
+// INT attribute `id`, `dflt` when absent; throws naming it when it is below `least`, or when it
+// is absent and `dflt` < `least` (a required attribute).
+int64_t int_attr(const bp_kernel& k, const sdk::Attrs& attrs, bp_attr_id id, int64_t dflt,
+                 int64_t least);
 // checked_element_offset for a tensor that must be dense (row-major contiguous) with `rank`
 // dimensions (-1: any rank).
 int64_t dense_offset(const bp_kernel& k, const bp_tensor_desc& t, int32_t dtype, int32_t rank,

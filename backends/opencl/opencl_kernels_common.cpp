@@ -451,6 +451,22 @@ void check_counts(const bp_kernel& k, int32_t num_in, int32_t num_out, int32_t m
                                num_in, num_out));
 }
 
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
+    s.replace(pos, from.size(), to);
+}
+
+int64_t int_attr(const bp_kernel& k, const sdk::Attrs& attrs, bp_attr_id id, int64_t dflt,
+                 int64_t least) {
+  if (dflt < least && !attrs.has(id))
+    fail_launch(k, sdk::format("attribute %s is required", bp_attr_name(id)));
+  int64_t v = attrs.i(id, dflt);
+  if (v < least)
+    fail_launch(k, sdk::format("attribute %s is %lld; it must be at least %lld", bp_attr_name(id),
+                               static_cast<long long>(v), static_cast<long long>(least)));
+  return v;
+}
+
 int64_t dense_offset(const bp_kernel& k, const bp_tensor_desc& t, int32_t dtype, int32_t rank,
                      const char* role) {
   int64_t off = checked_element_offset(k, t, dtype, role);

@@ -182,11 +182,6 @@ __kernel void bp_conv_wgrad_sum(__global T* dw, __global const ACC* partial, lon
 }
 )CLC";
 
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
-    s.replace(pos, from.size(), to);
-}
-
 std::string gemm_kernel(const char* name, const char* loada, const char* loadb, const char* store,
                         const char* kbeg, const char* kend) {
   std::string s = kConvGemmTemplate;
@@ -218,15 +213,6 @@ struct ClConv {
   int64_t M, NN, KD;
   int64_t batch0, mtile0, nbatch, kchunk;
 };
-
-int64_t attr_at_least(const bp_kernel& k, const sdk::Attrs& attrs, bp_attr_id id, int64_t dflt,
-                      int64_t least) {
-  int64_t v = attrs.i(id, dflt);
-  if (v < least)
-    fail_launch(k, sdk::format("attribute %s is %lld; it must be at least %lld", bp_attr_name(id),
-                               static_cast<long long>(v), static_cast<long long>(least)));
-  return v;
-}
 
 }  // namespace
 
@@ -288,13 +274,13 @@ void launch_conv(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in
   p.x_off = dense_offset(k, x, k.dtype, 4, xr);
   p.w_off = dense_offset(k, w, k.dtype, 4, wr);
   p.y_off = dense_offset(k, y, k.dtype, 4, yr);
-  p.G = attr_at_least(k, attrs, BP_ATTR_ID_GROUPS, 1, 1);
-  p.sh = attr_at_least(k, attrs, BP_ATTR_ID_STRIDE_H, 1, 1);
-  p.sw = attr_at_least(k, attrs, BP_ATTR_ID_STRIDE_W, 1, 1);
-  p.ph = attr_at_least(k, attrs, BP_ATTR_ID_PAD_H, 0, 0);
-  p.pw = attr_at_least(k, attrs, BP_ATTR_ID_PAD_W, 0, 0);
-  p.dh = attr_at_least(k, attrs, BP_ATTR_ID_DILATION_H, 1, 1);
-  p.dw = attr_at_least(k, attrs, BP_ATTR_ID_DILATION_W, 1, 1);
+  p.G = int_attr(k, attrs, BP_ATTR_ID_GROUPS, 1, 1);
+  p.sh = int_attr(k, attrs, BP_ATTR_ID_STRIDE_H, 1, 1);
+  p.sw = int_attr(k, attrs, BP_ATTR_ID_STRIDE_W, 1, 1);
+  p.ph = int_attr(k, attrs, BP_ATTR_ID_PAD_H, 0, 0);
+  p.pw = int_attr(k, attrs, BP_ATTR_ID_PAD_W, 0, 0);
+  p.dh = int_attr(k, attrs, BP_ATTR_ID_DILATION_H, 1, 1);
+  p.dw = int_attr(k, attrs, BP_ATTR_ID_DILATION_W, 1, 1);
   p.N = x.shape[0];
   p.C = x.shape[1];
   p.H = x.shape[2];

@@ -125,11 +125,6 @@ __kernel void bp_scatter_narrow(__global T* out, __global const float* acc, long
 #endif
 )CLC";
 
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
-    s.replace(pos, from.size(), to);
-}
-
 bool has(Op op, int32_t dtype) {
   return (op_info(op).dtypes >> dtype) & 1u;
 }

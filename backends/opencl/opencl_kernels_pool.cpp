@@ -189,17 +189,6 @@ const char* kernel_name(Op op) {
   }
 }
 
-int64_t attr_at_least(const bp_kernel& k, const sdk::Attrs& attrs, bp_attr_id id, int64_t dflt,
-                      int64_t least) {
-  if (dflt < least && !attrs.has(id))
-    fail_launch(k, sdk::format("attribute %s is required", bp_attr_name(id)));
-  int64_t v = attrs.i(id, dflt);
-  if (v < least)
-    fail_launch(k, sdk::format("attribute %s is %lld; it must be at least %lld", bp_attr_name(id),
-                               static_cast<long long>(v), static_cast<long long>(least)));
-  return v;
-}
-
 // Output extent of a pooling window (Note [Op catalogue]: with CEIL_MODE the ceiling, less one
 // when the last window would start in the right padding).
 int64_t pooled_size(int64_t in, int64_t k, int64_t s, int64_t pad, int64_t dil, bool ceil) {
@@ -251,14 +240,14 @@ void launch_pool(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in
   bool fits = y.shape[0] == p.N && y.shape[1] == p.C;
   const bool adaptive = op == Op::kAdaptiveAvgPool2d || op == Op::kAdaptiveAvgPool2dBackward;
   if (!adaptive && !max_bwd) {
-    p.kh = attr_at_least(k, attrs, BP_ATTR_ID_KERNEL_H, 0, 1);
-    p.kw = attr_at_least(k, attrs, BP_ATTR_ID_KERNEL_W, 0, 1);
-    p.sh = attr_at_least(k, attrs, BP_ATTR_ID_STRIDE_H, p.kh, 1);
-    p.sw = attr_at_least(k, attrs, BP_ATTR_ID_STRIDE_W, p.kw, 1);
-    p.ph = attr_at_least(k, attrs, BP_ATTR_ID_PAD_H, 0, 0);
-    p.pw = attr_at_least(k, attrs, BP_ATTR_ID_PAD_W, 0, 0);
-    p.dh = max_fwd ? attr_at_least(k, attrs, BP_ATTR_ID_DILATION_H, 1, 1) : 1;
-    p.dw = max_fwd ? attr_at_least(k, attrs, BP_ATTR_ID_DILATION_W, 1, 1) : 1;
+    p.kh = int_attr(k, attrs, BP_ATTR_ID_KERNEL_H, 0, 1);
+    p.kw = int_attr(k, attrs, BP_ATTR_ID_KERNEL_W, 0, 1);
+    p.sh = int_attr(k, attrs, BP_ATTR_ID_STRIDE_H, p.kh, 1);
+    p.sw = int_attr(k, attrs, BP_ATTR_ID_STRIDE_W, p.kw, 1);
+    p.ph = int_attr(k, attrs, BP_ATTR_ID_PAD_H, 0, 0);
+    p.pw = int_attr(k, attrs, BP_ATTR_ID_PAD_W, 0, 0);
+    p.dh = max_fwd ? int_attr(k, attrs, BP_ATTR_ID_DILATION_H, 1, 1) : 1;
+    p.dw = max_fwd ? int_attr(k, attrs, BP_ATTR_ID_DILATION_W, 1, 1) : 1;
     p.count_include_pad = attrs.i(BP_ATTR_ID_COUNT_INCLUDE_PAD, 1) != 0 ? 1 : 0;
     const bool ceil = attrs.i(BP_ATTR_ID_CEIL_MODE, 0) != 0;
     if (2 * p.ph > p.kh || 2 * p.pw > p.kw)

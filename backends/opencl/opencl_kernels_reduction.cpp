@@ -171,11 +171,6 @@ size_t acc_size(Op op, int32_t dtype) {
   return t == "float" || t == "int" ? 4 : 8;
 }
 
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
-    s.replace(pos, from.size(), to);
-}
-
 std::string reduction_kernels(Op op, int32_t dtype) {
   bool fp = is_floating(dtype);
   bool max = op == Op::kMax;
