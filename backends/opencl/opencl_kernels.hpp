@@ -1,7 +1,7 @@
 // Kernels of the OpenCL backend: the op table (which (op, dtype) pairs exist and why the others
 // do not), the kernel handle bp_kernel, the OpenCL C source generators per op family, and the
-// launch code per family (opencl_kernels_{elementwise,reduction,matmul,random}.cpp) with the
-// helpers they share (opencl_kernels_common.cpp).
+// launch code per family (opencl_kernels_{elementwise,reduction,matmul,random,conv,pool,norm,
+// index,softmax}.cpp) with the helpers they share (opencl_kernels_common.cpp).
 #pragma once
 
 #include "opencl_common.hpp"
@@ -60,6 +60,19 @@ std::string elementwise_source(int32_t dtype, bool fp64);
 std::string reduction_source(int32_t dtype, bool fp64);
 std::string matmul_source(int32_t dtype, const DeviceInfo& info);
 std::string random_source(int32_t dtype);
+std::string conv_source(int32_t dtype, const DeviceInfo& info);
+std::string pool_source(int32_t dtype, bool fp64);
+std::string norm_source(int32_t dtype, bool fp64);
+std::string index_source(int32_t dtype, bool fp64);
+std::string softmax_source(int32_t dtype, bool fp64);
+
+// Note [Matmul tiling]: the output tile (TS x TS, WPT x WPT per work-item) the device's
+// work-group size and local memory allow for dtype; shared by matmul and the convolutions.
+struct Tiling {
+  int ts, wpt;
+};
+inline constexpr int kGemmTK = 16;
+Tiling gemm_tiling(int32_t dtype, const DeviceInfo& info);
 
 }  // namespace bp::opencl
 
@@ -95,6 +108,11 @@ void create_elementwise_kernels(bp_kernel& k, cl_program program);
 void create_reduction_kernels(bp_kernel& k, cl_program program);
 void create_matmul_kernels(bp_kernel& k, cl_program program);
 void create_random_kernels(bp_kernel& k, cl_program program);
+void create_conv_kernels(bp_kernel& k, cl_program program);
+void create_pool_kernels(bp_kernel& k, cl_program program);
+void create_norm_kernels(bp_kernel& k, cl_program program);
+void create_index_kernels(bp_kernel& k, cl_program program);
+void create_softmax_kernels(bp_kernel& k, cl_program program);
 
 // Where a launch goes: the device, the host's stream (may be NULL) and the queue to use.
 struct LaunchContext {
@@ -112,8 +130,21 @@ void launch_reduction(bp_kernel& k, const LaunchContext& lc, const bp_tensor_des
                       int32_t num_in, const bp_tensor_desc* out, int32_t num_out);
 void launch_matmul(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
                    const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs);
-void launch_random(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* out,
-                   int32_t num_out, const sdk::Attrs& attrs);
+void launch_random(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
+                   const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs);
+// The convolutional family (Note [Op catalogue], minor 4): dense NCHW tensors whose shapes and
+// attributes the host has checked; the launches check them again (counts, dtypes, shapes,
+// extents) and throw BP_ERROR_INVALID_ARGUMENT naming the op and shapes.
+void launch_conv(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
+                 const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs);
+void launch_pool(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
+                 const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs);
+void launch_norm(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
+                 const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs);
+void launch_index(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
+                  const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs);
+void launch_softmax(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
+                    const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs);
 
 // ---- Helpers shared by the launch code (opencl_kernels_common.cpp) ----
 
@@ -182,6 +213,33 @@ size_t grid_size(uint64_t n, size_t local);
 size_t pick_local_size(cl_kernel k, const Device& d, size_t cap);
 // Creates kernel `name` of `program`; throws naming the kernel.
 cl_kernel create_kernel(const bp_kernel& k, cl_program program, const char* name);
+
+// Throws BP_ERROR_INVALID_ARGUMENT "opencl: <op label>: <why>".
+[[noreturn]] void fail_launch(const bp_kernel& k, const std::string& why);
+// Throws unless the counts of inputs and outputs are among the allowed ones.
+void check_counts(const bp_kernel& k, int32_t num_in, int32_t num_out, int32_t min_in,
+                  int32_t max_in, int32_t min_out, int32_t max_out);
+// Replaces every occurrence of `from` in `s` (source templates' $PLACEHOLDERS).
+void replace_all(std::string& s, const std::string& from, const std::string& to);
+// INT attribute `id`, `dflt` when absent; throws naming it when it is below `least`, or when it
+// is absent and `dflt` < `least` (a required attribute).
+int64_t int_attr(const bp_kernel& k, const sdk::Attrs& attrs, bp_attr_id id, int64_t dflt,
+                 int64_t least);
+// checked_element_offset for a tensor that must be dense (row-major contiguous) with `rank`
+// dimensions (-1: any rank).
+int64_t dense_offset(const bp_kernel& k, const bp_tensor_desc& t, int32_t dtype, int32_t rank,
+                     const char* role);
+
+// A buffer from the device's caching allocator for one launch, released stream-ordered when it
+// goes out of scope (after the launch's kernels are enqueued).
+struct TempBuffer {
+  const LaunchContext& lc;
+  bp_buffer* buf = nullptr;
+  TempBuffer(const LaunchContext& c, uint64_t bytes);
+  ~TempBuffer();
+  TempBuffer(const TempBuffer&) = delete;
+  TempBuffer& operator=(const TempBuffer&) = delete;
+};
 
 // Saturating double -> int64 (NaN -> 0), for scalars and fill values of integer dtypes.
 int64_t saturate_to_i64(double v);

@@ -24,7 +24,32 @@ Family family_of(int32_t op) {
       return Family::kMatmul;
     case BP_OP_UNIFORM:
     case BP_OP_NORMAL:
+    case BP_OP_DROPOUT:
       return Family::kRandom;
+    case BP_OP_CONV2D:
+    case BP_OP_CONV2D_BACKWARD_INPUT:
+    case BP_OP_CONV2D_BACKWARD_WEIGHT:
+      return Family::kConv;
+    case BP_OP_MAX_POOL2D:
+    case BP_OP_MAX_POOL2D_BACKWARD:
+    case BP_OP_AVG_POOL2D:
+    case BP_OP_AVG_POOL2D_BACKWARD:
+    case BP_OP_ADAPTIVE_AVG_POOL2D:
+    case BP_OP_ADAPTIVE_AVG_POOL2D_BACKWARD:
+      return Family::kPool;
+    case BP_OP_BATCH_NORM:
+    case BP_OP_BATCH_NORM_BACKWARD:
+      return Family::kNorm;
+    case BP_OP_MAX_DIM:
+    case BP_OP_MIN_DIM:
+    case BP_OP_GATHER:
+    case BP_OP_SCATTER_ADD:
+      return Family::kIndex;
+    case BP_OP_SOFTMAX:
+    case BP_OP_LOG_SOFTMAX:
+    case BP_OP_SOFTMAX_BACKWARD:
+    case BP_OP_LOG_SOFTMAX_BACKWARD:
+      return Family::kSoftmax;
     default:
       return Family::kElementwise;
   }
@@ -219,6 +244,16 @@ std::string program_source(int32_t dtype, Family family, const DeviceInfo& info)
       return matmul_source(dtype, info);
     case Family::kRandom:
       return random_source(dtype);
+    case Family::kConv:
+      return conv_source(dtype, info);
+    case Family::kPool:
+      return pool_source(dtype, info.fp64);
+    case Family::kNorm:
+      return norm_source(dtype, info.fp64);
+    case Family::kIndex:
+      return index_source(dtype, info.fp64);
+    case Family::kSoftmax:
+      return softmax_source(dtype, info.fp64);
   }
   return "";
 }
@@ -398,6 +433,60 @@ cl_kernel create_kernel(const bp_kernel& k, cl_program program, const char* name
   if (status != CL_SUCCESS)
     fail_cl(status, "clCreateKernel", sdk::format("%s: kernel %s", op_label(k).c_str(), name));
   return kernel;
+}
+
+void fail_launch(const bp_kernel& k, const std::string& why) {
+  sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+            sdk::format("opencl: %s: %s", op_label(k).c_str(), why.c_str()));
+}
+
+void check_counts(const bp_kernel& k, int32_t num_in, int32_t num_out, int32_t min_in,
+                  int32_t max_in, int32_t min_out, int32_t max_out) {
+  auto range = [](int32_t lo, int32_t hi) {
+    return lo == hi ? sdk::format("%d", lo) : sdk::format("%d to %d", lo, hi);
+  };
+  if (num_in < min_in || num_in > max_in || num_out < min_out || num_out > max_out)
+    fail_launch(k, sdk::format("expects %s inputs and %s outputs, got %d and %d",
+                               range(min_in, max_in).c_str(), range(min_out, max_out).c_str(),
+                               num_in, num_out));
+}
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
+    s.replace(pos, from.size(), to);
+}
+
+int64_t int_attr(const bp_kernel& k, const sdk::Attrs& attrs, bp_attr_id id, int64_t dflt,
+                 int64_t least) {
+  if (dflt < least && !attrs.has(id))
+    fail_launch(k, sdk::format("attribute %s is required", bp_attr_name(id)));
+  int64_t v = attrs.i(id, dflt);
+  if (v < least)
+    fail_launch(k, sdk::format("attribute %s is %lld; it must be at least %lld", bp_attr_name(id),
+                               static_cast<long long>(v), static_cast<long long>(least)));
+  return v;
+}
+
+int64_t dense_offset(const bp_kernel& k, const bp_tensor_desc& t, int32_t dtype, int32_t rank,
+                     const char* role) {
+  int64_t off = checked_element_offset(k, t, dtype, role);
+  if (rank >= 0 && t.rank != rank)
+    fail_launch(k, sdk::format("%s %s has rank %d, expected %d", role, shape_string(t).c_str(),
+                               t.rank, rank));
+  if (!sdk::is_contiguous(t))
+    fail_launch(k, sdk::format("%s %s must be dense (row-major contiguous)", role,
+                               shape_string(t).c_str()));
+  return off;
+}
+
+TempBuffer::TempBuffer(const LaunchContext& c, uint64_t bytes) : lc(c) {
+  if (bytes) buf = lc.device.allocator().allocate(bytes, lc.stream);
+}
+
+TempBuffer::~TempBuffer() {
+  if (!buf) return;
+  if (!lc.stream) clFinish(lc.queue);  // a stream-less release means "no pending work"
+  lc.device.allocator().release(buf, lc.stream);
 }
 
 int64_t saturate_to_i64(double v) {

@@ -119,14 +119,17 @@ struct ClMatmul {
   int64_t bias_off, bias_s, has_bias, relu;
 };
 
-constexpr int kTK = 16;
+constexpr int kTK = kGemmTK;
 
-struct Tiling {
-  int ts, wpt;
-};
+[[noreturn]] void bad_launch(const bp_kernel& k, const std::string& why) {
+  sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+            sdk::format("opencl: %s: %s", op_label(k).c_str(), why.c_str()));
+}
+
+}  // namespace
 
 // Note [Matmul tiling]: the largest tile the device's work-group size and local memory allow.
-Tiling tiling_for(int32_t dtype, const DeviceInfo& info) {
+Tiling gemm_tiling(int32_t dtype, const DeviceInfo& info) {
   size_t acc = dtype == BP_DTYPE_F64 ? 8 : 4;
   for (Tiling t : {Tiling{64, 4}, Tiling{32, 4}, Tiling{16, 4}, Tiling{8, 4}}) {
     size_t threads = static_cast<size_t>(t.ts / t.wpt) * static_cast<size_t>(t.ts / t.wpt);
@@ -136,15 +139,8 @@ Tiling tiling_for(int32_t dtype, const DeviceInfo& info) {
   return Tiling{4, 4};
 }
 
-[[noreturn]] void bad_launch(const bp_kernel& k, const std::string& why) {
-  sdk::fail(BP_ERROR_INVALID_ARGUMENT,
-            sdk::format("opencl: %s: %s", op_label(k).c_str(), why.c_str()));
-}
-
-}  // namespace
-
 std::string matmul_source(int32_t dtype, const DeviceInfo& info) {
-  Tiling t = tiling_for(dtype, info);
+  Tiling t = gemm_tiling(dtype, info);
   std::string s = kernel_prelude(dtype, info.fp64);
   s += sdk::format("#define TS %d\n#define WPT %d\n#define TK %d\n#define ACC %s\n", t.ts, t.wpt,
                    kTK, dtype == BP_DTYPE_F64 ? "double" : "float");
@@ -154,7 +150,7 @@ std::string matmul_source(int32_t dtype, const DeviceInfo& info) {
 
 void create_matmul_kernels(bp_kernel& k, cl_program program) {
   cl_kernel kernel = create_kernel(k, program, "bp_matmul");
-  Tiling t = tiling_for(k.dtype, k.device->info());
+  Tiling t = gemm_tiling(k.dtype, k.device->info());
   size_t rts = static_cast<size_t>(t.ts / t.wpt);
   size_t wg = 0;
   clGetKernelWorkGroupInfo(kernel, k.device->id(), CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
@@ -177,7 +173,7 @@ namespace {
 void run_tiles(bp_kernel& k, const LaunchContext& lc, ClMatmul& p, int64_t B, bp_buffer* o,
                bp_buffer* a, bp_buffer* b, bp_buffer* bias) {
   const int64_t M = p.M, N = p.N;
-  Tiling t = tiling_for(k.dtype, lc.device.info());
+  Tiling t = gemm_tiling(k.dtype, lc.device.info());
   size_t rts = k.local_size[0];
   int64_t n_tiles = (N + t.ts - 1) / t.ts, m_tiles = (M + t.ts - 1) / t.ts;
   constexpr int64_t kMaxGroups = 65535;

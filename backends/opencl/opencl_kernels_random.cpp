@@ -1,11 +1,21 @@
-// Random numbers: uniform and normal, following Note [Philox stream] of backplane/philox.h
-// exactly. Philox-4x32-10 is transcribed below with the same 32-bit integer arithmetic
-// (mul_hi gives the high word), so the words are identical on every device; the uniform
+// Random numbers: uniform, normal and dropout, following Note [Philox stream] of
+// backplane/philox.h exactly. Philox-4x32-10 is transcribed below with the same 32-bit integer
+// arithmetic (mul_hi gives the high word), so the words are identical on every device; the uniform
 // mapping is exact in float and the program is compiled without FMA contraction, so uniform
 // f32 values are bit-identical to the host reference (and f16/bf16 too, being rounded from
 // them with half.h's arithmetic). Each work-item produces every element of one Philox counter
-// (4 for uniform, 2 for normal) that falls inside [offset, offset + n).
+// (4 for uniform and dropout, 2 for normal) that falls inside [offset, offset + n).
+//
+// Note [Dropout mask]
+//   dropout keeps element i when the uniform draw u = (w >> 8) * 2^-24 of index offset + i is
+//   >= p. The host turns p into the integer threshold ceil(p * 2^24) (exact in double), and the
+//   kernel compares w >> 8 with it: the mask is decided in integers, so it is the same bit for
+//   bit on every device, with or without doubles (comparing u with p rounded to float would
+//   drop a different element where float(p) < p equals some u). Kept elements are scaled by
+//   1 / (1 - p), computed in double on the host and applied in the compute type.
 #include "opencl_kernels.hpp"
+
+#include <cmath>
 
 namespace bp::opencl {
 namespace {
@@ -67,6 +77,26 @@ __kernel void bp_normal(__global T* out, long base, ulong seed, ulong offset, A 
 }
 )CLC";
 
+constexpr const char* kDropoutSource = R"CLC(
+__kernel void bp_dropout(__global T* y, __global const T* x, long y_off, long x_off, ulong seed,
+                         ulong offset, uint threshold, A scale, long n) {
+  ulong first = offset >> 2, count = ((offset + (ulong)n - 1) >> 2) - first + 1;
+  ulong j = get_global_id(0);
+  if (j >= count) return;
+  ulong c = first + j;
+  uint4 w4 = bp_philox4x32_10(c, seed);
+  uint w[4] = {w4.x, w4.y, w4.z, w4.w};
+  for (int q = 0; q < 4; ++q) {
+    ulong g = c * 4 + (ulong)q;
+    if (g >= offset && g - offset < (ulong)n) {
+      long i = (long)(g - offset);
+      A v = (w[q] >> 8) >= threshold ? (A)LD(x[x_off + i]) * scale : (A)0;
+      y[y_off + i] = ST(v);
+    }
+  }
+}
+)CLC";
+
 [[noreturn]] void bad_launch(const bp_kernel& k, const std::string& why) {
   sdk::fail(BP_ERROR_INVALID_ARGUMENT,
             sdk::format("opencl: %s: %s", op_label(k).c_str(), why.c_str()));
@@ -85,18 +115,60 @@ std::string random_source(int32_t dtype) {
          "#define BP_TWO_PI 6.283185307179586476925f\n";
   }
   s += kRandomTemplate;
+  s += kDropoutSource;
   return s;
 }
 
 void create_random_kernels(bp_kernel& k, cl_program program) {
-  cl_kernel kernel = create_kernel(k, program, k.op == Op::kUniform ? "bp_uniform" : "bp_normal");
+  const char* name = k.op == Op::kUniform  ? "bp_uniform"
+                     : k.op == Op::kNormal ? "bp_normal"
+                                           : "bp_dropout";
+  cl_kernel kernel = create_kernel(k, program, name);
   k.kernels = {kernel};
   k.local_size = {pick_local_size(kernel, *k.device, 256)};
 }
 
-void launch_random(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* out,
-                   int32_t num_out, const sdk::Attrs& attrs) {
-  if (num_out != 1) bad_launch(k, sdk::format("expects 1 output, got %d", num_out));
+namespace {
+
+void launch_dropout(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc& x,
+                    const bp_tensor_desc& y, const sdk::Attrs& attrs) {
+  const int64_t x_off = dense_offset(k, x, k.dtype, -1, "input 0 (x)");
+  const int64_t y_off = dense_offset(k, y, k.dtype, x.rank, "output");
+  check_same_shape(k, x, y, "input 0 (x)");
+  const double p = attrs.f(BP_ATTR_ID_P, 0.5);
+  if (!(p >= 0.0 && p < 1.0)) bad_launch(k, sdk::format("p = %g is outside [0, 1)", p));
+  const int64_t n = sdk::numel(y);
+  if (n == 0) return;
+  // Note [Dropout mask]
+  const cl_uint threshold = static_cast<cl_uint>(std::ceil(p * 16777216.0));
+  const double scale = 1.0 / (1.0 - p);
+  const cl_ulong seed = static_cast<cl_ulong>(attrs.i(BP_ATTR_ID_SEED, 0));
+  const cl_ulong offset = static_cast<cl_ulong>(attrs.i(BP_ATTR_ID_OFFSET, 0));
+  const uint64_t counters = (offset + static_cast<uint64_t>(n) - 1) / 4 - offset / 4 + 1;
+  size_t local = k.local_size[0];
+  size_t global = grid_size(counters, local);
+  std::lock_guard<std::mutex> lock(k.mutex);
+  KernelArgs args(k.kernels[0]);
+  args.mem(y.buffer).mem(x.buffer).value(static_cast<cl_long>(y_off));
+  args.value(static_cast<cl_long>(x_off)).value(seed).value(offset).value(threshold);
+  if (k.dtype == BP_DTYPE_F64) {
+    args.value(scale);
+  } else {
+    args.value(static_cast<float>(scale));
+  }
+  args.value(static_cast<cl_long>(n));
+  enqueue_kernel(lc, k, 0, 1, &global, &local);
+}
+
+}  // namespace
+
+void launch_random(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
+                   const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs) {
+  if (k.op == Op::kDropout) {
+    check_counts(k, num_in, num_out, 1, 1, 1, 1);
+    return launch_dropout(k, lc, in[0], out[0], attrs);
+  }
+  check_counts(k, num_in, num_out, 0, 0, 1, 1);
   const bp_tensor_desc& o = out[0];
   int64_t off = checked_element_offset(k, o, k.dtype, "output");
   if (!sdk::is_contiguous(o))

@@ -171,11 +171,6 @@ size_t acc_size(Op op, int32_t dtype) {
   return t == "float" || t == "int" ? 4 : 8;
 }
 
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
-    s.replace(pos, from.size(), to);
-}
-
 std::string reduction_kernels(Op op, int32_t dtype) {
   bool fp = is_floating(dtype);
   bool max = op == Op::kMax;
@@ -208,17 +203,6 @@ std::string reduction_kernels(Op op, int32_t dtype) {
   sdk::fail(BP_ERROR_INVALID_ARGUMENT,
             sdk::format("opencl: %s: %s", op_label(k).c_str(), why.c_str()));
 }
-
-// Releases a temporary buffer once the queue is done with it.
-struct TempBuffer {
-  const LaunchContext& lc;
-  bp_buffer* buf = nullptr;
-  ~TempBuffer() {
-    if (!buf) return;
-    if (!lc.stream) clFinish(lc.queue);  // a stream-less release means "no pending work"
-    lc.device.allocator().release(buf, lc.stream);
-  }
-};
 
 }  // namespace
 
@@ -318,10 +302,7 @@ void launch_reduction(bp_kernel& k, const LaunchContext& lc, const bp_tensor_des
   nchunks = (rx.n_red + chunk - 1) / chunk;
   size_t acc = acc_size(k.op, k.dtype);
 
-  TempBuffer partial{lc};
-  if (nchunks > 1)
-    partial.buf =
-        lc.device.allocator().allocate(static_cast<uint64_t>(rx.n_out * nchunks) * acc, lc.stream);
+  TempBuffer partial(lc, nchunks > 1 ? static_cast<uint64_t>(rx.n_out * nchunks) * acc : 0);
   std::lock_guard<std::mutex> lock(k.mutex);
   size_t global = static_cast<size_t>(rx.n_out * nchunks) * local;
   KernelArgs(k.kernels[1])

@@ -332,6 +332,21 @@ class OpenclBackend final : public sdk::Backend {
       case Family::kRandom:
         create_random_kernels(*k, program);
         break;
+      case Family::kConv:
+        create_conv_kernels(*k, program);
+        break;
+      case Family::kPool:
+        create_pool_kernels(*k, program);
+        break;
+      case Family::kNorm:
+        create_norm_kernels(*k, program);
+        break;
+      case Family::kIndex:
+        create_index_kernels(*k, program);
+        break;
+      case Family::kSoftmax:
+        create_softmax_kernels(*k, program);
+        break;
     }
     slot = std::move(k);
     return slot.get();
@@ -360,10 +375,22 @@ class OpenclBackend final : public sdk::Backend {
         launch_matmul(*k, lc, in, num_in, out, num_out, attrs);
         break;
       case Family::kRandom:
-        if (num_in != 0)
-          sdk::fail(BP_ERROR_INVALID_ARGUMENT, sdk::format("opencl: %s: expects no inputs, got %d",
-                                                           op_label(*k).c_str(), num_in));
-        launch_random(*k, lc, out, num_out, attrs);
+        launch_random(*k, lc, in, num_in, out, num_out, attrs);
+        break;
+      case Family::kConv:
+        launch_conv(*k, lc, in, num_in, out, num_out, attrs);
+        break;
+      case Family::kPool:
+        launch_pool(*k, lc, in, num_in, out, num_out, attrs);
+        break;
+      case Family::kNorm:
+        launch_norm(*k, lc, in, num_in, out, num_out, attrs);
+        break;
+      case Family::kIndex:
+        launch_index(*k, lc, in, num_in, out, num_out, attrs);
+        break;
+      case Family::kSoftmax:
+        launch_softmax(*k, lc, in, num_in, out, num_out, attrs);
         break;
     }
     if (!s) BP_CL_CHECK(clFinish(lc.queue), op_label(*k) + ": launch without a stream");

@@ -17,6 +17,16 @@ const char* family_name(Family f) {
       return "matmul";
     case Family::kRandom:
       return "random";
+    case Family::kConv:
+      return "conv";
+    case Family::kPool:
+      return "pool";
+    case Family::kNorm:
+      return "norm";
+    case Family::kIndex:
+      return "index";
+    case Family::kSoftmax:
+      return "softmax";
   }
   return "?";
 }

@@ -14,8 +14,19 @@ namespace bp::opencl {
 class Device;
 
 // The op families; each has its own source generator and launch code (opencl_kernels_*.cpp).
-enum class Family : int32_t { kElementwise = 0, kReduction = 1, kMatmul = 2, kRandom = 3 };
-inline constexpr int32_t kFamilyCount = 4;
+// A test that needs one op compiles only its family's program (PoCL compiles with LLVM).
+enum class Family : int32_t {
+  kElementwise = 0,
+  kReduction = 1,
+  kMatmul = 2,
+  kRandom = 3,  // uniform, normal, dropout
+  kConv = 4,
+  kPool = 5,
+  kNorm = 6,     // batch_norm and its backward
+  kIndex = 7,    // max_dim, min_dim, gather, scatter_add
+  kSoftmax = 8,  // softmax, log_softmax and their backward
+};
+inline constexpr int32_t kFamilyCount = 9;
 const char* family_name(Family f);
 
 // Compiles `source` for device `dev` of context `ctx`. `what` names the program in messages

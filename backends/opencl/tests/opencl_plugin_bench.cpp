@@ -45,6 +45,15 @@ bp_attr attr_f(const char* name, double v) {
   return a;
 }
 
+bp_attr attr_i(const char* name, int64_t v) {
+  bp_attr a{};
+  a.struct_size = sizeof a;
+  a.name = name;
+  a.kind = BP_ATTR_INT;
+  a.i = v;
+  return a;
+}
+
 // Runs `body` `reps` times between two events; returns milliseconds per repetition.
 template <typename Body>
 double time_ms(int32_t dev, bp_stream* s, int reps, Body body) {
@@ -138,6 +147,48 @@ int main(int argc, char** argv) {
       ms = time_ms(dev, s, 5, [&] { launch(dev, s, "matmul", dt, {a, b}, {c}); });
       std::printf("  matmul %s 2048^3:   %8.3f ms  %7.2f TFLOP/s\n", bp_dtype_name(dt), ms,
                   2.0 * M * M * M / ms / 1e9);
+    }
+    // ResNet-18's CIFAR 3x3 convolution (64 -> 64 channels, 32x32) and its neighbours; batch 64
+    // on a GPU, 4 on a CPU device (PoCL).
+    {
+      const int64_t B = p.kind == BP_DEVICE_KIND_GPU ? 64 : 4, C = 64, H = 32;
+      const int reps = p.kind == BP_DEVICE_KIND_GPU ? 20 : 2;
+      const int64_t img = B * C * H * H;
+      bp_tensor_desc cx = desc(x, BP_DTYPE_F32, {B, C, H, H}, {C * H * H, H * H, H, 1});
+      bp_tensor_desc cy = desc(y, BP_DTYPE_F32, {B, C, H, H}, {C * H * H, H * H, H, 1});
+      bp_tensor_desc cw = desc(z, BP_DTYPE_F32, {C, C, 3, 3}, {C * 9, 9, 3, 1});
+      launch(dev, s, "uniform", BP_DTYPE_F32, {}, {desc(x, BP_DTYPE_F32, {img}, {1})});
+      launch(dev, s, "uniform", BP_DTYPE_F32, {}, {desc(z, BP_DTYPE_F32, {C * C * 9}, {1})});
+      std::vector<bp_attr> ca = {attr_i("pad_h", 1), attr_i("pad_w", 1)};
+      const double flop = 2.0 * B * C * H * H * C * 9;
+      const char* ops[] = {"conv2d", "conv2d_backward_input", "conv2d_backward_weight"};
+      for (const char* op : ops) {
+        std::string o = op;
+        ms = time_ms(dev, s, reps, [&] {
+          if (o == "conv2d") launch(dev, s, op, BP_DTYPE_F32, {cx, cw}, {cy}, ca);
+          if (o == "conv2d_backward_input") launch(dev, s, op, BP_DTYPE_F32, {cy, cw}, {cx}, ca);
+          if (o == "conv2d_backward_weight") launch(dev, s, op, BP_DTYPE_F32, {cx, cy}, {cw}, ca);
+        });
+        std::printf("  %-22s f32 [%lld,64,32,32] 3x3: %8.3f ms  %7.2f TFLOP/s\n", op,
+                    static_cast<long long>(B), ms, flop / ms / 1e9);
+      }
+      bp_tensor_desc px =
+          desc(z, BP_DTYPE_F32, {B, C, H / 2, H / 2}, {C * H * H / 4, H * H / 4, H / 2, 1});
+      bp_tensor_desc pi =
+          desc(r, BP_DTYPE_I64, {B, C, H / 2, H / 2}, {C * H * H / 4, H * H / 4, H / 2, 1});
+      bp_buffer* ib = nullptr;
+      check(g_api->mem_alloc(dev, s, static_cast<uint64_t>(img / 4) * 8, &ib), "alloc");
+      pi.buffer = ib;
+      std::vector<bp_attr> pa = {attr_i("kernel_h", 2), attr_i("kernel_w", 2)};
+      ms = time_ms(dev, s, reps, [&] {
+        launch(dev, s, "max_pool2d", BP_DTYPE_F32, {cx}, {px, pi}, pa);
+      });
+      std::printf("  max_pool2d 2x2 f32:    %8.3f ms  %7.1f GB/s\n", ms, 5.0 * img / ms / 1e6);
+      ms = time_ms(dev, s, reps, [&] {
+        launch(dev, s, "max_pool2d_backward", BP_DTYPE_F32, {px, pi}, {cx});
+      });
+      std::printf("  max_pool2d_backward:   %8.3f ms  %7.1f GB/s\n", ms, 5.0 * img / ms / 1e6);
+      g_api->mem_free(dev, s, ib, 0);
     }
     // Launch overhead: a 1-element add, many times.
     bp_tensor_desc one = desc(x, BP_DTYPE_F32, {1}, {1});
