@@ -48,7 +48,7 @@ int main(int argc, char** argv) try {
   bp::Tensor x_test = lenet::images(file.at("x_test")).to(dev), y_test = file.at("y_test").to(dev);
 
   bp::manual_seed(seed);
-  auto net = lenet::make(dev, act);
+  auto net = lenet::make(cpu, act);  // the Trainer moves it to `dev` (the same Philox values)
   bp::DataLoader loader(x_train, y_train, {.batch_size = 32, .shuffle = true, .seed = seed});
   bp::TrainerOptions options;
   options.device = device;
