@@ -3,6 +3,8 @@
 // host by the op table in cpu_plugin.cpp, built from kernel_for.
 #include "cpu_kernels.hpp"
 
+#include "cpu_nn.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -29,6 +31,31 @@ KernelFn family_kernel(Op op, bp_dtype dtype) {
     case Op::kUniform:
     case Op::kNormal:
       return random_family(op, dtype);
+    case Op::kConv2d:
+    case Op::kConv2dBackwardInput:
+    case Op::kConv2dBackwardWeight:
+      return conv_family(op, dtype);
+    case Op::kMaxPool2d:
+    case Op::kMaxPool2dBackward:
+    case Op::kAvgPool2d:
+    case Op::kAvgPool2dBackward:
+    case Op::kAdaptiveAvgPool2d:
+    case Op::kAdaptiveAvgPool2dBackward:
+      return pool_family(op, dtype);
+    case Op::kBatchNorm:
+    case Op::kBatchNormBackward:
+      return norm_family(op, dtype);
+    case Op::kDropout:
+    case Op::kMaxDim:
+    case Op::kMinDim:
+    case Op::kGather:
+    case Op::kScatterAdd:
+      return index_family(op, dtype);
+    case Op::kSoftmax:
+    case Op::kLogSoftmax:
+    case Op::kSoftmaxBackward:
+    case Op::kLogSoftmaxBackward:
+      return softmax_family(op, dtype);
     default:
       return elementwise_family(op, dtype);
   }

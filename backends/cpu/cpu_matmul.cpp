@@ -24,6 +24,7 @@
 //   BACKPLANE_CPU_MATMUL_THREADS=openmp (read at init) instead runs each large f32 product as
 //   one oneDNN call with an OpenMP team; concurrent callers share the hardware threads through
 //   a counter, so together they never ask for more. tools/gpu/cpu_speed.sh measures both.
+#include "cpu_dnnl_cache.hpp"
 #include "cpu_kernels.hpp"
 #include "cpu_types.hpp"
 
@@ -104,23 +105,6 @@ bool g_openmp_mode = false;
 int g_tiles_per_worker = 4;
 // Hardware threads not lent to a running oneDNN call (openmp mode only).
 std::atomic<int> g_free_threads{1};
-
-// Sets OpenMP's thread count of the calling thread for one call, then restores it (the
-// application may use OpenMP on the same thread).
-class OmpThreads {
- public:
-  explicit OmpThreads(int n) : prev_(omp_get_max_threads()) {
-    if (prev_ != n) omp_set_num_threads(n);
-  }
-  ~OmpThreads() {
-    if (omp_get_max_threads() != prev_) omp_set_num_threads(prev_);
-  }
-  OmpThreads(const OmpThreads&) = delete;
-  OmpThreads& operator=(const OmpThreads&) = delete;
-
- private:
-  int prev_;
-};
 
 void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const float* a,
           int64_t lda, const float* b, int64_t ldb, float* c, int64_t ldc) {

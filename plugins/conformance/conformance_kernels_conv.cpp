@@ -194,7 +194,7 @@ void conv_cases(const OpInfo& op, int32_t dt, CaseList& out) {
       {"one_pixel", 4, 5, 1, 1, 6, 1, 1},
       {"empty_batch", 0, 3, 7, 9, 4, 3, 3, 1, 1, 1, 1},
       // A ResNet-18 layer-2 sized convolution.
-      {"large", 4, 32, 28, 28, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, false},
+      {"large", 2, 32, 28, 28, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, false},
   };
   const OpInfo* p = &op;
   for (const ConvCase& c : cases) {

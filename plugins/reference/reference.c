@@ -51,7 +51,8 @@ enum {
   F_NATIVE = 1 << 10,        /* (a feature) the native-handle slots of ABI 1.2 */
   F_NATIVE_BAD = 1 << 11,    /* native slots: buffer_native ignores the offset, a release twice */
   F_ABI_MAJOR2 = 1 << 12,    /* the table says ABI major 2 */
-  F_INIT_FAILS = 1 << 13     /* init returns BP_ERROR_UNAVAILABLE */
+  F_INIT_FAILS = 1 << 13,    /* init returns BP_ERROR_UNAVAILABLE */
+  F_WRONG_CONV = 1 << 14     /* conv2d pads one row too many on top: its windows start a row high */
 };
 
 static const struct {
@@ -70,7 +71,8 @@ static const struct {
                {"native", F_NATIVE},
                {"native_bad", F_NATIVE | F_NATIVE_BAD},
                {"abi_major2", F_ABI_MAJOR2},
-               {"init_fails", F_INIT_FAILS}};
+               {"init_fails", F_INIT_FAILS},
+               {"wrong_conv", F_WRONG_CONV}};
 #define NUM_FAULTS (sizeof kFaults / sizeof kFaults[0])
 
 static unsigned g_faults;
@@ -421,12 +423,47 @@ static int scratch_add(bp_kernel* k, bp_stream* s, const bp_tensor_desc* in, int
   return 1;
 }
 
+/* wrong_conv: conv2d launched with PAD_H one larger than the host sent (an off-by-one in the
+ * padding): every window reads the rows one above the right ones, the output shape unchanged.
+ * The attributes are copied into the current layout, whatever layout the host used. */
+static bp_error* wrong_conv_launch(bp_kernel* k, bp_stream* s, const bp_tensor_desc* in,
+                                   int32_t nin, const bp_tensor_desc* out, int32_t nout,
+                                   const bp_attr* attrs, int32_t nattrs) {
+  bp_attr copy[BP_ATTR_ID_COUNT + 1];
+  const size_t stride = nattrs > 0 ? attrs[0].struct_size : sizeof(bp_attr);
+  int32_t i, n = 0, padded = 0;
+  for (i = 0; i < nattrs && n < BP_ATTR_ID_COUNT; ++i, ++n) {
+    const bp_attr* a = (const bp_attr*)((const char*)attrs + (size_t)i * stride);
+    memset(&copy[n], 0, sizeof copy[n]);
+    memcpy(&copy[n], a, stride < sizeof(bp_attr) ? stride : sizeof(bp_attr));
+    copy[n].struct_size = sizeof(bp_attr);
+    copy[n].id = bp_attr_get_id(a, stride);
+    if (copy[n].id == BP_ATTR_ID_PAD_H) {
+      copy[n].i = bp_attr_int(&copy[n]) + 1;
+      copy[n].kind = BP_ATTR_INT;
+      padded = 1;
+    }
+  }
+  if (!padded) {
+    memset(&copy[n], 0, sizeof copy[n]);
+    copy[n].struct_size = sizeof(bp_attr);
+    copy[n].name = "pad_h";
+    copy[n].kind = BP_ATTR_INT;
+    copy[n].i = 1;
+    copy[n].id = BP_ATTR_ID_PAD_H;
+    ++n;
+  }
+  return base()->launch(k, s, in, nin, out, nout, copy, n);
+}
+
 static bp_error* ref_launch(bp_kernel* k, bp_stream* s, const bp_tensor_desc* in, int32_t nin,
                             const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,
                             int32_t nattrs) {
   bp_error* err;
   int64_t n, i;
   float* y;
+  if (on(F_WRONG_CONV) && k->op == BP_OP_CONV2D)
+    return wrong_conv_launch(k, s, in, nin, out, nout, attrs, nattrs);
   if (on(F_STREAM_SCRATCH) && k->op == BP_OP_ADD && nout == 1 && out->dtype == BP_DTYPE_F32 &&
       scratch_add(k, s, in, nin, out, attrs, nattrs, &err))
     return err;
@@ -531,7 +568,8 @@ static void build_table(void) {
   if (on(F_CRASH)) g_api.memset = ref_memset;
   if (on(F_HANG | F_OVERFLOW)) g_api.copy_d2d = ref_copy_d2d;
   if (on(F_PROPS)) g_api.device_properties = ref_device_properties;
-  if (on(F_WRONG_ADD | F_OVERFLOW | F_XFAIL | F_STREAM_SCRATCH)) g_api.launch = ref_launch;
+  if (on(F_WRONG_ADD | F_OVERFLOW | F_XFAIL | F_STREAM_SCRATCH | F_WRONG_CONV))
+    g_api.launch = ref_launch;
   if (on(F_XFAIL)) {
     /* find_kernel (by name) stays the template's: the same kernels, whatever their support */
     g_api.list_ops = xfail_list_ops;
