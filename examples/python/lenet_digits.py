@@ -3,7 +3,7 @@ scikit-learn's handwritten digits, in Backplane with PyTorch's names. The data c
 sklearn.datasets.load_digits through examples/python/export_digits.py's file (the C++
 example examples/lenet reads the same file), or from scikit-learn directly with --sklearn.
 
-    python examples/python/lenet_digits.py [--device cpu:0] [--epochs 12] [--activation relu]
+    python examples/python/lenet_digits.py [--device cpu:0] [--epochs 40] [--activation relu]
         [--data tests/fixtures/digits/digits.safetensors] [--sklearn]
 
 Prints the loss of every epoch and the test accuracy.
@@ -35,9 +35,9 @@ def load(args):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu:0")
-    ap.add_argument("--epochs", type=int, default=12)
+    ap.add_argument("--epochs", type=int, default=40)
     ap.add_argument("--activation", default="relu", choices=["relu", "sigmoid"])
-    ap.add_argument("--lr", type=float, default=0.05)
+    ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data", default=os.path.join(HERE, "..", "..", "tests", "fixtures",

@@ -190,7 +190,7 @@ def _digits(device):
     return xtr, data["y_train"], xte, data["y_test"].to(device)
 
 
-def train_lenet(device, epochs=12, seed=0, lr=0.05, batch=32):
+def train_lenet(device, epochs=40, seed=0, lr=0.1, batch=32):
     xtr, ytr, xte, yte = _digits(device)
     bp.manual_seed(seed)
     net = bp.models.LeNet("relu", device=device)

@@ -4,8 +4,11 @@
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
 
+#include <filesystem>
 #include <functional>
 #include <string>
+
+#include <unistd.h>
 
 namespace F = bp::nn::functional;
 
@@ -272,4 +275,45 @@ TEST(ConvChecks, LayerStateAndShapes) {
   EXPECT_FALSE(net[1].is_training());
   net.train();
   EXPECT_TRUE(net[1].is_training());
+}
+
+// A trained Conv2d + BatchNorm2d through safetensors: every key (PyTorch's names, the int64 0-d
+// num_batches_tracked included) comes back bit for bit, and the loaded BatchNorm2d continues
+// the cumulative average from the loaded count.
+TEST(ConvChecks, SaveLoadRoundTrip) {
+  using namespace bp::nn;
+  if (!cpu().supports(bp::Op::batch_norm, bp::DType::f32)) GTEST_SKIP() << "no batch_norm on cpu:0";
+  auto make = [] {
+    auto net = std::make_shared<Sequential>();
+    net->add<Conv2d>(2, 3, 3, 1, 1, 1, 1, true, cpu());
+    net->add<BatchNorm2d>(3, 1e-5, std::nullopt, true, true, cpu());
+    return net;
+  };
+  bp::manual_seed(11);
+  auto a = make();
+  bp::Tensor x = bp::randn({4, 2, 5, 5}, cpu());
+  (*a)(x);
+  (*a)(x * 3.0);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("bp_conv_roundtrip_" + std::to_string(::getpid()) + ".safetensors"))
+                               .string();
+  bp::save(*a, path);
+  bp::manual_seed(12);
+  auto b = make();
+  bp::load(*b, path, cpu());
+  std::filesystem::remove(path);
+  auto sa = a->state_dict(), sb = b->state_dict();
+  ASSERT_EQ(sa.size(), sb.size());
+  for (const auto& [k, t] : sa) {
+    ASSERT_TRUE(sb.count(k)) << k;
+    EXPECT_EQ(sb.at(k).dtype(), t.dtype()) << k;
+    EXPECT_EQ(sb.at(k).to_vector<double>(), t.to_vector<double>()) << k;
+  }
+  EXPECT_EQ(sb.at("1.num_batches_tracked").item<int64_t>(), 2);
+  // A third batch: factor 1/3 in both, so the running statistics stay equal.
+  (*a)(x * 0.5);
+  (*b)(x * 0.5);
+  EXPECT_EQ(a->state_dict().at("1.running_var").to_vector<double>(),
+            b->state_dict().at("1.running_var").to_vector<double>());
+  EXPECT_EQ(b->state_dict().at("1.num_batches_tracked").item<int64_t>(), 3);
 }
