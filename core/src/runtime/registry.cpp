@@ -7,7 +7,20 @@
 //   process exit, and unloading a GPU driver stack while anything is alive is a crash. The
 //   process default registry is never destroyed for the same reason (no static-destruction-order
 //   hazards at exit); another registry, when destroyed, synchronises and destroys its devices'
-//   streams, and its libraries stay open.
+//   streams, and its libraries stay open. A plugin that reports no device is told to release
+//   what its init loaded (its shutdown slot) at once, since nothing of it can be used.
+//
+// Note [Exit]
+//   At exit (return from main, exit(), Python's SystemExit) the C library runs the exit handlers
+//   and the static destructors of every loaded library in the reverse order of their
+//   registration. Work still queued on a device may be running on a plugin's own threads at that
+//   moment (PoCL compiles a kernel with LLVM on its worker thread at the first launch), and the
+//   destructors of the plugins' dependencies (LLVM's, a driver's) would run under it. So the
+//   process default registry registers an exit handler once every plugin and its dependencies
+//   are loaded and initialised, which therefore runs before any of their destructors: it waits
+//   for the work queued on every live stream of every device (finish_queued_work), with errors
+//   dropped. Libraries that are opened later (a plugin's lazily opened math library) register
+//   their destructors after the handler; their statics are not used by work already queued.
 //
 // Note [Plugin table checks]
 //   check_plugin_table() is everything the loader verifies in a table before it calls init():
@@ -239,8 +252,10 @@ PluginReport load_library(const std::string& path, const bp_plugin_api** out_api
   const char* reason = "";
   int32_t n = api->device_count(&reason);
   r.device_count = n < 0 ? 0 : n;
-  if (r.device_count == 0)
+  if (r.device_count == 0) {
     r.reason = std::string("0 devices because ") + (reason && *reason ? reason : "none found");
+    if (api->shutdown) api->shutdown();  // Note [Plugin lifetime]
+  }
   r.status = PluginReport::Status::loaded;
   r.decision = "loaded";
   opened_libraries().push_back({h, r, api});
@@ -434,6 +449,7 @@ Registry& Registry::process_default() {
   static Registry* r = [] {
     auto* reg = new Registry(detail::options_from(detail::settings()));
     detail::maybe_publish_stats(*reg);
+    std::atexit([] { detail::finish_queued_work(); });  // Note [Exit]
     return reg;
   }();
   return *r;
