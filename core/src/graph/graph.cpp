@@ -144,6 +144,15 @@ struct Lease {
 };
 }  // namespace
 
+// The default stream is never capturing (Note [Capture threads]), so the pool can always wait
+// for the replays and the eager work queued there that may still use its blocks.
+GraphPool::~GraphPool() {
+  DeviceState& s = state(*dev);
+  if (bp_stream* h = s.default_handle.load(std::memory_order_acquire))
+    drop_error(s.api, s.api->stream_synchronize(h));
+  blocks.clear();  // freed on the pool stream
+}
+
 [[noreturn]] void refuse_capture(const Device& dev, const char* what, const char* why) {
   throw CaptureError(dev.str() + ": " + what + " cannot be captured in a graph: " + why +
                      ". It did nothing and the capture stays open; do it before begin_capture() "

@@ -5,6 +5,9 @@
 #include "runtime/registry.hpp"
 #include "tensor/tensor_internal.hpp"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -110,6 +113,25 @@ void finish_queued_work() noexcept {
   }
 }
 
+namespace {
+struct ExitGuard {
+  ~ExitGuard() { finish_queued_work(); }
+};
+}  // namespace
+
+void finish_queued_work_at_exit() {
+  finish_queued_work();
+}
+
+void arm_exit_guard() noexcept {
+  static const pid_t main_tid = ::getpid();
+  thread_local bool armed = false;
+  if (armed || static_cast<pid_t>(::syscall(SYS_gettid)) != main_tid) return;
+  thread_local ExitGuard guard;  // Note [Exit]: destroyed only when the process exits
+  (void)&guard;
+  armed = true;
+}
+
 // The ABI destroys a stream only after its work is finished: synchronise first. Errors have
 // nobody to go to from a destructor and are dropped.
 StreamState::~StreamState() {
@@ -125,6 +147,7 @@ StreamState::~StreamState() {
 }
 
 bp_stream* DeviceState::create_default_stream() {
+  arm_exit_guard();
   std::lock_guard<std::mutex> lock(mu);
   if (bp_stream* h = default_handle.load(std::memory_order_relaxed)) return h;
   bp_stream* h = nullptr;
@@ -137,6 +160,7 @@ bp_stream* DeviceState::create_default_stream() {
 
 Kernel* DeviceState::try_resolve(Op op, DType dtype) {
   if (unsupported[slot(op, dtype)].load(std::memory_order_acquire)) return nullptr;
+  arm_exit_guard();
   std::lock_guard<std::mutex> lock(mu);
   if (Kernel* k = kernels[slot(op, dtype)].load(std::memory_order_relaxed)) return k;
   bp_kernel* handle = nullptr;
@@ -156,6 +180,8 @@ Kernel* DeviceState::try_resolve(Op op, DType dtype) {
   kernel_store.push_back(Access::make_kernel(*self, op, dtype, handle));
   Kernel* k = kernel_store.back().get();
   kernels[slot(op, dtype)].store(k, std::memory_order_release);
+  // Note [Exit]: after what the lookup loaded or constructed (a kernel compiler's statics).
+  std::atexit(finish_queued_work_at_exit);
   return k;
 }
 

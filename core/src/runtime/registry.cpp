@@ -13,22 +13,21 @@
 // Note [Exit]
 //   At exit (return from main, exit(), Python's SystemExit) the C library runs the exit handlers
 //   and the static destructors of every loaded library in the reverse order of their
-//   registration. Work still queued on a device may be running on a plugin's own threads at that
-//   moment (PoCL compiles a kernel with LLVM on its worker thread at the first launch), and the
-//   destructors of the plugins' dependencies (LLVM's, a driver's) would run under it. So the
-//   process default registry registers an exit handler once every plugin and its dependencies
-//   are loaded and initialised, which therefore runs before any of their destructors: it waits
-//   for the work queued on every live stream of every device (finish_queued_work), with errors
-//   dropped. Libraries that are opened later (a plugin's lazily opened math library) register
-//   their destructors after the handler; their statics are not used by work already queued.
-//
-// Note [Plugin table checks]
-//   check_plugin_table() is everything the loader verifies in a table before it calls init():
-//   the table is large enough to hold the identity fields, the major version is the host's, the
-//   table holds every minor-0 slot and each required one is set, the five event slots are all
-//   set or all NULL, and the device type is a valid device-string prefix. It reads fields in
-//   that order and never past struct_size, so a truncated or hostile table gives a reason, not
-//   a crash; tests/fuzz/fuzz_plugin_table.cpp feeds it arbitrary tables.
+//   registration. Work still queued on a device may be running on a plugin's own threads then:
+//   PoCL compiles a kernel with LLVM and clang on its worker thread at the first launch, and the
+//   compiler's statics (some made on that first compile, so registered last and destroyed first)
+//   vanished under it (a crash in llvm::vfs::FileSystem::exists). No exit handler can be
+//   registered late enough to run before all of them, but glibc's exit() runs the calling
+//   thread's thread_local destructors before any exit handler. So the first slow-path call on
+//   the process's main thread (the registry's creation, a device's default stream, a kernel
+//   lookup) arms a thread_local guard there whose destructor waits for the work queued on every
+//   live stream of every device (finish_queued_work, errors dropped); the main thread's
+//   thread_local destructors run only when the process exits. For exit() called from another
+//   thread, an exit handler does the same; it is registered once every plugin and its
+//   dependencies were loaded, and again after each kernel lookup (where a compiler such as
+//   PoCL's builds the program and makes its statics), so it runs before the destructors of
+//   everything made until then; statics a compile on the plugin's thread makes later may still
+//   go first in that case.
 #include "runtime/registry.hpp"
 #include "runtime/config_internal.hpp"
 
@@ -449,7 +448,8 @@ Registry& Registry::process_default() {
   static Registry* r = [] {
     auto* reg = new Registry(detail::options_from(detail::settings()));
     detail::maybe_publish_stats(*reg);
-    std::atexit([] { detail::finish_queued_work(); });  // Note [Exit]
+    std::atexit(detail::finish_queued_work_at_exit);  // Note [Exit]
+    detail::arm_exit_guard();
     return reg;
   }();
   return *r;
