@@ -31,8 +31,8 @@
 //   returns, so the workers exit while the process runs its remaining exit handlers. One of
 //   them is LeakSanitizer's leak check: its tracer suspends every thread and reads each one's
 //   thread-local storage, and a worker tearing down its dynamic TLS (libtbb and libgomp are
-//   opened with the plugin, so their TLS is dynamic) under the tracer crashed it ("Tracer caught
-//   signal 11", the AddressSanitizer step's failure after a passing MathTest.Matmul). So init
+//   opened with the plugin, so their TLS is dynamic) under the tracer can crash it ("Tracer
+//   caught signal 11", as the AddressSanitizer step did after a passing MathTest.Matmul). So init
 //   takes a task_scheduler_handle and registers an exit handler that finalizes oneTBB, which
 //   blocks until every worker has exited. The handler is registered after libtbb's static
 //   constructors ran, so it runs before libtbb's destructor and before the leak check (whose
