@@ -60,10 +60,6 @@ Parallelism g_parallelism[] = {kDefaults[0], kDefaults[1], kDefaults[2], kDefaul
 
 }  // namespace
 
-const char* op_name(Op op) {
-  return bp_op_name(static_cast<int32_t>(op));
-}
-
 const CpuKernel* kernel_for(int32_t op, int32_t dtype) {
   static const Kernels kernels;
   if (op < 0 || op >= kNumOps || dtype < 0 || dtype >= BP_DTYPE_COUNT) return nullptr;

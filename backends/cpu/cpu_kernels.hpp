@@ -11,6 +11,7 @@
 
 #include <backplane/abi/op_catalogue.h>
 #include <backplane/abi/plugin_abi.h>
+#include <backplane/sdk/ops.hpp>
 #include <backplane/sdk/plugin_sdk.hpp>
 
 #include <cstdint>
@@ -18,17 +19,10 @@
 
 namespace bp::cpu {
 
-// The op catalogue of plugin_abi.h (Note [Op catalogue]), in catalogue order.
-enum class Op : int32_t {
-#define BP_OP_X_ENUM(name, Name, ...) k##Name,
-  BP_OP_CATALOGUE(BP_OP_X_ENUM)
-#undef BP_OP_X_ENUM
-      kCount
-};
-inline constexpr int kNumOps = static_cast<int>(Op::kCount);
-
-// Catalogue name of an op ("add").
-const char* op_name(Op op);
+// The op catalogue (Note [Op catalogue]), generated once for every backend.
+using sdk::Op;
+using sdk::op_name;
+inline constexpr int kNumOps = sdk::kNumOps;
 
 struct CpuKernel;
 

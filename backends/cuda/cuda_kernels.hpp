@@ -19,6 +19,7 @@
 
 #include <backplane/abi/op_catalogue.h>
 #include <backplane/abi/plugin_abi.h>
+#include <backplane/sdk/ops.hpp>
 #include <backplane/sdk/plugin_sdk.hpp>
 
 #include <cuda_runtime_api.h>
@@ -30,16 +31,9 @@ namespace bp::cuda {
 class Device;
 struct CudaStream;
 
-// Every op of the catalogue (plugin_abi.h Note [Op catalogue]), in list_ops order.
-enum class Op : int32_t {
-#define BP_OP_X_ENUM(name, Name, ...) k##Name,
-  BP_OP_CATALOGUE(BP_OP_X_ENUM)
-#undef BP_OP_X_ENUM
-      kCount
-};
-
-// Catalogue name of an op ("add").
-const char* op_name(Op op);
+// The op catalogue (Note [Op catalogue]), generated once for every backend.
+using sdk::Op;
+using sdk::op_name;
 
 // Everything a LaunchFn needs; lives on the stack of the launch slot.
 struct LaunchArgs {

@@ -80,10 +80,6 @@ struct Kernels {
 
 }  // namespace
 
-const char* op_name(Op op) {
-  return bp_op_name(static_cast<int32_t>(op));
-}
-
 const CudaKernel* kernel_for(int32_t op, int32_t dtype) {
   static const Kernels* kernels = new Kernels();  // lives as long as the plugin
   if (op < 0 || op >= kNumOps || dtype < 0 || dtype >= BP_DTYPE_COUNT) return nullptr;

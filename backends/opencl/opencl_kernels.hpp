@@ -9,6 +9,7 @@
 #include "opencl_program.hpp"
 
 #include <backplane/abi/op_catalogue.h>
+#include <backplane/sdk/ops.hpp>
 
 #include <cstdint>
 #include <mutex>
@@ -17,14 +18,9 @@
 
 namespace bp::opencl {
 
-// The op catalogue of plugin_abi.h, Note [Op catalogue].
-enum class Op : int32_t {
-#define BP_OP_X_ENUM(name, Name, ...) k##Name,
-  BP_OP_CATALOGUE(BP_OP_X_ENUM)
-#undef BP_OP_X_ENUM
-      kCount
-};
-inline constexpr int32_t kOpCount = static_cast<int32_t>(Op::kCount);
+// The op catalogue (Note [Op catalogue]), generated once for every backend.
+using sdk::Op;
+inline constexpr int32_t kOpCount = sdk::kNumOps;
 
 // Static facts of an op: its catalogue name, family and the dtypes it is implemented for (bit
 // d set for bp_dtype d): its dtype domain (op_catalogue.h), all of which this backend has but f64

@@ -7,13 +7,14 @@
 #include "conformance_harness.hpp"
 
 #include <backplane/abi/comm_abi.h>
-#include <backplane_test/dtype_io.h>
+#include <backplane/abi/error.h>
 #include <backplane/abi/half.h>
+#include <backplane_test/dtype_io.h>
 #include <backplane/dist.hpp>
-#include <backplane/sdk/plugin_sdk.hpp>
 #include <backplane/runtime.hpp>
+#include <backplane/sdk/plugin_sdk.hpp>
 #include <backplane_test/compare.hpp>
-#include <plugin_host.hpp>
+#include <comm_host.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -41,27 +42,8 @@ class Skip : public std::runtime_error {
 };
 
 std::string code_name(int32_t c) {
-  switch (c) {
-    case BP_ERROR_INTERNAL:
-      return "BP_ERROR_INTERNAL";
-    case BP_ERROR_INVALID_ARGUMENT:
-      return "BP_ERROR_INVALID_ARGUMENT";
-    case BP_ERROR_OUT_OF_MEMORY:
-      return "BP_ERROR_OUT_OF_MEMORY";
-    case BP_ERROR_UNSUPPORTED:
-      return "BP_ERROR_UNSUPPORTED";
-    case BP_ERROR_UNAVAILABLE:
-      return "BP_ERROR_UNAVAILABLE";
-    case BP_ERROR_DEVICE:
-      return "BP_ERROR_DEVICE";
-    case BP_COMM_ERROR_TIMEOUT:
-      return "BP_COMM_ERROR_TIMEOUT";
-    case BP_COMM_ERROR_REMOTE:
-      return "BP_COMM_ERROR_REMOTE";
-    case BP_COMM_ERROR_ABORTED:
-      return "BP_COMM_ERROR_ABORTED";
-  }
-  return "code " + std::to_string(c);
+  const char* name = bp_error_code_name(c);
+  return name ? name : "code " + std::to_string(c);
 }
 
 // ---- memory the plugin reduces ----------------------------------------------------------------

@@ -1,7 +1,7 @@
 #include "conformance_data.hpp"
 
-#include <backplane_test/dtype_io.h>
 #include <backplane/abi/half.h>
+#include <backplane_test/dtype_io.h>
 #include <backplane_test/compare.hpp>
 
 #include <algorithm>

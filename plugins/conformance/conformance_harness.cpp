@@ -1,5 +1,7 @@
 #include "conformance_harness.hpp"
 
+#include <backplane/abi/error.h>
+
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
@@ -68,22 +70,8 @@ std::string format(const char* fmt, ...) {
 }
 
 std::string error_code_name(int32_t code) {
-  switch (code) {
-    case BP_ERROR_INTERNAL:
-      return "BP_ERROR_INTERNAL";
-    case BP_ERROR_INVALID_ARGUMENT:
-      return "BP_ERROR_INVALID_ARGUMENT";
-    case BP_ERROR_OUT_OF_MEMORY:
-      return "BP_ERROR_OUT_OF_MEMORY";
-    case BP_ERROR_UNSUPPORTED:
-      return "BP_ERROR_UNSUPPORTED";
-    case BP_ERROR_UNAVAILABLE:
-      return "BP_ERROR_UNAVAILABLE";
-    case BP_ERROR_DEVICE:
-      return "BP_ERROR_DEVICE";
-    default:
-      return format("code %d", static_cast<int>(code));
-  }
+  const char* name = bp_error_code_name(code);
+  return name ? name : format("code %d", static_cast<int>(code));
 }
 
 std::string take_error(const bp_plugin_api* api, bp_error* err) {

@@ -200,18 +200,11 @@ void build_abi_suite(Context& ctx, std::vector<TestCase>& out) {
   b.add("required_slots", [](Context& c) {
     const bp_plugin_api& t = c.t();
     std::string missing;
-    // clang-format off
 #define BPC_REQUIRE(slot) \
   if (!t.slot) missing += std::string(missing.empty() ? "" : ", ") + #slot;
-    BPC_REQUIRE(error_free) BPC_REQUIRE(init) BPC_REQUIRE(device_count)
-    BPC_REQUIRE(device_properties) BPC_REQUIRE(stream_create) BPC_REQUIRE(stream_destroy)
-    BPC_REQUIRE(stream_synchronize) BPC_REQUIRE(mem_alloc) BPC_REQUIRE(mem_free)
-    BPC_REQUIRE(memory_stats) BPC_REQUIRE(memory_reset_peak) BPC_REQUIRE(memset)
-    BPC_REQUIRE(copy_h2d) BPC_REQUIRE(copy_d2h) BPC_REQUIRE(copy_d2d) BPC_REQUIRE(find_kernel)
-    BPC_REQUIRE(launch)
+    BP_PLUGIN_REQUIRED_SLOTS(BPC_REQUIRE)
 #undef BPC_REQUIRE
-        // clang-format on
-        if (!missing.empty()) throw Failure("required slots are NULL: " + missing);
+    if (!missing.empty()) throw Failure("required slots are NULL: " + missing);
     int events = !!t.event_create + !!t.event_destroy + !!t.event_record + !!t.stream_wait_event +
                  !!t.event_synchronize;
     if (events != 0 && events != 5)

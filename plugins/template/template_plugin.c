@@ -4,6 +4,8 @@
  */
 #include "template.h"
 
+#include <backplane/abi/error.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,35 +13,18 @@
 
 /* ---- Errors ------------------------------------------------------------------------------ */
 
-/* The bp_error handed out is the first member, so the pointer frees the whole object. */
-typedef struct template_error_object {
-  bp_error e;
-  char message[512];
-} template_error_object;
-
-/* Returned when even an error object cannot be allocated; never freed. */
-static template_error_object template_oom = {
-    {sizeof(bp_error), BP_ERROR_OUT_OF_MEMORY, "out of host memory while reporting an error",
-     TEMPLATE_NAME, ""},
-    ""};
-
+/* Error objects come from backplane/abi/error.h: one allocation each, freed by error_free. */
 bp_error* template_error(int32_t code, const char* fmt, ...) {
-  template_error_object* o = (template_error_object*)malloc(sizeof *o);
+  bp_error* e;
   va_list ap;
-  if (!o) return &template_oom.e;
   va_start(ap, fmt);
-  vsnprintf(o->message, sizeof o->message, fmt, ap);
+  e = bp_error_vcreate(TEMPLATE_NAME, code, "", fmt, ap);
   va_end(ap);
-  o->e.struct_size = sizeof(bp_error);
-  o->e.code = code;
-  o->e.message = o->message;
-  o->e.plugin = TEMPLATE_NAME;
-  o->e.native_name = "";
-  return &o->e;
+  return e;
 }
 
 void template_error_free(bp_error* err) {
-  if (err && err != &template_oom.e) free(err);
+  bp_error_destroy(err);
 }
 
 bp_error* template_check_device(int32_t device, const char* what) {

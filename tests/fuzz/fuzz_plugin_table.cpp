@@ -16,7 +16,7 @@
 #include <backplane/errors.hpp>
 #include <backplane/runtime.hpp>
 
-#include "registry.hpp"
+#include "runtime/registry.hpp"
 
 #include <algorithm>
 #include <cstddef>

@@ -10,7 +10,7 @@
 #include <backplane/nn.hpp>
 #include <backplane/serialize.hpp>
 
-#include "serialize_internal.hpp"
+#include "serialize/serialize_internal.hpp"
 
 #include <unistd.h>
 

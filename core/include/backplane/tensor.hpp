@@ -53,7 +53,8 @@ struct Meta;
 }  // namespace autograd
 namespace detail {
 struct TensorImpl;  // storage and geometry; libbackplane's own
-}
+struct TensorAccess;
+}  // namespace detail
 
 // The most dimensions a tensor has (the plugin ABI's BP_MAX_RANK).
 inline constexpr int kMaxRank = 8;
@@ -192,7 +193,7 @@ class BP_API Tensor {
   static Device& cpu_device();
 
  private:
-  friend struct detail::Access;
+  friend struct detail::TensorAccess;
   explicit Tensor(std::shared_ptr<detail::TensorImpl> impl) : impl_(std::move(impl)) {}
   std::shared_ptr<detail::TensorImpl> impl_;
 };

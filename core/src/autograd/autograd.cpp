@@ -20,20 +20,6 @@ Tensor reduce_raw(Op op, const Tensor& a, uint32_t axes, bool keepdim);
 void copy_into(const Tensor& dst, const Tensor& src);
 }  // namespace detail
 
-namespace {
-thread_local bool t_grad_enabled = true;
-}
-
-NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) {
-  t_grad_enabled = false;
-}
-NoGradGuard::~NoGradGuard() {
-  t_grad_enabled = prev_;
-}
-bool grad_enabled() {
-  return t_grad_enabled;
-}
-
 namespace autograd {
 
 namespace {
@@ -58,20 +44,7 @@ class OpNode final : public Node {
   int64_t param = 0;
   Shape extra;
 
-  const char* name() const override {
-    static const char* const names[] = {
-        "AddBackward",       "SubBackward",        "MulBackward",        "DivBackward",
-        "PowBackward",       "MaximumBackward",    "MinimumBackward",    "WhereBackward",
-        "MatmulBackward",    "AddScalarBackward",  "RsubScalarBackward", "MulScalarBackward",
-        "DivScalarBackward", "RdivScalarBackward", "PowScalarBackward",  "ClampScalarBackward",
-        "NegBackward",       "ExpBackward",        "LogBackward",        "SqrtBackward",
-        "ReluBackward",      "SigmoidBackward",    "TanhBackward",       "AbsBackward",
-        "SumBackward",       "MeanBackward",       "MaxBackward",        "CastBackward",
-        "IdentityBackward",  "ReshapeBackward",    "PermuteBackward",    "SliceBackward",
-        "ExpandBackward",    "ToDeviceBackward",   "SumsqBackward",      "NormBackward",
-        "LinearBackward"};
-    return names[static_cast<int>(kind)];
-  }
+  const char* name() const override { return grad_kind_name(kind); }
 
   std::vector<Tensor> apply(const Tensor& g) override {
     const Shape& s0 = in_shapes[0];
@@ -270,17 +243,11 @@ std::shared_ptr<Node> edge_for(const Tensor& t) {
 
 }  // namespace
 
-bool needs_grad(std::initializer_list<const Tensor*> operands) {
-  if (!t_grad_enabled) return false;
-  for (const Tensor* t : operands) {
-    const auto& m = impl(*t).autograd;
-    if (m && m->requires_grad) return true;
-  }
-  return false;
-}
+namespace {
 
-void record(GradKind kind, const Tensor& out, std::vector<Tensor> inputs, std::vector<Tensor> saved,
-            double scalar, int64_t param, Shape extra) {
+// The recorder of Note [Autograd hook], registered below.
+void record_node(GradKind kind, const Tensor& out, std::vector<Tensor> inputs,
+                 std::vector<Tensor> saved, double scalar, int64_t param, Shape extra) {
   auto node = std::make_shared<OpNode>();
   node->kind = kind;
   node->scalar = scalar;
@@ -297,6 +264,10 @@ void record(GradKind kind, const Tensor& out, std::vector<Tensor> inputs, std::v
   m.requires_grad = true;
   m.grad_fn = std::move(node);
 }
+
+[[maybe_unused]] const bool g_registered = (set_recorder(&record_node), true);
+
+}  // namespace
 
 }  // namespace autograd
 

@@ -3,8 +3,8 @@
 // (ELF, dlopen with missing dependencies named, entry symbol, ABI major, table size, required
 // slots), never unloaded (Note [Plugin lifetime] in registry.cpp).
 #include "dist/comm_registry.hpp"
+#include "dist/host/comm_host.hpp"
 #include "runtime/config_internal.hpp"
-#include "runtime/host/plugin_host.hpp"
 #include "runtime/registry.hpp"
 
 #include <dlfcn.h>
@@ -24,16 +24,11 @@ std::string version_string(uint32_t major, uint32_t minor) {
 }
 
 const char* missing_required_slot(const bp_comm_api* a) {
-  // clang-format off
 #define BP_REQUIRE(slot) \
   if (!a->slot) return #slot;
-  BP_REQUIRE(error_free) BP_REQUIRE(init) BP_REQUIRE(available) BP_REQUIRE(comm_create)
-  BP_REQUIRE(comm_destroy) BP_REQUIRE(comm_abort) BP_REQUIRE(all_reduce) BP_REQUIRE(broadcast)
-  BP_REQUIRE(all_gather) BP_REQUIRE(reduce_scatter) BP_REQUIRE(send) BP_REQUIRE(recv)
-  BP_REQUIRE(work_test) BP_REQUIRE(work_wait) BP_REQUIRE(work_free)
+  BP_COMM_REQUIRED_SLOTS(BP_REQUIRE)
 #undef BP_REQUIRE
-      // clang-format on
-      return nullptr;
+  return nullptr;
 }
 
 bool valid_type(const char* t) {

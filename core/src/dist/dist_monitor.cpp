@@ -32,7 +32,7 @@
 //   timeout; with a file store, the timeout is the bound.
 #include "dist/dist_internal.hpp"
 
-#include <backplane/sdk/plugin_sdk.hpp>
+#include <backplane/abi/error.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -501,7 +501,7 @@ FailKind kind_of_code(int32_t code) {
 namespace {
 
 bp_error* host_error(int32_t code, const std::string& msg) {
-  return bp::sdk::make_error("backplane", code, msg, "");
+  return bp_error_create("backplane", code, "", "%s", msg.c_str());
 }
 
 template <typename F>
@@ -573,7 +573,7 @@ bp_comm_host make_host(HostCtx& ctx) {
     auto* c = static_cast<HostCtx*>(ctx);
     return host_guard([&] { *out_value = c->g->store->add(c->prefix + key, delta); });
   };
-  h.error_free = [](void*, bp_error* e) { bp::sdk::free_error(e); };
+  h.error_free = [](void*, bp_error* e) { bp_error_destroy(e); };
   h.abort_requested = [](void* ctx) -> int32_t {
     return static_cast<HostCtx*>(ctx)->g->failed.load() ? 1 : 0;
   };

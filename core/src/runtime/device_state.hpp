@@ -9,7 +9,6 @@
 #include <backplane/errors.hpp>
 #include <backplane/runtime.hpp>
 #include <backplane/sdk/memory_counters.hpp>
-#include <backplane/tensor.hpp>
 
 #include <array>
 #include <atomic>
@@ -23,7 +22,6 @@
 namespace bp::detail {
 
 struct RegistryState;
-struct TensorImpl;
 
 // Converts a plugin's error object (freed here) into the matching bp::Error subclass:
 // BP_ERROR_OUT_OF_MEMORY -> OutOfMemory, BP_ERROR_UNSUPPORTED -> UnsupportedError,
@@ -189,13 +187,9 @@ struct DeviceState {
   [[noreturn]] void no_native_slot(const char* slot, const char* what, bool in_table) const;
 };
 
-// libbackplane's access to the private parts of the public classes (their one friend).
+// The runtime layer's access to the private parts of the public device classes (their one
+// friend; the tensor layer has its own, TensorAccess in tensor/tensor_internal.hpp).
 struct Access {
-  // Tensor
-  static TensorImpl& impl(const Tensor& t) { return *t.impl_; }
-  static const std::shared_ptr<TensorImpl>& impl_ptr(const Tensor& t) { return t.impl_; }
-  static Tensor tensor(std::shared_ptr<TensorImpl> impl) { return Tensor(std::move(impl)); }
-
   // Device
   static DeviceState& state(const Device& d) { return *d.state_; }
   static std::unique_ptr<Device> make_device(std::unique_ptr<DeviceState> state) {
@@ -254,6 +248,15 @@ inline void launch(Device& dev, Op op, DType dtype, std::span<const bp_tensor_de
   launch(s.kernel(op, dtype), s.stream_handle(), inputs, outputs, attrs);
 }
 
+// Throws DTypeError naming the op, the dtype and the op's domain (Note [Dtype domains] in
+// plugin_abi.h).
+[[noreturn]] void throw_domain_error(Op op, DType dtype);
+// Throws DTypeError unless `dtype` lies in the dtype domain of `op`: every op checks this before
+// it allocates or dispatches anything. A bit test; no string unless it throws.
+inline void check_domain(Op op, DType dtype) {
+  if (!bp_op_in_domain(static_cast<int32_t>(op), static_cast<int32_t>(dtype))) [[unlikely]]
+    throw_domain_error(op, dtype);
+}
 // True when `dev`'s plugin takes attribute ALPHA on add and sub (minor >= 2).
 inline bool takes_alpha(const Device& dev) {
   return state(dev).plugin.has_minor2;

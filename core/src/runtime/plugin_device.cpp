@@ -3,7 +3,6 @@
 #include "profiler/profiler_internal.hpp"
 #include "runtime/interceptor.hpp"
 #include "runtime/registry.hpp"
-#include "tensor/tensor_internal.hpp"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -50,6 +49,13 @@ DeviceKind kind_of(const bp_device_properties& p) {
 }  // namespace
 
 namespace detail {
+
+void throw_domain_error(Op op, DType dtype) {
+  const int32_t o = static_cast<int32_t>(op);
+  throw DTypeError(std::string(op_name(op)) + ": dtype " + std::string(dtype_name(dtype)) +
+                   " is outside the op's dtype domain; " + std::string(op_name(op)) +
+                   " is defined for " + bp_op_domain_text(o) + " only (cast first)");
+}
 
 [[noreturn]] void throw_plugin_error(const bp_plugin_api* api, bp_error* err,
                                      const std::string& context, bool invalid_is_device_error) {

@@ -146,18 +146,11 @@ bool valid_type(const char* t) {
 
 // Required slots of a minor-0 table, by name, for the report.
 const char* missing_required_slot(const bp_plugin_api* a) {
-  // clang-format off
 #define BP_REQUIRE(slot) \
   if (!a->slot) return #slot;
-  BP_REQUIRE(error_free) BP_REQUIRE(init) BP_REQUIRE(device_count)
-  BP_REQUIRE(device_properties) BP_REQUIRE(stream_create) BP_REQUIRE(stream_destroy)
-  BP_REQUIRE(stream_synchronize) BP_REQUIRE(mem_alloc) BP_REQUIRE(mem_free)
-  BP_REQUIRE(memory_stats) BP_REQUIRE(memory_reset_peak) BP_REQUIRE(memset)
-  BP_REQUIRE(copy_h2d) BP_REQUIRE(copy_d2h) BP_REQUIRE(copy_d2d) BP_REQUIRE(find_kernel)
-  BP_REQUIRE(launch)
+  BP_PLUGIN_REQUIRED_SLOTS(BP_REQUIRE)
 #undef BP_REQUIRE
-      // clang-format on
-      return nullptr;
+  return nullptr;
 }
 
 std::string version_string(uint32_t major, uint32_t minor) {

@@ -1,8 +1,8 @@
 // Public runtime functions over the process default registry (Note [Registries] in
 // runtime.hpp), and the process-wide settings.
+#include "profiler/profiler_internal.hpp"
 #include "runtime/config_internal.hpp"
 #include "runtime/host/plugin_host.hpp"
-#include "profiler/profiler_internal.hpp"
 #include "runtime/registry.hpp"
 
 #include <atomic>

@@ -2,8 +2,8 @@
 #include <backplane/runtime.hpp>
 #include <backplane/tensor.hpp>
 
-#include "autograd/autograd_internal.hpp"
 #include "runtime/interceptor.hpp"
+#include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 
 #include <algorithm>

@@ -22,14 +22,21 @@ struct TensorImpl {
   std::shared_ptr<autograd::Meta> autograd;
 };
 
+// The tensor layer's access to Tensor's private parts (its one friend).
+struct TensorAccess {
+  static TensorImpl& impl(const Tensor& t) { return *t.impl_; }
+  static const std::shared_ptr<TensorImpl>& impl_ptr(const Tensor& t) { return t.impl_; }
+  static Tensor tensor(std::shared_ptr<TensorImpl> impl) { return Tensor(std::move(impl)); }
+};
+
 inline TensorImpl& impl(const Tensor& t) {
-  return Access::impl(t);
+  return TensorAccess::impl(t);
 }
 inline const std::shared_ptr<TensorImpl>& impl_ptr(const Tensor& t) {
-  return Access::impl_ptr(t);
+  return TensorAccess::impl_ptr(t);
 }
 inline Tensor make_tensor(std::shared_ptr<TensorImpl> impl) {
-  return Access::tensor(std::move(impl));
+  return TensorAccess::tensor(std::move(impl));
 }
 
 // Row-major contiguous strides of a shape.
@@ -51,15 +58,6 @@ Dims broadcast_shapes(const Dims& a, const Dims& b, const char* op);
 void check_same_device(const char* op, std::initializer_list<const Tensor*> ts);
 // Throws DTypeError unless both have one dtype.
 void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
-// Throws DTypeError naming the op, the dtype and the op's domain (Note [Dtype domains] in
-// plugin_abi.h).
-[[noreturn]] void throw_domain_error(Op op, DType dtype);
-// Throws DTypeError unless `dtype` lies in the dtype domain of `op`: every op checks this before
-// it allocates or dispatches anything. A bit test; no string unless it throws.
-inline void check_domain(Op op, DType dtype) {
-  if (!bp_op_in_domain(static_cast<int32_t>(op), static_cast<int32_t>(dtype))) [[unlikely]]
-    throw_domain_error(op, dtype);
-}
 // Normalises a possibly negative axis; ShapeError naming the op otherwise.
 int normalize_axis(int axis, int rank, const char* op);
 

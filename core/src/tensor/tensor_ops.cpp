@@ -8,7 +8,7 @@
 #include <backplane/runtime.hpp>
 #include <backplane/tensor.hpp>
 
-#include "autograd/autograd_internal.hpp"
+#include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 
 #include <cmath>
@@ -19,13 +19,6 @@ namespace bp {
 using namespace detail;
 
 namespace detail {
-
-void throw_domain_error(Op op, DType dtype) {
-  const int32_t o = static_cast<int32_t>(op);
-  throw DTypeError(std::string(op_name(op)) + ": dtype " + std::string(dtype_name(dtype)) +
-                   " is outside the op's dtype domain; " + std::string(op_name(op)) +
-                   " is defined for " + bp_op_domain_text(o) + " only (cast first)");
-}
 
 Tensor unary_raw(Op op, const Tensor& a) {
   check_domain(op, a.dtype());

@@ -7,9 +7,9 @@
 #ifndef BACKPLANE_TEST_PLUGIN_TEST_HPP_
 #define BACKPLANE_TEST_PLUGIN_TEST_HPP_
 
-#include <backplane_test/dtype_io.h>
 #include <backplane/abi/half.h>
 #include <backplane/abi/plugin_abi.h>
+#include <backplane_test/dtype_io.h>
 #include <backplane_test/seed.hpp>
 #include <plugin_host.hpp>  // core/src/runtime/host: the loader's tables (links backplane_host)
 

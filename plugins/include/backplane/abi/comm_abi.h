@@ -225,6 +225,13 @@ typedef struct bp_comm_api {
   void (*work_free)(bp_comm_work* work);
 } bp_comm_api;
 
+/* The slots every communicator plugin sets (non-NULL), once: X(slot) for each; group_start and
+ * group_end are both set or both NULL. */
+#define BP_COMM_REQUIRED_SLOTS(X)                                                            \
+  X(error_free) X(init) X(available) X(comm_create) X(comm_destroy) X(comm_abort) X(all_reduce) \
+  X(broadcast) X(all_gather) X(reduce_scatter) X(send) X(recv) X(work_test) X(work_wait)        \
+  X(work_free)
+
 /* The one exported symbol of a communicator plugin. */
 typedef const bp_comm_api* (*bp_comm_get_api_fn)(uint32_t host_abi_major, uint32_t host_abi_minor);
 #define BP_COMM_ENTRY_SYMBOL "bp_comm_get_api"

@@ -640,6 +640,14 @@ typedef struct bp_plugin_api {
   bp_error* (*graph_destroy)(bp_graph* graph);
 } bp_plugin_api;
 
+/* The slots every plugin sets (non-NULL), once: X(slot) for each. Every other slot is optional,
+ * with the default its comment states; the event group (event_create, event_destroy,
+ * event_record, stream_wait_event, event_synchronize) is all set or all NULL. */
+#define BP_PLUGIN_REQUIRED_SLOTS(X)                                                            \
+  X(error_free) X(init) X(device_count) X(device_properties) X(stream_create) X(stream_destroy) \
+  X(stream_synchronize) X(mem_alloc) X(mem_free) X(memory_stats) X(memory_reset_peak)          \
+  X(memset) X(copy_h2d) X(copy_d2h) X(copy_d2d) X(find_kernel) X(launch)
+
 /* Byte offset of the first slot of minor 1: a table whose struct_size is at most this has
  * only minor-0 slots, whatever abi_minor it claims. */
 #define BP_API_MINOR1_OFFSET offsetof(bp_plugin_api, list_ops)

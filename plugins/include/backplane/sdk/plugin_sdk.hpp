@@ -15,6 +15,7 @@
 #ifndef BACKPLANE_PLUGIN_SDK_HPP_
 #define BACKPLANE_PLUGIN_SDK_HPP_
 
+#include <backplane/abi/error.h>
 #include <backplane/abi/op_catalogue.h>
 #include <backplane/abi/op_table.h>
 #include <backplane/abi/plugin_abi.h>
@@ -62,33 +63,15 @@ std::string format(const char* fmt, Args... args) {
   return s;
 }
 
-namespace detail {
-struct OwnedError {
-  bp_error e;  // first member: the bp_error* handed out points at the whole object
-  std::string message, plugin, native;
-};
-// Returned when even the error object cannot be allocated; never freed.
-inline bp_error* out_of_memory_error() {
-  static bp_error oom = {sizeof(bp_error), BP_ERROR_OUT_OF_MEMORY,
-                         "out of host memory while reporting an error", "", ""};
-  return &oom;
-}
-}  // namespace detail
-
-// Allocates an error object owned by the caller; freed by free_error (the error_free slot).
+// Allocates an error object owned by the caller (bp_error_create of backplane/abi/error.h);
+// freed by free_error (the error_free slot).
 inline bp_error* make_error(const char* plugin, int32_t code, const std::string& message,
                             const std::string& native) {
-  auto* o = new (std::nothrow) detail::OwnedError{};
-  if (!o) return detail::out_of_memory_error();
-  o->message = message;
-  o->plugin = plugin;
-  o->native = native;
-  o->e = {sizeof(bp_error), code, o->message.c_str(), o->plugin.c_str(), o->native.c_str()};
-  return &o->e;
+  return bp_error_create(plugin, code, native.c_str(), "%s", message.c_str());
 }
 
 inline void free_error(bp_error* e) {
-  if (e && e != detail::out_of_memory_error()) delete reinterpret_cast<detail::OwnedError*>(e);
+  bp_error_destroy(e);
 }
 
 // Runs f, converting exceptions into error objects of `plugin`.
