@@ -113,19 +113,21 @@ asan_step() {
     ctest --output-on-failure -j "$jobs" -R '^(unit|device)\.' --timeout 600)
 }
 
-# ThreadSanitizer: core, the cpu and opencl (PoCL) plugins; unit, device and stress tests.
+# ThreadSanitizer: core, the cpu and opencl (PoCL) plugins; unit, device (graphs and their
+# threads, the profiler, native handles: the C++ side of DLPack), stress and exit tests.
 # Suppressions cover third-party libraries only, each with its reason (tools/tsan.supp). Run
 # without ASLR, so that TSan's fixed memory layout fits whatever vm.mmap_rnd_bits the kernel
 # uses.
 tsan_step() {
   # shellcheck disable=SC2046
-  cmake --preset tsan $(launcher_args)
+  cmake --preset tsan $(launcher_args) -DBP_EXIT_RUNS=2
   cmake --build --preset tsan -j "$jobs" --target bp_unit_tests bp_device_tests \
-    bp_hot_path_tests bp_stress_tests bp-fixtures bp-smi backplane-cpu backplane-opencl
+    bp_hot_path_tests bp_stress_tests bp_exit_program bp-fixtures bp-smi backplane-cpu \
+    backplane-opencl
   (cd build-tsan &&
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$top/tools/tsan.supp" \
       setarch "$(uname -m)" -R \
-      ctest --output-on-failure -j "$jobs" -R '^(unit|device|stress)\.' --timeout 900)
+      ctest --output-on-failure -j "$jobs" -R '^(unit|device|stress|exit)\.' --timeout 900)
 }
 
 case "$mode" in

@@ -25,6 +25,19 @@
 //   parallel_for returns, as a race. A TSan build therefore limits oneTBB to the calling thread
 //   (tbb::global_control max_allowed_parallelism 1): host threads still run kernels at once, so
 //   every report is about code TSan can judge, and nothing needs suppressing.
+//
+// Note [oneTBB workers at exit]
+//   oneTBB's own exit path (the static destructor of libtbb) only asks its workers to stop and
+//   returns, so the workers exit while the process runs its remaining exit handlers. One of
+//   them is LeakSanitizer's leak check: its tracer suspends every thread and reads each one's
+//   thread-local storage, and a worker tearing down its dynamic TLS (libtbb and libgomp are
+//   opened with the plugin, so their TLS is dynamic) under the tracer can crash it ("Tracer
+//   caught signal 11", as the AddressSanitizer step did after a passing MathTest.Matmul). So init
+//   takes a task_scheduler_handle and registers an exit handler that finalizes oneTBB, which
+//   blocks until every worker has exited. The handler is registered after libtbb's static
+//   constructors ran, so it runs before libtbb's destructor and before the leak check (whose
+//   handler the sanitizer runtime registered first). If a thread still runs a oneTBB algorithm
+//   then, finalize declines and the workers stop as before.
 #include "cpu_allocator.hpp"
 #include "cpu_device.hpp"
 #include "cpu_kernels.hpp"
@@ -43,12 +56,20 @@
 #define BP_CPU_TSAN 1
 #endif
 #endif
-#if BP_CPU_TSAN
 #include <tbb/global_control.h>
-#endif
+
+#include <cstdlib>
+#include <new>
 
 namespace bp::cpu {
 namespace {
+
+// Note [oneTBB workers at exit].
+tbb::task_scheduler_handle* g_tbb_handle = nullptr;
+
+void finalize_tbb_at_exit() {
+  if (g_tbb_handle) (void)tbb::finalize(*g_tbb_handle, std::nothrow);
+}
 
 struct CpuStream {
   int32_t device;
@@ -97,7 +118,11 @@ class CpuBackend final : public bp::sdk::Backend {
  public:
   void init() override {
     configure_thresholds_from_environment();
-    configure_matmul();  // Note [One thread pool] in cpu_matmul.cpp
+    configure_matmul();   // Note [One thread pool] in cpu_matmul.cpp
+    if (!g_tbb_handle) {  // Note [oneTBB workers at exit]
+      g_tbb_handle = new tbb::task_scheduler_handle(tbb::attach{});
+      std::atexit(finalize_tbb_at_exit);
+    }
 #if BP_CPU_TSAN
     static tbb::global_control one_thread(tbb::global_control::max_allowed_parallelism, 1);
 #endif

@@ -27,8 +27,8 @@ struct CudaGraph {
   int device = 0;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
-  std::mutex mu;  // guards the scratch lists (several threads may launch during a capture)
-  std::map<void*, uint64_t> blocks;            // every block and its size
+  std::mutex mu;                     // guards the scratch lists, and graph_launch of the exec
+  std::map<void*, uint64_t> blocks;  // every block and its size
   std::multimap<uint64_t, void*> free_blocks;  // size -> block, free during the capture
 };
 
@@ -138,6 +138,9 @@ void graph_launch(CudaGraph& g, CudaStream& s) {
         BP_ERROR_INVALID_ARGUMENT,
         bp::sdk::format("cuda:%d: graph_launch of a graph of cuda:%d", s.index, g.device));
   use_device(s.index);
+  // A graph exec is not internally synchronised (CUDA's "Graph object thread safety"); the ABI
+  // lets several threads launch one graph at once.
+  std::lock_guard<std::mutex> lock(g.mu);
   BP_CUDA_CHECK(cudaGraphLaunch(g.exec, s.stream));
 }
 

@@ -22,12 +22,10 @@
 // f32 uses CUBLAS_COMPUTE_32F (full fp32) unless attr "allow_tf32" is 1
 // (CUBLAS_COMPUTE_32F_FAST_TF32); f16/bf16 accumulate in fp32 (CUBLAS_COMPUTE_32F); f64 in
 // fp64. K == 0 writes zeros.
+#include "cuda_blas.hpp"
 #include "cuda_common.hpp"
 #include "cuda_device.hpp"
 #include "cuda_kernels.hpp"
-
-#include <cublasLt.h>
-#include <cublas_v2.h>
 
 #include <algorithm>
 #include <climits>
@@ -49,22 +47,22 @@ void throw_cublas_error(int status, const char* expr, const char* file, int line
                                                                    : BP_ERROR_DEVICE;
   bp::sdk::fail(code,
                 bp::sdk::format("cuda:%d: %s failed: %s (%s) at %s:%d", device, expr,
-                                cublasGetStatusName(st), cublasGetStatusString(st), file, line),
-                cublasGetStatusName(st));
+                                blas().status_name(st), blas().status_string(st), file, line),
+                blas().status_name(st));
 }
 
 void* Device::cublas_handle() {
   std::call_once(cublas_once_, [&] {
     use_device(index());
     cublasHandle_t h = nullptr;
-    BP_CUBLAS_CHECK(cublasCreate(&h));
+    BP_CUBLAS_CHECK(blas().create(&h));
     cublas_ = h;
   });
   return cublas_;
 }
 
 void Device::destroy_cublas() {
-  if (cublas_) (void)cublasDestroy(static_cast<cublasHandle_t>(cublas_));
+  if (cublas_) (void)blas().destroy(static_cast<cublasHandle_t>(cublas_));
   cublas_ = nullptr;
 }
 
@@ -156,8 +154,8 @@ cublasHandle_t bind_stream(const LaunchArgs& a) {
     s.cublas_workspace = dev.allocate_scratch(s, bytes);
     s.cublas_workspace_bytes = bytes;
   }
-  BP_CUBLAS_CHECK(cublasSetStream(h, a.stream));
-  BP_CUBLAS_CHECK(cublasSetWorkspace(h, s.cublas_workspace, s.cublas_workspace_bytes));
+  BP_CUBLAS_CHECK(blas().set_stream(h, a.stream));
+  BP_CUBLAS_CHECK(blas().set_workspace(h, s.cublas_workspace, s.cublas_workspace_bytes));
   return h;
 }
 
@@ -175,14 +173,14 @@ void gemm(const LaunchArgs& a, const Operand& oa, const Operand& ob, const Opera
   cublasHandle_t h = bind_stream(a);
   const bool fits = std::max({M, N, K, ob.ld, oa.ld, oc.ld, batch}) <= INT_MAX;
   if (fits) {
-    BP_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+    BP_CUBLAS_CHECK(blas().gemm_strided_batched(
         h, ob.op, oa.op, static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, pb,
         type, static_cast<int>(ob.ld), sb, pa, type, static_cast<int>(oa.ld), sa, &beta, po, type,
         static_cast<int>(oc.ld), so, static_cast<int>(batch), compute, CUBLAS_GEMM_DEFAULT));
   } else {
-    BP_CUBLAS_CHECK(cublasGemmStridedBatchedEx_64(h, ob.op, oa.op, N, M, K, &alpha, pb, type, ob.ld,
-                                                  sb, pa, type, oa.ld, sa, &beta, po, type, oc.ld,
-                                                  so, batch, compute, CUBLAS_GEMM_DEFAULT));
+    BP_CUBLAS_CHECK(blas().gemm_strided_batched_64(h, ob.op, oa.op, N, M, K, &alpha, pb, type,
+                                                   ob.ld, sb, pa, type, oa.ld, sa, &beta, po, type,
+                                                   oc.ld, so, batch, compute, CUBLAS_GEMM_DEFAULT));
   }
 }
 
@@ -253,52 +251,48 @@ bool try_lt(const LaunchArgs& a, const Operand& oa, const Operand& ob, const Ope
     cublasLtMatrixLayout_t &la, &lb, &lc;
     cublasLtMatmulPreference_t& pref;
     ~Cleanup() {
-      if (pref) cublasLtMatmulPreferenceDestroy(pref);
-      if (lc) cublasLtMatrixLayoutDestroy(lc);
-      if (lb) cublasLtMatrixLayoutDestroy(lb);
-      if (la) cublasLtMatrixLayoutDestroy(la);
-      if (op) cublasLtMatmulDescDestroy(op);
+      if (pref) blas().lt_pref_destroy(pref);
+      if (lc) blas().lt_layout_destroy(lc);
+      if (lb) blas().lt_layout_destroy(lb);
+      if (la) blas().lt_layout_destroy(la);
+      if (op) blas().lt_desc_destroy(op);
     }
   } cleanup{op, la, lb, lc, pref};
-  BP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, compute_type<D>(a), scale_type));
+  BP_CUBLAS_CHECK(blas().lt_desc_create(&op, compute_type<D>(a), scale_type));
   // cuBLAS's A is w^T read as b [K, N] (ob), its B is x (oa), D is out^T [N, M].
-  BP_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ob.op, sizeof(ob.op)));
-  BP_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &oa.op, sizeof(oa.op)));
+  BP_CUBLAS_CHECK(blas().lt_desc_set(op, CUBLASLT_MATMUL_DESC_TRANSA, &ob.op, sizeof(ob.op)));
+  BP_CUBLAS_CHECK(blas().lt_desc_set(op, CUBLASLT_MATMUL_DESC_TRANSB, &oa.op, sizeof(oa.op)));
   const cublasLtEpilogue_t epi = bias
                                      ? (relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS)
                                      : (relu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT);
-  BP_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  BP_CUBLAS_CHECK(blas().lt_desc_set(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
   if (bias) {
     const void* pbias = data_ptr<const char>(*bias);
-    BP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pbias,
-                                                   sizeof(pbias)));
+    BP_CUBLAS_CHECK(
+        blas().lt_desc_set(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pbias, sizeof(pbias)));
   }
   // Stored shapes (rows x cols, column-major) before each operand's op.
   const bool a_n = ob.op == CUBLAS_OP_N, b_n = oa.op == CUBLAS_OP_N;
-  BP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type, a_n ? N : K, a_n ? K : N, ob.ld));
-  BP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type, b_n ? K : M, b_n ? M : K, oa.ld));
-  BP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, type, N, M, oc.ld));
+  BP_CUBLAS_CHECK(blas().lt_layout_create(&la, type, a_n ? N : K, a_n ? K : N, ob.ld));
+  BP_CUBLAS_CHECK(blas().lt_layout_create(&lb, type, b_n ? K : M, b_n ? M : K, oa.ld));
+  BP_CUBLAS_CHECK(blas().lt_layout_create(&lc, type, N, M, oc.ld));
   std::lock_guard<std::mutex> lock(a.device->cublas_mutex());
   cublasHandle_t h = bind_stream(a);  // also sets up this stream's workspace
   const size_t ws = a.s->cublas_workspace_bytes;
-  BP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  BP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  BP_CUBLAS_CHECK(blas().lt_pref_create(&pref));
+  BP_CUBLAS_CHECK(
+      blas().lt_pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
   // A cublasHandle_t is also a valid cublasLtHandle_t (cuBLAS documentation).
   cublasLtHandle_t lt = reinterpret_cast<cublasLtHandle_t>(h);
   cublasLtMatmulHeuristicResult_t heur = {};
   int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(lt, op, la, lb, lc, lc, pref, 1, &heur, &found);
+  const cublasStatus_t st = blas().lt_heuristic(lt, op, la, lb, lc, lc, pref, 1, &heur, &found);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0))
     return false;
   BP_CUBLAS_CHECK(st);
   const Scale alpha = 1, beta = 0;
-  BP_CUBLAS_CHECK(cublasLtMatmul(lt, op, &alpha, pw, la, px, lb, &beta, po, lc, po, lc, &heur.algo,
-                                 a.s->cublas_workspace, ws, a.stream));
+  BP_CUBLAS_CHECK(blas().lt_matmul(lt, op, &alpha, pw, la, px, lb, &beta, po, lc, po, lc,
+                                   &heur.algo, a.s->cublas_workspace, ws, a.stream));
   return true;
 }
 

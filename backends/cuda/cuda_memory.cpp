@@ -65,9 +65,10 @@ void* Device::pool_alloc(CudaStream& s, uint64_t bytes, uint64_t requested) {
                                     cudaGetErrorString(e)),
                     cudaGetErrorName(e));
     // Out of memory: give every cached block back to the pool, wait for the frees, return the
-    // pool's unused memory to the driver, and try once more.
+    // pool's unused memory to the driver, and try once more. While a stream captures, its cache
+    // stays as it is (a free queued there would be captured, not run) and only the other
+    // streams are waited for (a device-wide synchronisation is illegal during a capture).
     drain_caches();
-    BP_CUDA_CHECK(cudaDeviceSynchronize());
     BP_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
     e = cudaMallocFromPoolAsync(&p, bytes, pool_, s.stream);
     if (e == cudaSuccess) return p;
@@ -85,12 +86,21 @@ void* Device::pool_alloc(CudaStream& s, uint64_t bytes, uint64_t requested) {
                 cudaGetErrorName(cudaErrorMemoryAllocation));
 }
 
+// Also waits for the frees: a device-wide synchronisation, or, while a stream captures, one of
+// each drained stream.
 void Device::drain_caches() {
   use_device(index());
   cudaError_t first = cudaSuccess;
+  std::vector<cudaStream_t> eager;
+  bool capturing = false;
   {
     std::lock_guard<std::mutex> lock(streams_mutex_);
     for (CudaStream* s : streams_) {
+      if (s->capture.load(std::memory_order_acquire)) {
+        capturing = true;
+        continue;
+      }
+      eager.push_back(s->stream);
       s->cache.drain([&](void* p, int) {
         const cudaError_t e = cudaFreeAsync(p, s->stream);
         if (e != cudaSuccess && first == cudaSuccess) first = e;
@@ -98,6 +108,11 @@ void Device::drain_caches() {
     }
   }
   BP_CUDA_CHECK(first);
+  if (!capturing) {
+    BP_CUDA_CHECK(cudaDeviceSynchronize());
+    return;
+  }
+  for (cudaStream_t st : eager) BP_CUDA_CHECK(cudaStreamSynchronize(st));
 }
 
 void Device::memory_stats(bp_memory_stats& out) {
@@ -117,7 +132,6 @@ void Device::reset_peak() {
 void Device::empty_cache() {
   if (!ready_.load(std::memory_order_acquire)) return;
   drain_caches();
-  BP_CUDA_CHECK(cudaDeviceSynchronize());
   retire_releases();  // everything queued has finished: every parked release is due
   BP_CUDA_CHECK(cudaMemPoolTrimTo(pool_, 0));
 }

@@ -146,10 +146,39 @@ std::pair<int32_t, int32_t> dl_device_of(const Tensor& t) {
 
 // ---- export ----------------------------------------------------------------------------------
 
+// Note [DLPack export frees]
+//   The consumer may still have work queued on its stream that reads the memory when it calls
+//   the deleter (PyTorch calls it as soon as its tensor object dies). Dropping our Tensor frees
+//   the block on our default stream, where the next allocation of its size class can take it at
+//   once, so the free must wait for the consumer's stream: the deleter records an event on the
+//   stream the consumer named in __dlpack__(stream=...) and makes our default stream wait for
+//   it before the Tensor goes (stream-ordered, the host never blocks). If that fails (the
+//   consumer's stream was destroyed meanwhile) the device is synchronised instead. A consumer
+//   that passed stream=-1 took the ordering on itself in both directions.
 struct ExportCtx {
   Tensor tensor;
   std::vector<int64_t> shape, strides;
+  bool order_free = false;   // a device stream other than ours consumes the memory
+  void* consumer = nullptr;  // its native handle (NULL: the legacy default stream)
 };
+
+void release_export(ExportCtx* ctx) noexcept {
+  if (ctx->order_free) {
+    Device& dev = ctx->tensor.device();
+    try {
+      std::unique_ptr<Stream> theirs = dev.import_stream(ctx->consumer);
+      std::unique_ptr<Event> done = dev.create_event();
+      done->record(*theirs);
+      dev.default_stream().wait(*done);
+    } catch (...) {
+      try {
+        dev.synchronize();
+      } catch (...) {  // a device error at free time has nobody to go to
+      }
+    }
+  }
+  delete ctx;
+}
 
 template <typename M>
 void fill_export(M* m, ExportCtx* ctx, const Tensor& t, const NativeBuffer& n) {
@@ -169,13 +198,13 @@ void fill_export(M* m, ExportCtx* ctx, const Tensor& t, const NativeBuffer& n) {
 }
 
 void delete_versioned(DLManagedTensorVersioned* m) {
-  delete static_cast<ExportCtx*>(m->manager_ctx);
+  release_export(static_cast<ExportCtx*>(m->manager_ctx));
   delete m;
   --g_live_exports;
 }
 
 void delete_legacy(DLManagedTensor* m) {
-  delete static_cast<ExportCtx*>(m->manager_ctx);
+  release_export(static_cast<ExportCtx*>(m->manager_ctx));
   delete m;
   --g_live_exports;
 }
@@ -207,7 +236,9 @@ void capsule_destructor_legacy(PyObject* cap) {
 std::mutex g_event_mu;
 auto* g_events = new std::vector<std::pair<Device*, std::unique_ptr<Event>>>();
 
-void order_for_consumer(const Tensor& t, nb::handle stream) {
+// Returns true when the consumer's stream is a device stream other than ours (`*consumer` its
+// handle): the export's free must then be ordered after it (Note [DLPack export frees]).
+bool order_for_consumer(const Tensor& t, nb::handle stream, void** consumer_out) {
   Device& dev = t.device();
   Stream& ours = dev.default_stream();
   const bool host = dev.properties().unified_memory || dev.type() == "cpu";
@@ -216,7 +247,7 @@ void order_for_consumer(const Tensor& t, nb::handle stream) {
       buffer_error("__dlpack__: stream must be None for a tensor on " + dev.str() +
                    " (host memory has no streams), got " + nb::repr(stream).c_str());
     ours.synchronize();  // a no-op on eager host streams
-    return;
+    return false;
   }
   int64_t s = 1;
   if (!stream.is_none()) {
@@ -228,13 +259,14 @@ void order_for_consumer(const Tensor& t, nb::handle stream) {
                                .c_str());
     s = nb::cast<int64_t>(stream);
   }
-  if (s == -1) return;
+  if (s == -1) return false;
   if (s == 0)
     buffer_error(
         "__dlpack__: stream=0 is ambiguous for CUDA (use 1 for the legacy default "
         "stream, 2 for the per-thread default stream)");
   void* consumer = s == 1 ? nullptr : reinterpret_cast<void*>(static_cast<intptr_t>(s));
-  if (consumer == ours.native_handle()) return;  // same stream: already ordered
+  if (consumer == ours.native_handle()) return false;  // same stream: already ordered
+  *consumer_out = consumer;
   std::unique_ptr<Stream> theirs = dev.import_stream(consumer);
   std::lock_guard<std::mutex> lock(g_event_mu);
   Event* ev = nullptr;
@@ -243,6 +275,7 @@ void order_for_consumer(const Tensor& t, nb::handle stream) {
   if (!ev) ev = g_events->emplace_back(&dev, dev.create_event()).second.get();
   ev->record(ours);
   theirs->wait(*ev);
+  return true;
 }
 
 nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_version,
@@ -270,7 +303,8 @@ nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_vers
   }
   if (t.requires_grad()) t = t.detach();
   const NativeBuffer n = t.native();  // UnsupportedError with the reason (opencl) first
-  order_for_consumer(t, stream);
+  void* consumer = nullptr;
+  const bool order_free = order_for_consumer(t, stream, &consumer);
 
   bool versioned = false;
   uint32_t minor = DLPACK_MINOR_VERSION;
@@ -282,7 +316,7 @@ nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_vers
         minor = static_cast<uint32_t>(std::max<int64_t>(mv.second, 0));
     }
   }
-  auto* ctx = new ExportCtx{t, {}, {}};
+  auto* ctx = new ExportCtx{t, {}, {}, order_free, consumer};
   PyObject* cap = nullptr;
   if (versioned) {
     auto* m = new DLManagedTensorVersioned{};

@@ -94,6 +94,11 @@ TEST(NoDriver, LoadsInitsAndCountsDevices) {
     EXPECT_STREQ(reason, "");
   }
 
+  // Note [cuBLAS at first use]: loading, init and device_count never map cuBLAS or cuBLASLt
+  // (their static destructors would otherwise run at every exit of a CPU-only process).
+  EXPECT_EQ(dlopen(BP_CUBLAS_SONAME, RTLD_NOW | RTLD_NOLOAD), nullptr) << BP_CUBLAS_SONAME;
+  EXPECT_EQ(dlopen(BP_CUBLASLT_SONAME, RTLD_NOW | RTLD_NOLOAD), nullptr) << BP_CUBLASLT_SONAME;
+
   // Only the entry symbol is exported: the static CUDA runtime stays hidden.
   EXPECT_EQ(dlsym(l.handle, "cudaMalloc"), nullptr);
   EXPECT_EQ(dlsym(l.handle, "cudaGetDeviceCount"), nullptr);

@@ -9,8 +9,13 @@
 //   g.replay();                                         // y now holds model(next_batch)
 //
 // Note [Graph semantics]
-//   - While a capture is open on a device, the ops queued on its default stream (from any
-//     thread) are captured, not run. Tensors created during the capture come from a private
+//   - A capture belongs to the thread that began it. While it is open, the ops that thread
+//     queues on the device's default stream are captured, not run. Every other thread's work
+//     on the device runs eagerly as if no capture were open (its tensors, reads, syncs and
+//     collectives included), and is never part of the graph: a native capture records on a
+//     private stream of the device, not on the default stream. end_capture() must be called on
+//     the capturing thread (Error otherwise); abort_capture() and ~Graph work from any thread.
+//     Tensors created during the capture come from a private
 //     pool owned by the graph: every replay writes the same addresses, so a tensor created in
 //     the capture (y above) holds the result of the latest replay. Inputs are the tensors
 //     allocated before the capture; update them in place (copy_, fill_, ...) between replays.
@@ -28,9 +33,14 @@
 //     slots, plugin ABI 1.3). For a backend without them libbackplane records the launches
 //     (kernel handles, descriptors, attributes, memsets and copies) and replays the list,
 //     skipping every check, lookup and allocation of the eager path (Note [Recorded graphs]).
-//   - The graph keeps alive every buffer its work touches, pool and inputs alike. Replays run in
-//     order on the device's default stream, after the work queued before them; replay() returns
-//     without waiting where the device queues work (cuda, opencl).
+//   - The graph keeps alive every buffer its work touches, pool and inputs alike, and the
+//     page-locked host blocks it copies from or to: Device::host_free of such a block is
+//     deferred until the last graph using it is destroyed. Replays run in order on the
+//     device's default stream, after the work queued before them; replay() returns without
+//     waiting where the device queues work (cuda, opencl). Replays of one graph from several
+//     threads run one at a time. A native replay is one submission; a recorded one is one
+//     plugin call per captured op, so another thread's work on the default stream may land
+//     between two of its ops (update inputs from the thread that replays, or between replays).
 //   - Gradients: backward() and an optimiser step can be captured, so a whole training step
 //     replays. Call zero_grad() inside the captured step so that backward() writes the pool's
 //     gradient tensors rather than adding to tensors from outside.
@@ -64,20 +74,22 @@ class BP_API Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
-  // Starts capturing `device`'s default stream. Throws Error when this graph already holds a
-  // capture or a capture is open on the device (one at a time per device), PluginError when the
-  // backend refuses.
+  // Starts capturing what the calling thread queues on `device`'s default stream. Throws Error
+  // when this graph already holds a capture or a capture is open on the device (one at a time
+  // per device; the message names the thread that holds it), PluginError when the backend
+  // refuses.
   void begin_capture(Device& device, GraphMode mode = GraphMode::automatic);
-  // Ends the capture; the graph is then ready to replay. Throws Error without an open capture,
-  // PluginError when the backend could not capture the work (the graph stays empty and the
-  // stream is usable).
+  // Ends the capture; the graph is then ready to replay. Throws Error without an open capture or
+  // on a thread other than the capturing one (naming both), PluginError when the backend could not
+  // capture the work (the graph stays empty and the stream is usable).
   void end_capture();
   // Drops an open capture without making a graph (what capture() does when its function
   // throws): the stream is back to eager execution and the pool is freed.
   void abort_capture() noexcept;
 
-  // Queues the captured work once. Throws Error on an empty graph or one still capturing, or
-  // while a capture is open on the device.
+  // Queues the captured work once. Throws Error on an empty graph or one still capturing, and
+  // CaptureError on a thread that is capturing the device (graphs are not nested); other threads
+  // may replay while a capture is open.
   void replay();
 
   bool empty() const noexcept;
@@ -96,7 +108,8 @@ class BP_API Graph {
 BP_API Graph capture(Device& device, const std::function<void()>& fn,
                      GraphMode mode = GraphMode::automatic);
 
-// True while a capture is open on `device`.
+// True while the calling thread has a capture open on `device` (another thread's capture does
+// not change what this thread's work does).
 BP_API bool is_capturing(const Device& device) noexcept;
 
 }  // namespace bp

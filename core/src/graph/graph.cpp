@@ -13,6 +13,21 @@
 //   addresses stay valid for the graph's life. A replay holds the graph's mutex, so replays of
 //   one graph from several threads do not interleave.
 //
+// Note [Capture threads]
+//   A capture belongs to the thread that began it (as CUDA's thread-local capture mode and
+//   PyTorch's side-stream capture arrange). The capture is an Interceptor installed on the
+//   device (Note [Interceptors] in interceptor.hpp): it takes the capturing thread's launches,
+//   copies and memsets on the device's default stream, its tensor allocations, constants and
+//   buffer uses, and lets every other thread's operations through to the eager path, so a
+//   data-loader thread's work runs while another thread captures. A native capture runs on the
+//   device's private capture stream, never on the default stream: the capturing thread's work
+//   for the default stream is queued on the capture stream (where the plugin captures it), so
+//   other threads' work on the default stream is never captured and nothing is ever freed on a
+//   capturing stream. A recorded capture queues nothing. end_capture and abort_capture first
+//   clear the device's interceptor, which waits for calls of other threads still inside it, and
+//   only then touch the capture's state, so no thread uses it after it is freed. Graphs replay
+//   on the default stream.
+//
 // Note [Graph pool]
 //   Tensors created while a capture is open (make_empty) get storage from the graph's pool:
 //   blocks allocated on the device's pool stream (never captured; synchronised before the first
@@ -26,19 +41,21 @@
 #include <backplane/graph.hpp>
 #include <backplane/profiler.hpp>
 
-#include "graph/graph_internal.hpp"
 #include "profiler/profiler_internal.hpp"
+#include "runtime/interceptor.hpp"
 #include "tensor/tensor_internal.hpp"
+
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <unordered_set>
 
 namespace bp {
 namespace detail {
-
-std::atomic<int> g_open_captures{0};
 
 namespace {
 
@@ -127,51 +144,65 @@ struct Lease {
 };
 }  // namespace
 
-struct CaptureState {
-  Device* dev = nullptr;
-  DeviceState* ds = nullptr;
-  bp_stream* stream = nullptr;
-  bool native = false;
-  std::shared_ptr<GraphPool> pool;
-  std::atomic<uint64_t> count{0};
-  std::mutex mu;  // guards everything below
-  std::vector<std::shared_ptr<Buffer>> keep;
-  std::unordered_set<const Buffer*> kept;
-  struct Deferred {
-    bp_buffer* b;
-    uint64_t size;
-    bool counted;
-  };
-  std::vector<Deferred> deferred;
-  Recording rec;
-};
-
+// The default stream is never capturing (Note [Capture threads]), so the pool can always wait
+// for the replays and the eager work queued there that may still use its blocks.
 GraphPool::~GraphPool() {
   DeviceState& s = state(*dev);
-  if (CaptureState* c = s.capture.load(std::memory_order_acquire)) {
-    // Waiting for the stream is not possible while it is capturing: the open capture keeps the
-    // blocks until its own graph goes (which waits).
-    std::lock_guard<std::mutex> lock(c->mu);
-    try {
-      c->keep.insert(c->keep.end(), blocks.begin(), blocks.end());
-    } catch (...) {  // out of memory: the blocks are freed unordered; nothing better is possible
-    }
-    return;
-  }
   if (bp_stream* h = s.default_handle.load(std::memory_order_acquire))
     drop_error(s.api, s.api->stream_synchronize(h));
   blocks.clear();  // freed on the pool stream
 }
 
-bp_stream* capture_stream(const CaptureState& c) noexcept {
-  return c.stream;
-}
-
 [[noreturn]] void refuse_capture(const Device& dev, const char* what, const char* why) {
   throw CaptureError(dev.str() + ": " + what + " cannot be captured in a graph: " + why +
                      ". It did nothing and the capture stays open; do it before begin_capture() "
-                     "or after end_capture()");
+                     "or after end_capture(), or on another thread (whose work on the device "
+                     "runs eagerly)");
 }
+
+namespace {
+long this_thread_tid() noexcept {
+  return static_cast<long>(syscall(SYS_gettid));
+}
+}  // namespace
+
+// An open capture: the interceptor of its device (Note [Capture threads]).
+struct CaptureState final : Interceptor {
+  Device* dev = nullptr;
+  DeviceState* ds = nullptr;
+  bp_stream* stream = nullptr;  // the default stream: the capturing thread's work there is taken
+  bp_stream* run = nullptr;     // native: the capture stream the plugin captures
+  bool native = false;
+  std::thread::id owner;
+  long owner_tid = 0;  // the owner's kernel thread id, for messages
+  std::shared_ptr<GraphPool> pool;
+  std::atomic<uint64_t> count{0};
+  std::mutex mu;  // guards everything below
+  std::vector<std::shared_ptr<Buffer>> keep;
+  std::unordered_set<const Buffer*> kept;
+  std::vector<const void*> host_refs;  // host blocks the captured copies reference
+  Recording rec;
+
+  bool mine() const noexcept { return std::this_thread::get_id() == owner; }
+
+  bool launch(const Kernel& k, bp_stream* s, std::span<const bp_tensor_desc> in,
+              std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) override;
+  bool transfer(const Transfer& t) override;
+  std::shared_ptr<Buffer> allocate(uint64_t bytes) override;
+  std::shared_ptr<Buffer> constant(const void* data, uint64_t n) override;
+  void use(const Buffer& b) override {
+    if (mine()) keep_buffer(b);
+  }
+  // Nothing is ever freed on a capturing stream: frees need no help.
+  bool release(bp_buffer*, uint64_t, const StreamState*, bool) noexcept override { return false; }
+  void host_op(bp_stream* s, const char* what, const char* why) override {
+    if (mine() && (!s || s == stream)) refuse_capture(*dev, what, why);
+  }
+
+  void keep_buffer(const Buffer& b);
+  // Counts a reference to the host_alloc block holding [p, p + n) for the graph's life.
+  bool ref_host(const void* p, uint64_t n);
+};
 
 namespace {
 void record_launch(CaptureState& c, const Kernel& k, std::span<const bp_tensor_desc> in,
@@ -190,35 +221,6 @@ void record_launch(CaptureState& c, const Kernel& k, std::span<const bp_tensor_d
   r.attrs.insert(r.attrs.end(), attrs.begin(), attrs.end());
 }
 
-void record(CaptureState& c, const RecordedOp& op) {
-  std::lock_guard<std::mutex> lock(c.mu);
-  c.rec.ops.push_back(op);
-}
-
-bool is_host_block(DeviceState& s, const void* p, uint64_t n) {
-  const auto a = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lock(s.host_mu);
-  auto it = s.host_blocks.upper_bound(a);
-  if (it == s.host_blocks.begin()) return false;
-  --it;
-  return a >= it->first && a + n <= it->first + it->second;
-}
-
-}  // namespace
-
-bool capture_launch(CaptureState& c, const Kernel& k, bp_stream* stream,
-                    std::span<const bp_tensor_desc> in, std::span<const bp_tensor_desc> out,
-                    std::span<const bp_attr> attrs) {
-  if (stream != c.stream) return false;
-  if (c.native)
-    launch_unobserved(k, stream, in, out, attrs);
-  else
-    record_launch(c, k, in, out, attrs);
-  c.count.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
-
-namespace {
 // Queues a recorded memset or copy on `s`: at replay, or during a native capture (where the
 // plugin captures it).
 void run_transfer(const bp_plugin_api* api, const Device* dev, bp_stream* s, const RecordedOp& op) {
@@ -240,59 +242,68 @@ void run_transfer(const bp_plugin_api* api, const Device* dev, bp_stream* s, con
       break;
   }
 }
-
-bool capture_transfer(CaptureState& c, const RecordedOp& op) {
-  if (c.native)
-    run_transfer(c.ds->api, c.dev, c.stream, op);
-  else
-    record(c, op);
-  c.count.fetch_add(1, std::memory_order_relaxed);
-  return true;
-}
 }  // namespace
 
-bool capture_h2d(CaptureState& c, bp_stream* s, Buffer& dst, uint64_t off, const void* src,
-                 uint64_t n) {
-  if (s != c.stream) return false;
-  if (!is_host_block(*c.ds, src, n))
-    refuse_capture(*c.dev, "a copy from pageable host memory",
-                   "a graph copies from page-locked memory only (Device::host_alloc), whose "
-                   "contents each replay reads again");
-  capture_keep(c, dst);
-  return capture_transfer(
-      c, {.kind = RecordedOp::h2d, .dst = handle(dst), .host_src = src, .dst_off = off, .n = n});
+bool CaptureState::launch(const Kernel& k, bp_stream* s, std::span<const bp_tensor_desc> in,
+                          std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
+  if (s != stream || !mine()) return false;
+  if (native)
+    launch_unobserved(k, run, in, out, attrs);
+  else
+    record_launch(*this, k, in, out, attrs);
+  count.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
-bool capture_d2h(CaptureState& c, bp_stream* s, void* dst, const Buffer& src, uint64_t off,
-                 uint64_t n) {
-  if (s != c.stream) return false;
-  if (!is_host_block(*c.ds, dst, n))
-    refuse_capture(*c.dev, "a copy to pageable host memory",
-                   "a graph copies to page-locked memory only (Device::host_alloc)");
-  capture_keep(c, src);
-  return capture_transfer(
-      c, {.kind = RecordedOp::d2h, .src = handle(src), .host_dst = dst, .src_off = off, .n = n});
+bool CaptureState::ref_host(const void* p, uint64_t n) {
+  std::lock_guard<std::mutex> lock(mu);
+  host_refs.reserve(host_refs.size() + 1);
+  if (!ds->is_host_block(p, n, true)) return false;
+  host_refs.push_back(p);
+  return true;
 }
 
-bool capture_d2d(CaptureState& c, bp_stream* s, Buffer& dst, uint64_t dst_off, const Buffer& src,
-                 uint64_t src_off, uint64_t n) {
-  if (s != c.stream) return false;
-  capture_keep(c, dst);
-  capture_keep(c, src);
-  return capture_transfer(c, {.kind = RecordedOp::d2d,
-                              .dst = handle(dst),
-                              .src = handle(src),
-                              .dst_off = dst_off,
-                              .src_off = src_off,
-                              .n = n});
-}
-
-bool capture_memset(CaptureState& c, bp_stream* s, Buffer& dst, uint64_t off, int value,
-                    uint64_t n) {
-  if (s != c.stream) return false;
-  capture_keep(c, dst);
-  return capture_transfer(
-      c, {.kind = RecordedOp::memset, .dst = handle(dst), .dst_off = off, .n = n, .value = value});
+bool CaptureState::transfer(const Transfer& t) {
+  if (t.stream != stream || !mine()) return false;
+  RecordedOp op{.dst = t.dst ? handle(*t.dst) : nullptr,
+                .src = t.src ? handle(*t.src) : nullptr,
+                .host_src = t.host_src,
+                .host_dst = t.host_dst,
+                .dst_off = t.dst_off,
+                .src_off = t.src_off,
+                .n = t.n,
+                .value = t.value};
+  switch (t.kind) {
+    case Transfer::h2d:
+      op.kind = RecordedOp::h2d;
+      if (!ref_host(t.host_src, t.n))
+        refuse_capture(*dev, "a copy from pageable host memory",
+                       "a graph copies from page-locked memory only (Device::host_alloc), whose "
+                       "contents each replay reads again");
+      break;
+    case Transfer::d2h:
+      op.kind = RecordedOp::d2h;
+      if (!ref_host(t.host_dst, t.n))
+        refuse_capture(*dev, "a copy to pageable host memory",
+                       "a graph copies to page-locked memory only (Device::host_alloc)");
+      break;
+    case Transfer::d2d:
+      op.kind = RecordedOp::d2d;
+      break;
+    case Transfer::memset:
+      op.kind = RecordedOp::memset;
+      break;
+  }
+  if (t.dst) keep_buffer(*t.dst);
+  if (t.src) keep_buffer(*t.src);
+  if (native) {
+    run_transfer(ds->api, dev, run, op);
+  } else {
+    std::lock_guard<std::mutex> lock(mu);
+    rec.ops.push_back(op);
+  }
+  count.fetch_add(1, std::memory_order_relaxed);
+  return true;
 }
 
 namespace {
@@ -320,52 +331,32 @@ std::shared_ptr<Buffer> lease(CaptureState& c, uint64_t bytes, bool constant) {
 }
 }  // namespace
 
-std::shared_ptr<Buffer> capture_allocate(CaptureState& c, uint64_t bytes) {
-  return lease(c, bytes, false);
+std::shared_ptr<Buffer> CaptureState::allocate(uint64_t bytes) {
+  if (!mine()) return nullptr;  // another thread's tensor: an eager allocation
+  return lease(*this, bytes, false);
 }
 
-std::shared_ptr<Buffer> capture_constant(CaptureState& c, const void* data, uint64_t n) {
-  std::shared_ptr<Buffer> b = lease(c, n, true);
+std::shared_ptr<Buffer> CaptureState::constant(const void* data, uint64_t n) {
+  if (!mine()) return nullptr;
+  std::shared_ptr<Buffer> b = lease(*this, n, true);
   if (n == 0) return b;
-  const bp_plugin_api* api = c.ds->api;
+  const bp_plugin_api* api = ds->api;
   if (void* hp = b->host_pointer()) {
     std::memcpy(hp, data, n);
   } else {
-    bp_stream* ps = c.pool->stream->s;
-    check(api, api->copy_h2d(ps, handle(*b), 0, data, n), "upload a graph constant", c.dev);
-    check(api, api->stream_synchronize(ps), "upload a graph constant", c.dev);
+    bp_stream* ps = pool->stream->s;
+    check(api, api->copy_h2d(ps, handle(*b), 0, data, n), "upload a graph constant", dev);
+    check(api, api->stream_synchronize(ps), "upload a graph constant", dev);
   }
   return b;
 }
 
-void capture_keep(CaptureState& c, const Buffer& b) {
-  if (c.pool->owns(&b)) return;  // the pool keeps its own blocks
+void CaptureState::keep_buffer(const Buffer& b) {
+  if (pool->owns(&b)) return;  // the pool keeps its own blocks
   std::shared_ptr<const Buffer> sp = b.weak_from_this().lock();
   if (!sp) return;  // not owned by a shared_ptr (cannot happen for libbackplane's buffers)
-  std::lock_guard<std::mutex> lock(c.mu);
-  if (c.kept.insert(&b).second) c.keep.push_back(std::const_pointer_cast<Buffer>(sp));
-}
-
-bool capture_defer_free(CaptureState& c, bp_buffer* b, uint64_t size, const StreamState* stream,
-                        bool counted) noexcept {
-  if (!c.native || stream) return false;  // recorded: frees are eager; other streams: not captured
-  std::lock_guard<std::mutex> lock(c.mu);
-  try {
-    c.deferred.push_back({b, size, counted});
-    return true;
-  } catch (...) {
-    return false;
-  }
-}
-
-void note_host_alloc(DeviceState& s, void* p, uint64_t n) {
-  std::lock_guard<std::mutex> lock(s.host_mu);
-  s.host_blocks[reinterpret_cast<uintptr_t>(p)] = n;
-}
-
-void note_host_free(DeviceState& s, void* p) noexcept {
-  std::lock_guard<std::mutex> lock(s.host_mu);
-  s.host_blocks.erase(reinterpret_cast<uintptr_t>(p));
+  std::lock_guard<std::mutex> lock(mu);
+  if (kept.insert(&b).second) keep.push_back(std::const_pointer_cast<Buffer>(sp));
 }
 
 // What a Graph holds (graph.hpp).
@@ -374,43 +365,35 @@ struct GraphState {
   std::unique_ptr<CaptureState> capture;  // while capturing
   bool native = false;
   bp_graph* graph = nullptr;
-  bp_stream* stream = nullptr;
+  bp_stream* stream = nullptr;  // the default stream: replays run there
   std::shared_ptr<GraphPool> pool;
   std::vector<std::shared_ptr<Buffer>> keep;
+  std::vector<const void*> host_refs;
   Recording rec;
   uint64_t num_ops = 0;
-  std::mutex replay_mu;
+  std::mutex replay_mu;  // one replay of this graph at a time (native and recorded)
 
   ~GraphState() {
     if (!dev) return;
     DeviceState& s = state(*dev);
-    if (graph || !rec.ops.empty()) {
-      // Replays may still be queued: wait for them (not possible, and not needed for a graph
-      // that never replayed, while the device is capturing; the pool then hands its blocks to
-      // that capture).
-      if (!s.capture.load(std::memory_order_acquire))
-        drop_error(s.api, s.api->stream_synchronize(stream));
-      if (graph) drop_error(s.api, s.plugin.graph.destroy(graph));
-    }
+    // Replays may still be queued: wait for them. The default stream never captures (Note
+    // [Capture threads]), so this is possible whatever capture is open.
+    if (graph || !rec.ops.empty()) drop_error(s.api, s.api->stream_synchronize(stream));
+    if (graph) drop_error(s.api, s.plugin.graph.destroy(graph));
+    for (const void* p : host_refs) s.unref_host_block(p);
   }
 };
 
 namespace {
-// Runs the frees deferred during a native capture, now that the stream is eager again.
-void run_deferred(CaptureState& c) noexcept {
-  std::vector<CaptureState::Deferred> d;
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    d.swap(c.deferred);
-  }
-  for (const auto& f : d) c.ds->release(f.b, f.size, nullptr, f.counted);
+// Clears the device's interceptor and waits for calls still inside it: afterwards no thread
+// uses `c`, and the device is eager again.
+void close_capture(CaptureState& c) noexcept {
+  uninstall_interceptor(*c.ds);
+  c.pool->close();
 }
 
-// Closes the device's capture: the device is eager again afterwards.
-void close_capture(CaptureState& c) noexcept {
-  c.ds->capture.store(nullptr, std::memory_order_release);
-  g_open_captures.fetch_sub(1, std::memory_order_relaxed);
-  c.pool->close();
+std::string thread_name(long tid) {
+  return "thread " + std::to_string(tid);
 }
 }  // namespace
 
@@ -443,26 +426,39 @@ void Graph::begin_capture(Device& device, GraphMode mode) {
   c->dev = &device;
   c->ds = &ds;
   c->stream = ds.stream_handle();
+  c->owner = std::this_thread::get_id();
+  c->owner_tid = detail::this_thread_tid();
   c->native = ds.plugin.graph.begin_capture != nullptr && mode == GraphMode::automatic &&
               !detail::force_recorded();
   {
     std::lock_guard<std::mutex> lock(ds.mu);
-    if (!ds.pool_stream) {
+    auto make_stream = [&](std::shared_ptr<detail::StreamState>& slot, const char* what) {
+      if (slot) return;
       bp_stream* h = nullptr;
-      detail::check(ds.api, ds.api->stream_create(ds.index, &h), "create the graph pool stream",
-                    &device);
-      ds.pool_stream = std::make_shared<detail::StreamState>(device, h);
-    }
+      detail::check(ds.api, ds.api->stream_create(ds.index, &h), what, &device);
+      slot = std::make_shared<detail::StreamState>(device, h);
+    };
+    make_stream(ds.pool_stream, "create the graph pool stream");
+    if (c->native) make_stream(ds.capture_stream, "create the graph capture stream");
     c->pool = std::make_shared<detail::GraphPool>(device, ds.pool_stream);
+    if (c->native) c->run = ds.capture_stream->s;
   }
-  CaptureState* expected = nullptr;
-  if (!ds.capture.compare_exchange_strong(expected, c.get(), std::memory_order_acq_rel))
+  if (!detail::install_interceptor(ds, c.get())) {
+    std::string who = "another thread";
+    {
+      detail::InterceptorPin p(ds);
+      if (auto* o = p ? dynamic_cast<CaptureState*>(p.operator->()) : nullptr)
+        who = o->mine() ? "this thread" : detail::thread_name(o->owner_tid);
+    }
     throw Error(device.str() +
-                ": Graph::begin_capture while another capture is open on this device (one "
-                "capture at a time per device; end or abort the other first)");
-  detail::g_open_captures.fetch_add(1, std::memory_order_relaxed);
+                ": Graph::begin_capture while another capture is open on this "
+                "device (begun by " +
+                who +
+                "; one capture at a time per device; end or abort "
+                "the other first)");
+  }
   if (c->native) {
-    if (bp_error* e = ds.plugin.graph.begin_capture(c->stream)) {
+    if (bp_error* e = ds.plugin.graph.begin_capture(c->run)) {
       detail::close_capture(*c);
       detail::throw_plugin_error(ds.api, e, device.str() + ": begin graph capture");
     }
@@ -478,16 +474,24 @@ void Graph::end_capture() {
   if (!s_ || !s_->capture)
     throw Error("Graph::end_capture without an open capture (call begin_capture first)");
   GraphState& g = *s_;
+  if (!g.capture->mine())
+    throw Error(g.dev->str() + ": Graph::end_capture on " +
+                detail::thread_name(detail::this_thread_tid()) + ", but the capture belongs to " +
+                detail::thread_name(g.capture->owner_tid) +
+                ", which began it (Note [Graph semantics]); end it there, or abort_capture()");
   std::unique_ptr<CaptureState> c = std::move(g.capture);
   detail::DeviceState& ds = *c->ds;
+  detail::close_capture(*c);  // no thread is inside the capture after this
   bp_error* err = nullptr;
   bp_graph* graph = nullptr;
-  if (c->native) err = ds.plugin.graph.end_capture(c->stream, &graph);
-  detail::close_capture(*c);
-  detail::run_deferred(*c);
+  if (c->native) err = ds.plugin.graph.end_capture(c->run, &graph);
   std::shared_ptr<detail::GraphPool> pool = c->pool;
-  g.keep = std::move(c->keep);
-  g.rec = std::move(c->rec);
+  {
+    std::lock_guard<std::mutex> lock(c->mu);
+    g.keep = std::move(c->keep);
+    g.rec = std::move(c->rec);
+    g.host_refs = std::move(c->host_refs);
+  }
   g.num_ops = c->count.load(std::memory_order_relaxed);
   c.reset();
   auto fail = [&](bp_error* e, const char* what) {
@@ -496,13 +500,13 @@ void Graph::end_capture() {
     g.rec = {};
     g.num_ops = 0;
     Device& dev = *g.dev;
-    s_.reset();
+    s_.reset();  // drops the host references
     pool.reset();
     detail::throw_plugin_error(ds.api, e, dev.str() + ": " + what);
   };
   if (err) fail(err, "end graph capture");
   // The pool's blocks were allocated on the pool stream: they must exist before a replay.
-  detail::check(ds.api, ds.api->stream_synchronize(pool->stream->s), "graph pool", g.dev);
+  if (bp_error* e = ds.api->stream_synchronize(pool->stream->s)) fail(e, "graph pool");
   if (graph) {
     if (bp_error* e = ds.plugin.graph.instantiate(graph)) fail(e, "instantiate graph");
   }
@@ -514,13 +518,13 @@ void Graph::abort_capture() noexcept {
   if (!s_ || !s_->capture) return;
   std::unique_ptr<CaptureState> c = std::move(s_->capture);
   detail::DeviceState& ds = *c->ds;
+  detail::close_capture(*c);
   bp_graph* graph = nullptr;
   if (c->native) {
-    if (bp_error* e = ds.plugin.graph.end_capture(c->stream, &graph)) ds.api->error_free(e);
+    if (bp_error* e = ds.plugin.graph.end_capture(c->run, &graph)) ds.api->error_free(e);
   }
-  detail::close_capture(*c);
-  detail::run_deferred(*c);
   if (graph) detail::drop_error(ds.api, ds.plugin.graph.destroy(graph));
+  for (const void* p : c->host_refs) ds.unref_host_block(p);  // nothing of the graph ran
   c.reset();
   s_.reset();
 }
@@ -531,16 +535,15 @@ void Graph::replay() {
   if (g.capture)
     throw Error(g.dev->str() + ": Graph::replay while its capture is open (end_capture first)");
   detail::DeviceState& ds = detail::state(*g.dev);
-  if (ds.capture.load(std::memory_order_acquire))
-    detail::refuse_capture(*g.dev, "replaying another graph",
-                           "graphs are not nested; replay before begin_capture or after "
-                           "end_capture");
+  detail::intercepted_host_op(ds, nullptr, "replaying another graph",
+                              "graphs are not nested; replay before begin_capture or after "
+                              "end_capture");
   profiler::Range range(g.native ? "graph replay (native)" : "graph replay (recorded)");
+  std::lock_guard<std::mutex> lock(g.replay_mu);
   if (g.graph) {
     detail::check(ds.api, ds.plugin.graph.launch(g.graph, g.stream), "graph replay", g.dev);
     return;
   }
-  std::lock_guard<std::mutex> lock(g.replay_mu);
   const bp_plugin_api* api = ds.api;
   const bp_tensor_desc* descs = g.rec.descs.data();
   const bp_attr* attrs = g.rec.attrs.data();
@@ -593,7 +596,11 @@ Graph capture(Device& device, const std::function<void()>& fn, GraphMode mode) {
 }
 
 bool is_capturing(const Device& device) noexcept {
-  return detail::capture_of(device) != nullptr;
+  detail::DeviceState& ds = detail::state(device);
+  if (!ds.interceptor.load(std::memory_order_acquire)) return false;
+  detail::InterceptorPin p(ds);
+  auto* c = p ? dynamic_cast<CaptureState*>(p.operator->()) : nullptr;
+  return c && c->mine();
 }
 
 }  // namespace bp

@@ -57,7 +57,7 @@ struct GraphSlots {
   decltype(bp_plugin_api::graph_destroy) destroy = nullptr;
 };
 
-struct CaptureState;  // graph.cpp: an open capture on a device
+class Interceptor;  // interceptor.hpp
 
 // A plugin loaded into one registry (the library itself is process-wide: Note [Registries] in
 // runtime.hpp).
@@ -78,16 +78,23 @@ struct Plugin {
 // on the stream it was allocated on). The last owner synchronises and destroys it; a wrapper of
 // a foreign queue (Device::import_stream) is destroyed without waiting, since the work it
 // queued belongs to the queue's owner (a DLPack consumer must not be blocked by its producer).
+// Every StreamState is on a process-wide list while it lives, so that the exit handler can
+// finish the work queued on it (Note [Exit] in registry.cpp).
 struct StreamState {
-  StreamState(Device& d, bp_stream* h, bool imported = false) noexcept
-      : dev(d), s(h), imported(imported) {}
+  StreamState(Device& d, bp_stream* h, bool imported = false) noexcept;
   ~StreamState();
   StreamState(const StreamState&) = delete;
   StreamState& operator=(const StreamState&) = delete;
   Device& dev;
   bp_stream* s;
   bool imported;
+  StreamState* live_prev = nullptr;  // the live list, guarded by its mutex (plugin_device.cpp)
+  StreamState* live_next = nullptr;
 };
+
+// Note [Exit]: waits for the work queued on every live stream of every plugin (errors dropped).
+// Called by the exit handler only; streams may not be created or destroyed concurrently by it.
+void finish_queued_work() noexcept;
 
 // Everything of a Device that is not a static fact: the plugin table, streams, the kernel cache.
 struct DeviceState {
@@ -117,14 +124,29 @@ struct DeviceState {
   // (asked of the plugin once, with a small allocation).
   std::once_flag native_identity_once;
   NativeBuffer native_identity;
-  // The capture open on this device (graph.cpp), else null: tested with one acquire load by
-  // launch, make_empty, release and the host reads and synchronisations it refuses.
-  std::atomic<CaptureState*> capture{nullptr};
-  // The stream graph pools allocate on (never captured), created by the first capture.
+  // Note [Interceptors] (interceptor.hpp): the installed interceptor, else null, and the number
+  // of calls into it in progress.
+  std::atomic<Interceptor*> interceptor{nullptr};
+  std::atomic<int> interceptor_pins{0};
+  // The streams graph pools allocate on and native captures run on (never the default one, so
+  // other threads' work on the default stream is never captured), created by the first capture.
   std::shared_ptr<StreamState> pool_stream;
-  // Page-locked host memory from Device::host_alloc (start -> bytes), for the capture checks.
+  std::shared_ptr<StreamState> capture_stream;
+  // Page-locked host memory from Device::host_alloc (start -> block), for the capture checks.
+  // A block some graph copies from or to (`refs` > 0) is freed by its last graph, not by
+  // host_free (Device::host_free).
+  struct HostBlock {
+    uint64_t bytes = 0;
+    int refs = 0;
+    bool freed = false;
+  };
   std::mutex host_mu;
-  std::map<uintptr_t, uint64_t> host_blocks;
+  std::map<uintptr_t, HostBlock> host_blocks;
+  // True when [p, p + n) lies in one block from host_alloc not yet freed; `ref` then counts a
+  // reference to it (drop it with unref_host_block).
+  bool is_host_block(const void* p, uint64_t n, bool ref = false);
+  void unref_host_block(const void* p) noexcept;
+  void free_host(void* p) noexcept;  // the plugin's host_free (or free without one)
 
   static size_t slot(Op op, DType dtype) {
     return static_cast<size_t>(op) * kNumDTypes + static_cast<size_t>(dtype);

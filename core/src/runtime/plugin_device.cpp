@@ -1,18 +1,21 @@
 // Device, Allocator, Buffer, Stream, Event and Kernel over a plugin's C table (device.hpp),
 // with their state in DeviceState (device_state.hpp).
-#include "graph/graph_internal.hpp"
 #include "profiler/profiler_internal.hpp"
+#include "runtime/interceptor.hpp"
 #include "runtime/registry.hpp"
+
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace bp {
 
 using detail::Access;
-using detail::CaptureState;
 using detail::check;
 using detail::DeviceState;
 using detail::StreamState;
@@ -76,9 +79,73 @@ void throw_domain_error(Op op, DType dtype) {
   }
 }
 
+std::atomic<int> g_interceptors{0};
+
+bool install_interceptor(DeviceState& ds, Interceptor* i) noexcept {
+  g_interceptors.fetch_add(1, std::memory_order_seq_cst);  // before the pointer: desc() sees both
+  Interceptor* expected = nullptr;
+  if (ds.interceptor.compare_exchange_strong(expected, i, std::memory_order_seq_cst)) return true;
+  g_interceptors.fetch_sub(1, std::memory_order_relaxed);
+  return false;
+}
+
+void uninstall_interceptor(DeviceState& ds) noexcept {
+  ds.interceptor.store(nullptr, std::memory_order_seq_cst);
+  // A call that raised the count before this store may still hold the old pointer; one that
+  // raises it later reads null (both sides use sequentially consistent operations).
+  while (ds.interceptor_pins.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+  g_interceptors.fetch_sub(1, std::memory_order_relaxed);
+}
+
+namespace {
+std::mutex g_live_mu;  // guards the list of live streams (StreamState::live_prev/live_next)
+StreamState* g_live_head = nullptr;
+}  // namespace
+
+StreamState::StreamState(Device& d, bp_stream* h, bool imported) noexcept
+    : dev(d), s(h), imported(imported) {
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  live_next = g_live_head;
+  if (g_live_head) g_live_head->live_prev = this;
+  g_live_head = this;
+}
+
+void finish_queued_work() noexcept {
+  std::lock_guard<std::mutex> lock(g_live_mu);
+  for (StreamState* st = g_live_head; st; st = st->live_next) {
+    if (st->imported) continue;  // the work of a foreign queue belongs to its owner
+    const bp_plugin_api* api = state(st->dev).api;
+    if (bp_error* e = api->stream_synchronize(st->s)) api->error_free(e);
+  }
+}
+
+namespace {
+struct ExitGuard {
+  ~ExitGuard() { finish_queued_work(); }
+};
+}  // namespace
+
+void finish_queued_work_at_exit() {
+  finish_queued_work();
+}
+
+void arm_exit_guard() noexcept {
+  static const pid_t main_tid = ::getpid();
+  thread_local bool armed = false;
+  if (armed || static_cast<pid_t>(::syscall(SYS_gettid)) != main_tid) return;
+  thread_local ExitGuard guard;  // Note [Exit]: destroyed only when the process exits
+  (void)&guard;
+  armed = true;
+}
+
 // The ABI destroys a stream only after its work is finished: synchronise first. Errors have
 // nobody to go to from a destructor and are dropped.
 StreamState::~StreamState() {
+  {
+    std::lock_guard<std::mutex> lock(g_live_mu);
+    (live_prev ? live_prev->live_next : g_live_head) = live_next;
+    if (live_next) live_next->live_prev = live_prev;
+  }
   const bp_plugin_api* api = state(dev).api;
   if (!imported)
     if (bp_error* e = api->stream_synchronize(s)) api->error_free(e);
@@ -86,6 +153,7 @@ StreamState::~StreamState() {
 }
 
 bp_stream* DeviceState::create_default_stream() {
+  arm_exit_guard();
   std::lock_guard<std::mutex> lock(mu);
   if (bp_stream* h = default_handle.load(std::memory_order_relaxed)) return h;
   bp_stream* h = nullptr;
@@ -98,6 +166,7 @@ bp_stream* DeviceState::create_default_stream() {
 
 Kernel* DeviceState::try_resolve(Op op, DType dtype) {
   if (unsupported[slot(op, dtype)].load(std::memory_order_acquire)) return nullptr;
+  arm_exit_guard();
   std::lock_guard<std::mutex> lock(mu);
   if (Kernel* k = kernels[slot(op, dtype)].load(std::memory_order_relaxed)) return k;
   bp_kernel* handle = nullptr;
@@ -117,6 +186,8 @@ Kernel* DeviceState::try_resolve(Op op, DType dtype) {
   kernel_store.push_back(Access::make_kernel(*self, op, dtype, handle));
   Kernel* k = kernel_store.back().get();
   kernels[slot(op, dtype)].store(k, std::memory_order_release);
+  // Note [Exit]: after what the lookup loaded or constructed (a kernel compiler's statics).
+  std::atexit(finish_queued_work_at_exit);
   return k;
 }
 
@@ -172,8 +243,10 @@ std::shared_ptr<Buffer> DeviceState::allocate(uint64_t bytes, std::shared_ptr<St
 
 void DeviceState::release(bp_buffer* b, uint64_t size, const StreamState* stream,
                           bool counted) noexcept {
-  if (CaptureState* c = capture.load(std::memory_order_acquire)) [[unlikely]]
-    if (capture_defer_free(*c, b, size, stream, counted)) return;
+  if (interceptor.load(std::memory_order_acquire)) [[unlikely]] {
+    InterceptorPin p(*this);
+    if (p && p->release(b, size, stream, counted)) return;
+  }
   if (counted) memory.on_free(size);
   bp_stream* s = stream ? stream->s : default_handle.load(std::memory_order_acquire);
   if (bp_error* e = api->mem_free(index, s, b, size)) {
@@ -236,8 +309,8 @@ void launch_unobserved(const Kernel& k, bp_stream* stream, std::span<const bp_te
 
 void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
             std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
-  if (CaptureState* c = state(k.device()).capture.load(std::memory_order_acquire)) [[unlikely]]
-    if (capture_launch(*c, k, stream, in, out, attrs)) return;
+  if (intercepted_launch(state(k.device()), k, stream, in, out, attrs)) [[unlikely]]
+    return;
   if (observing()) [[unlikely]] {  // Note [Profiler cost when off] in profiler.hpp
     launch_observed(k, stream, in, out, attrs);
     return;
@@ -272,10 +345,9 @@ Stream::Stream(Device& device, std::shared_ptr<StreamState> state) noexcept
 Stream::~Stream() = default;
 
 namespace {
-// Refuses `what` on a stream that a graph is capturing.
+// Lets the device's interceptor refuse `what` on stream `s`.
 void refuse_on_captured(const Device& dev, bp_stream* s, const char* what, const char* why) {
-  if (CaptureState* c = detail::capture_of(dev)) [[unlikely]]
-    if (detail::capture_stream(*c) == s) detail::refuse_capture(dev, what, why);
+  detail::intercepted_host_op(detail::state(dev), s, what, why);
 }
 }  // namespace
 
@@ -354,7 +426,8 @@ constexpr const char* kOutsidePool =
 // buffers allocated on it, which are freed there (DeviceState::release).
 
 std::shared_ptr<Buffer> Allocator::allocate(uint64_t bytes, Stream& stream) {
-  detail::refuse_if_capturing(*device_, "Allocator::allocate", kOutsidePool);
+  detail::intercepted_host_op(detail::state(*device_), nullptr, "Allocator::allocate",
+                              kOutsidePool);
   if (&stream.device() != device_) [[unlikely]]
     throw DeviceMismatch("allocate: the stream belongs to " + stream.device().str() +
                          ", the allocation to " + device_->str());
@@ -364,7 +437,8 @@ std::shared_ptr<Buffer> Allocator::allocate(uint64_t bytes, Stream& stream) {
 }
 
 std::shared_ptr<Buffer> Allocator::allocate(uint64_t bytes) {
-  detail::refuse_if_capturing(*device_, "Allocator::allocate", kOutsidePool);
+  detail::intercepted_host_op(detail::state(*device_), nullptr, "Allocator::allocate",
+                              kOutsidePool);
   return detail::state(*device_).allocate(bytes, {});
 }
 
@@ -375,7 +449,8 @@ void Allocator::reset_peak() {
   detail::state(*device_).memory.reset_peak();
 }
 void Allocator::empty_cache() {
-  detail::refuse_if_capturing(*device_, "Allocator::empty_cache", "it waits for the device");
+  detail::intercepted_host_op(detail::state(*device_), nullptr, "Allocator::empty_cache",
+                              "it waits for the device");
   DeviceState& s = detail::state(*device_);
   if (s.api->memory_empty_cache)
     check(s.api, s.api->memory_empty_cache(s.index), "empty cache", device_);
@@ -469,8 +544,13 @@ bool Device::supports(Op op, DType dtype) {
 
 void Device::copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void* src, uint64_t n) {
   if (n == 0) return;
-  if (CaptureState* c = detail::capture_of(*this)) [[unlikely]]
-    if (detail::capture_h2d(*c, detail::handle(s), dst, dst_off, src, n)) return;
+  if (detail::intercepted_transfer(*state_, {.kind = detail::Transfer::h2d,
+                                             .stream = detail::handle(s),
+                                             .dst = &dst,
+                                             .host_src = src,
+                                             .dst_off = dst_off,
+                                             .n = n})) [[unlikely]]
+    return;
   const bp_plugin_api* api = state_->api;
   detail::ObservedCopy rec(detail::CopyKind::h2d, *this, detail::handle(s), n, detail::handle(dst));
   check(api, api->copy_h2d(detail::handle(s), detail::handle(dst), dst_off, src, n),
@@ -479,8 +559,13 @@ void Device::copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void
 }
 void Device::copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_off, uint64_t n) {
   if (n == 0) return;
-  if (CaptureState* c = detail::capture_of(*this)) [[unlikely]]
-    if (detail::capture_d2h(*c, detail::handle(s), dst, src, src_off, n)) return;
+  if (detail::intercepted_transfer(*state_, {.kind = detail::Transfer::d2h,
+                                             .stream = detail::handle(s),
+                                             .src = &src,
+                                             .host_dst = dst,
+                                             .src_off = src_off,
+                                             .n = n})) [[unlikely]]
+    return;
   const bp_plugin_api* api = state_->api;
   detail::ObservedCopy rec(detail::CopyKind::d2h, *this, detail::handle(s), n, nullptr);
   check(api, api->copy_d2h(detail::handle(s), dst, detail::handle(src), src_off, n),
@@ -490,8 +575,14 @@ void Device::copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_
 void Device::copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer& src,
                          uint64_t src_off, uint64_t n) {
   if (n == 0) return;
-  if (CaptureState* c = detail::capture_of(*this)) [[unlikely]]
-    if (detail::capture_d2d(*c, detail::handle(s), dst, dst_off, src, src_off, n)) return;
+  if (detail::intercepted_transfer(*state_, {.kind = detail::Transfer::d2d,
+                                             .stream = detail::handle(s),
+                                             .dst = &dst,
+                                             .src = &src,
+                                             .dst_off = dst_off,
+                                             .src_off = src_off,
+                                             .n = n})) [[unlikely]]
+    return;
   const bp_plugin_api* api = state_->api;
   detail::ObservedCopy rec(detail::CopyKind::d2d, *this, detail::handle(s), n, detail::handle(dst));
   check(api,
@@ -502,8 +593,13 @@ void Device::copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer&
 }
 void Device::memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n) {
   if (n == 0) return;
-  if (CaptureState* c = detail::capture_of(*this)) [[unlikely]]
-    if (detail::capture_memset(*c, detail::handle(s), dst, off, value, n)) return;
+  if (detail::intercepted_transfer(*state_, {.kind = detail::Transfer::memset,
+                                             .stream = detail::handle(s),
+                                             .dst = &dst,
+                                             .dst_off = off,
+                                             .n = n,
+                                             .value = value})) [[unlikely]]
+    return;
   const bp_plugin_api* api = state_->api;
   detail::ObservedCopy rec(detail::CopyKind::memset, *this, detail::handle(s), n,
                            detail::handle(dst));
@@ -521,7 +617,8 @@ void* Device::host_alloc(uint64_t n) {
     if (!p) throw OutOfMemory(str() + ": out of host memory staging " + format_bytes(n));
   }
   try {
-    detail::note_host_alloc(*state_, p, n);  // the graph capture checks (graph_internal.hpp)
+    std::lock_guard<std::mutex> lock(state_->host_mu);
+    state_->host_blocks[reinterpret_cast<uintptr_t>(p)] = {.bytes = n};
   } catch (...) {
     host_free(p);
     throw;
@@ -530,13 +627,52 @@ void* Device::host_alloc(uint64_t n) {
 }
 void Device::host_free(void* p) noexcept {
   if (!p) return;
-  detail::note_host_free(*state_, p);
-  const bp_plugin_api* api = state_->api;
+  {
+    std::lock_guard<std::mutex> lock(state_->host_mu);
+    auto it = state_->host_blocks.find(reinterpret_cast<uintptr_t>(p));
+    if (it != state_->host_blocks.end()) {
+      if (it->second.refs > 0) {  // a graph copies from or to it: its last graph frees it
+        it->second.freed = true;
+        return;
+      }
+      state_->host_blocks.erase(it);
+    }
+  }
+  state_->free_host(p);
+}
+
+void DeviceState::free_host(void* p) noexcept {
   if (api->host_alloc) {
-    if (bp_error* e = api->host_free(index_, p)) api->error_free(e);
+    if (bp_error* e = api->host_free(index, p)) api->error_free(e);
   } else {
     std::free(p);
   }
+}
+
+bool DeviceState::is_host_block(const void* p, uint64_t n, bool ref) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lock(host_mu);
+  auto it = host_blocks.upper_bound(a);
+  if (it == host_blocks.begin()) return false;
+  --it;
+  if (it->second.freed || a < it->first || a + n > it->first + it->second.bytes) return false;
+  if (ref) ++it->second.refs;
+  return true;
+}
+
+void DeviceState::unref_host_block(const void* p) noexcept {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  void* start = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(host_mu);
+    auto it = host_blocks.upper_bound(a);
+    if (it == host_blocks.begin()) return;
+    --it;
+    if (--it->second.refs > 0 || !it->second.freed) return;
+    start = reinterpret_cast<void*>(it->first);
+    host_blocks.erase(it);
+  }
+  free_host(start);
 }
 
 // Note [Cross-device copies]
@@ -550,8 +686,8 @@ void Device::copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, 
   Device& sdev = src.device();
   if (&sdev != this) {
     constexpr const char* why = "a graph captures the work of one device";
-    detail::refuse_if_capturing(*this, "a copy between devices", why);
-    detail::refuse_if_capturing(sdev, "a copy between devices", why);
+    detail::intercepted_host_op(*state_, nullptr, "a copy between devices", why);
+    detail::intercepted_host_op(*sdev.state_, nullptr, "a copy between devices", why);
   }
   Stream& ds = default_stream();
   Stream& ss = sdev.default_stream();

@@ -7,7 +7,8 @@
 //   process exit, and unloading a GPU driver stack while anything is alive is a crash. The
 //   process default registry is never destroyed for the same reason (no static-destruction-order
 //   hazards at exit); another registry, when destroyed, synchronises and destroys its devices'
-//   streams, and its libraries stay open.
+//   streams, and its libraries stay open. A plugin that reports no device is told to release
+//   what its init loaded (its shutdown slot) at once, since nothing of it can be used.
 //
 // Note [Plugin table checks]
 //   check_plugin_table() is everything the loader verifies in a table before it calls init():
@@ -19,6 +20,25 @@
 //   is a valid device-string prefix. It reads fields in
 //   that order and never past struct_size, so a truncated or hostile table gives a reason, not
 //   a crash; tests/fuzz/fuzz_plugin_table.cpp feeds it arbitrary tables.
+//
+// Note [Exit]
+//   At exit (return from main, exit(), Python's SystemExit) the C library runs the exit handlers
+//   and the static destructors of every loaded library in the reverse order of their
+//   registration. Work still queued on a device may be running on a plugin's own threads then:
+//   PoCL compiles a kernel with LLVM and clang on its worker thread at the first launch, and the
+//   compiler's statics (some made on that first compile, so registered last and destroyed first)
+//   vanished under it (a crash in llvm::vfs::FileSystem::exists). No exit handler can be
+//   registered late enough to run before all of them, but glibc's exit() runs the calling
+//   thread's thread_local destructors before any exit handler. So the first slow-path call on
+//   the process's main thread (the registry's creation, a device's default stream, a kernel
+//   lookup) arms a thread_local guard there whose destructor waits for the work queued on every
+//   live stream of every device (finish_queued_work, errors dropped); the main thread's
+//   thread_local destructors run only when the process exits. For exit() called from another
+//   thread, an exit handler does the same; it is registered once every plugin and its
+//   dependencies were loaded, and again after each kernel lookup (where a compiler such as
+//   PoCL's builds the program and makes its statics), so it runs before the destructors of
+//   everything made until then; statics a compile on the plugin's thread makes later may still
+//   go first in that case.
 #include "runtime/registry.hpp"
 #include "runtime/config_internal.hpp"
 #include "runtime/files.hpp"
@@ -263,8 +283,10 @@ PluginReport load_library(const std::string& path, const bp_plugin_api** out_api
   const char* reason = "";
   int32_t n = api->device_count(&reason);
   r.device_count = n < 0 ? 0 : n;
-  if (r.device_count == 0)
+  if (r.device_count == 0) {
     r.reason = std::string("0 devices because ") + (reason && *reason ? reason : "none found");
+    if (api->shutdown) api->shutdown();  // Note [Plugin lifetime]
+  }
   r.status = PluginReport::Status::loaded;
   r.decision = "loaded";
   opened_libraries().push_back({h, r, api});
@@ -520,6 +542,8 @@ Registry& Registry::process_default() {
   static Registry* r = [] {
     auto* reg = new Registry(detail::options_from(detail::settings()));
     detail::maybe_publish_stats(*reg);
+    std::atexit(detail::finish_queued_work_at_exit);  // Note [Exit]
+    detail::arm_exit_guard();
     return reg;
   }();
   return *r;

@@ -14,6 +14,13 @@
 
 namespace bp::detail {
 
+// On the process's main thread: makes sure finish_queued_work (device_state.hpp) runs first
+// when the process exits (Note [Exit] in registry.cpp); elsewhere nothing. Cheap once armed.
+void arm_exit_guard() noexcept;
+// finish_queued_work as an exit handler (std::atexit), registered again after each kernel
+// lookup (Note [Exit]).
+void finish_queued_work_at_exit();
+
 struct RegistryState {
   explicit RegistryState(RegistryOptions o) : options(std::move(o)) {}
   RegistryOptions options;

@@ -2,7 +2,7 @@
 #include <backplane/runtime.hpp>
 #include <backplane/tensor.hpp>
 
-#include "graph/graph_internal.hpp"
+#include "runtime/interceptor.hpp"
 #include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 #include "tensor/tensor_sizes.hpp"
@@ -76,8 +76,12 @@ Tensor dense_over(Device& dev, const Dims& shape, DType dtype, std::shared_ptr<B
 Tensor make_empty(Device& dev, const Dims& shape, DType dtype) {
   uint64_t bytes = checked_bytes(shape, dtype, "");  // Note [Checked sizes]
   DeviceState& s = state(dev);
-  if (CaptureState* c = s.capture.load(std::memory_order_acquire)) [[unlikely]]
-    return dense_over(dev, shape, dtype, capture_allocate(*c, bytes));  // Note [Graph pool]
+  if (s.interceptor.load(std::memory_order_acquire)) [[unlikely]] {  // Note [Interceptors]
+    InterceptorPin p(s);
+    if (p)
+      if (std::shared_ptr<Buffer> b = p->allocate(bytes))
+        return dense_over(dev, shape, dtype, std::move(b));
+  }
   return dense_over(dev, shape, dtype, s.allocate(bytes, {}));
 }
 
@@ -95,8 +99,13 @@ Tensor make_view(const Tensor& base, const Dims& shape, const Dims& strides, int
 
 bp_tensor_desc desc(const Tensor& t) {
   const TensorImpl& i = impl(t);
-  if (g_open_captures.load(std::memory_order_relaxed) != 0) [[unlikely]]
-    if (CaptureState* c = capture_of(*i.device); c && i.storage) capture_keep(*c, *i.storage);
+  if (g_interceptors.load(std::memory_order_relaxed) != 0 && i.storage) [[unlikely]] {
+    DeviceState& s = state(*i.device);
+    if (s.interceptor.load(std::memory_order_acquire)) {
+      InterceptorPin p(s);
+      if (p) p->use(*i.storage);
+    }
+  }
   bp_tensor_desc d{};
   d.struct_size = sizeof d;
   d.buffer = i.storage ? handle(*i.storage) : nullptr;
@@ -166,7 +175,7 @@ int normalize_axis(int axis, int rank, const char* op) {
 }
 
 std::vector<char> read_bytes(const Tensor& t0, const char* what) {
-  refuse_if_capturing(t0.device(), what,
+  intercepted_host_op(state(t0.device()), nullptr, what,
                       "it reads values on the host, and the captured work runs only when the "
                       "graph is replayed; read the graph's output tensors after replay()");
   Tensor t = t0.contiguous();
@@ -544,8 +553,12 @@ Tensor from_bytes(const void* data, size_t nbytes, const Shape& shape, DType dty
                      std::to_string(expected));
   // A constant of the graph (Note [Graph semantics] in graph.hpp): uploaded now, outside the
   // captured stream.
-  if (CaptureState* c = capture_of(device)) [[unlikely]]
-    return dense_over(device, s, dtype, capture_constant(*c, data, nbytes));
+  if (DeviceState& ds = state(device); ds.interceptor.load(std::memory_order_acquire)) {
+    InterceptorPin p(ds);
+    if (p)
+      if (std::shared_ptr<Buffer> b = p->constant(data, nbytes))
+        return dense_over(device, s, dtype, std::move(b));
+  }
   Tensor t = make_empty(device, s, dtype);
   if (nbytes == 0) return t;
   Stream& st = device.default_stream();
@@ -696,7 +709,7 @@ namespace {
 Tensor random_tensor(Op op, const Shape& shape, Device& device, DType dtype, Generator* gen,
                      double p0, double p1) {
   check_domain(op, dtype);
-  refuse_if_capturing(device, op == Op::uniform ? "rand/uniform" : "randn/normal",
+  intercepted_host_op(state(device), nullptr, op == Op::uniform ? "rand/uniform" : "randn/normal",
                       "its seed and offset are fixed at capture, so every replay would repeat "
                       "the same numbers; make random tensors before the capture and copy them "
                       "into the graph's inputs");

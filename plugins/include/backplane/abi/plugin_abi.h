@@ -540,7 +540,12 @@ typedef struct bp_plugin_api {
    * succeeds and device_count reports 0 with the reason. */
   bp_error* (*init)(void);
 
-  /* Release everything. Called once at process exit at most; optional (NULL: nothing). */
+  /* Release everything init loaded or started. Called once at most; optional (NULL: nothing).
+   * The host calls it right after init when device_count returned 0 (nothing of the plugin can
+   * be used, so what it loaded for the devices it looked for must go), and afterwards calls
+   * nothing but device_count (same count and reason) and error_free. At process exit the host
+   * does not call it: it waits for every stream's queued work instead, before any library's
+   * static destructors run (work may still run on a plugin's own threads). */
   void (*shutdown)(void);
 
   /* Number of devices. Never fails: returns 0 and sets *out_reason (static or valid while the
@@ -707,6 +712,9 @@ typedef struct bp_plugin_api {
    * kinds of work listed above; it calls no synchronisation of that stream, records and waits
    * for no event on it, and frees no buffer on it; every buffer the captured work touches was
    * allocated on another stream (or before the capture) and stays alive until graph_destroy.
+   * libbackplane captures on a stream of its own that only the capturing host thread uses
+   * (Note [Capture threads] in core): no other thread queues work on a capturing stream, and
+   * graph_launch runs the graph on another stream of the device (the default one).
    * What the plugin guarantees: memory it needs inside captured work (scratch, workspaces)
    * stays valid and private to the graph until graph_destroy, so replays may follow each other
    * and eager work on the same stream; a failed capture call leaves the stream as it was.
@@ -721,9 +729,10 @@ typedef struct bp_plugin_api {
   /* Prepares a captured graph for launching (cudaGraphInstantiate); called once, before the
    * first graph_launch. */
   bp_error* (*graph_instantiate)(bp_graph* graph);
-  /* Queues one replay of an instantiated graph on `stream` (a stream of the graph's device;
-   * the host uses the stream it captured) and returns without waiting. Replays on one stream
-   * run in order, each after the work queued before it. */
+  /* Queues one replay of an instantiated graph on `stream` (any stream of the graph's device)
+   * and returns without waiting. Replays on one stream run in order, each after the work
+   * queued before it. May be called from several threads at once for one graph: the plugin
+   * serialises what its driver does not allow concurrently (a CUDA graph exec). */
   bp_error* (*graph_launch)(bp_graph* graph, bp_stream* stream);
   /* Destroys a graph, instantiated or not, and frees what the plugin kept for it. The host
    * calls it only after every replay has finished (it synchronises the stream first). */

@@ -1,0 +1,49 @@
+"""Leaving Python with work queued on every device (Note [Exit] in core/src/runtime/registry.cpp):
+SystemExit, sys.exit from a thread's caller and the end of the script, each run several times
+with a new, empty PoCL kernel cache (so PoCL compiles the first launches on its own thread while
+the interpreter shuts down). Every run must exit with the expected status and no signal."""
+import os
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from conftest import SEED
+
+PROGRAM = """
+import sys
+import backplane as bp
+bp.manual_seed({seed})
+keep = []
+for d in bp.devices():
+    x = bp.rand((96, 96), device=d)
+    keep.append((x.exp().sqrt() @ x).sum())
+print("queued on", len(keep), "devices", flush=True)
+{leave}
+"""
+
+LEAVE = {
+    "system_exit": ("raise SystemExit(3)", 3),
+    "sys_exit": ("sys.exit(0)", 0),
+    "end_of_script": ("", 0),
+    "uncaught_error": ("raise RuntimeError('leaving with an error')", 1),
+}
+RUNS = int(os.environ.get("BP_EXIT_RUNS", "3"))
+
+
+@pytest.mark.parametrize("how", sorted(LEAVE))
+def test_exit_with_queued_work(how, tmp_path):
+    code, status = LEAVE[how]
+    crashes = []
+    for i in range(RUNS):
+        cache = tmp_path / f"pocl-{uuid.uuid4().hex}"
+        cache.mkdir()
+        env = dict(os.environ, POCL_CACHE_DIR=str(cache))
+        r = subprocess.run([sys.executable, "-c", PROGRAM.format(seed=SEED + i, leave=code)],
+                           env=env, capture_output=True, text=True, timeout=300)
+        if r.returncode != status or "queued on" not in r.stdout:
+            crashes.append(f"run {i}: status {r.returncode} (expected {status})\n"
+                           f"stdout: {r.stdout}\nstderr: {r.stderr[-2000:]}")
+    print(f"{how}: runs {RUNS}, failed {len(crashes)}")
+    assert not crashes, "\n".join(crashes)
