@@ -150,7 +150,7 @@ docs_site() {
   local py=${BP_PYTHON:-python3} venv=build/docs-venv
   [ -x "$venv/bin/mkdocs" ] || "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install -q -r docs/requirements.txt
-  "$venv/bin/mkdocs" build --strict --quiet --site-dir build/site
+  NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --quiet --site-dir build/site
   "$venv/bin/python" tools/docs-check.py build/site ${BP_DOCS_SHOTS:+--shots "$BP_DOCS_SHOTS"}
 }
 
