@@ -86,7 +86,7 @@ done
 for w in 1 "$n"; do
   run "bp_curve$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" curve
 done
-# One process driving every GPU of the machine (WALKTHROUGH item 16).
+# One process driving every GPU of the machine (walkthrough item 16 of docs/names.md).
 run multi_gpu 120 "$build/bin/bp-exercise-multi_gpu"
 python3 "$top/bench/dist/compare_dist.py" "$out" "$n" | tee "$out/table.txt"
 tail -n 1 "$out/multi_gpu.txt"
