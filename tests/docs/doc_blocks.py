@@ -128,7 +128,8 @@ def gen_cpp(source_dir, out_dir):
             cases.append(f'  if (which == "{p.index}") return {p.index}(), 0;')
         src = [f"// Generated from the C++ blocks of docs/{page}.md by tests/docs/doc_blocks.py;",
                "// each block chain is one function, its lines unchanged.", *includes,
-               "#include <cstdio>", "#include <string>", "", *funcs,
+               *[i for i in ("#include <cstdio>", "#include <string>") if i not in includes],
+               "", *funcs,
                "int main(int argc, char** argv) {",
                '  const std::string which = argc > 1 ? argv[1] : "";', *cases,
                '  std::fprintf(stderr, "no program %s\\n", which.c_str());', "  return 2;", "}", ""]
