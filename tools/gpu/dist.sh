@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check and benchmark of the communicators (README.md, "Several GPUs and hosts") on the
+# GPU check and benchmark of the communicators (docs/distributed.md) on the
 # GPUs of one machine, N ranks (one process per GPU). For the 2 x H200 machine:
 #   bash tools/gpu/dist.sh BUILD_DIR            (N = 2)
 #   bash tools/gpu/dist.sh BUILD_DIR -n 4       (bigger machines)
