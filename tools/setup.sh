@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # One-command set-up for a fresh Debian/Ubuntu machine (run as root or with sudo):
 #
-#   bash tools/setup.sh demo   installs, builds, and runs bp-smi plus the device walkthrough
-#                              on the best device found (the first GPU, else the CPU)
+#   bash tools/setup.sh demo   installs and builds only what the demo runs (core, the plugins
+#                              this machine can use, bp-smi, the examples) and runs bp-smi plus
+#                              the device walkthrough on the best device found (the first GPU,
+#                              else the CPU)
 #   bash tools/setup.sh test   installs, builds (with the CUDA plugin when nvcc exists), and
 #                              runs every test; then `pip install .` into a fresh virtual
 #                              environment and the Python tests (pytest); then an
 #                              AddressSanitizer+UBSan build runs the unit and device tests, a
 #                              ThreadSanitizer build of core and the cpu and opencl plugins runs
-#                              the unit, device and stress tests, and each libFuzzer target runs
-#                              briefly
+#                              the unit, device and stress tests, each libFuzzer target runs
+#                              briefly, and the documentation site is built and checked
 #
 # Environment: BP_JOBS (parallel build jobs), BP_SKIP_INSTALL=1 (packages already present),
 # BP_SKIP_PYTHON=1, BP_SKIP_SANITIZE=1 (neither sanitizer build), BP_SKIP_TSAN=1,
@@ -28,12 +30,23 @@ install_packages() {
   [ "$(id -u)" = 0 ] || sudo=sudo
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
+  if [ "${1:-}" = demo ]; then
+    $sudo apt-get install -y -qq --no-install-recommends $(demo_packages) >/dev/null
+    return 0
+  fi
   $sudo apt-get install -y -qq --no-install-recommends \
     build-essential cmake ninja-build clang libclang-rt-dev pkg-config file python3 \
     libtbb-dev libopenblas-dev libdnnl-dev libsleef-dev libtomlplusplus-dev nlohmann-json3-dev \
     libgtest-dev ocl-icd-opencl-dev opencl-headers pocl-opencl-icd python3-dev python3-venv \
     libgloo-dev iproute2 ccache chromium \
     >/dev/null
+}
+
+# What the demo builds with: no clang, GoogleTest, Gloo or Chromium (tests and CI only).
+demo_packages() {
+  echo build-essential cmake ninja-build pkg-config file python3 ccache \
+    libtbb-dev libopenblas-dev libdnnl-dev libsleef-dev libtomlplusplus-dev nlohmann-json3-dev \
+    ocl-icd-opencl-dev opencl-headers pocl-opencl-icd
 }
 
 # nvcc is often installed outside PATH.
@@ -63,11 +76,46 @@ launcher_args() {
   fi
 }
 
+# ccache keys on absolute paths unless they fall under its base directory: with the clone's
+# parent folder as base_dir (and the working directory left out of the hash), two clones side
+# by side compile to the same keys, so a second clone reuses the first clone's objects. A
+# CCACHE_BASEDIR already set is kept.
+ccache_env() {
+  command -v ccache >/dev/null || return 0
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$(dirname "$top")}
+  export CCACHE_NOHASHDIR=1
+}
+ccache_env
+
 # Every build uses a preset of CMakePresets.json (release, asan, tsan).
 build_release() {
   # shellcheck disable=SC2046
   cmake --preset release $(cuda_args) $(launcher_args) "$@"
   cmake --build --preset release -j "$jobs"
+}
+
+# The demo's build: core, the plugins this machine can use (cpu; cuda only with nvcc and a
+# working GPU driver; opencl where an OpenCL platform is registered), bp-smi and the examples;
+# no tests, benchmarks, conformance kit or communicators.
+gpu_usable() {
+  command -v nvcc >/dev/null && command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1
+}
+build_demo() {
+  local cuda=-DBP_BUILD_CUDA=OFF opencl=-DBP_BUILD_OPENCL=OFF
+  local targets=(backplane backplane-cpu bp-smi example-devices example-tensors example-model
+    example-train)
+  if gpu_usable; then
+    cuda="-DBP_BUILD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=native"
+    targets+=(backplane-cuda)
+  fi
+  if compgen -G "/etc/OpenCL/vendors/*.icd" >/dev/null; then
+    opencl=-DBP_BUILD_OPENCL=ON
+    targets+=(backplane-opencl)
+  fi
+  # shellcheck disable=SC2046,SC2086
+  cmake --preset release $cuda $opencl -DBP_BUILD_TESTS=OFF -DBP_BUILD_BENCH=OFF \
+    -DBP_BUILD_GLOO=OFF -DBP_BUILD_NCCL=OFF $(launcher_args)
+  cmake --build --preset release -j "$jobs" --target "${targets[@]}"
 }
 
 # pip install . (scikit-build-core + nanobind from PyPI) into a fresh virtual environment, then
@@ -92,6 +140,18 @@ python_tests() {
   echo "python: pip install . took $((SECONDS - t0)) s"
   "$venv/bin/pytest" -q python/tests
   echo "python: install and tests took $((SECONDS - t0)) s"
+}
+
+# The documentation site (docs/, mkdocs.yml): MkDocs Material at the versions pinned in
+# docs/requirements.txt, built with warnings as errors (links and anchors validated), then
+# every page opened in headless Chromium and every internal link of the HTML checked
+# (tools/docs-check.py). BP_DOCS_SHOTS=DIR keeps a screenshot of each page.
+docs_site() {
+  local py=${BP_PYTHON:-python3} venv=build/docs-venv
+  [ -x "$venv/bin/mkdocs" ] || "$py" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q -r docs/requirements.txt
+  NO_MKDOCS_2_WARNING=1 "$venv/bin/mkdocs" build --strict --quiet --site-dir build/site
+  "$venv/bin/python" tools/docs-check.py build/site ${BP_DOCS_SHOTS:+--shots "$BP_DOCS_SHOTS"}
 }
 
 # timed LABEL CMD...: runs CMD and records its wall time for the summary. Call it as a plain
@@ -132,8 +192,8 @@ tsan_step() {
 
 case "$mode" in
   demo)
-    install_packages
-    build_release -DBP_BUILD_TESTS=OFF
+    install_packages demo
+    build_demo
     build/tools/bp-smi
     echo
     build/bin/example-devices
@@ -150,6 +210,7 @@ case "$mode" in
       timed "asan+ubsan build+tests" asan_step
       if [ "${BP_SKIP_TSAN:-0}" != 1 ]; then timed "tsan build+tests" tsan_step; fi
     fi
+    timed "docs site (build, check)" docs_site
     if [ -x tests/fuzz/run_fuzz.sh ] && command -v clang++ >/dev/null; then
       timed "fuzz build+runs" bash tests/fuzz/run_fuzz.sh "${BP_FUZZ_SECONDS:-25}"
     fi

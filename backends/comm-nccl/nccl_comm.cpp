@@ -39,7 +39,7 @@ int32_t code_of(ncclResult_t r) {
   }
 }
 
-// One checking macro for the CUDA runtime (STYLE.md).
+// One checking macro for the CUDA runtime (docs/design.md, "Errors").
 #define BP_CUDA_CHECK(expr)                                                                 \
   do {                                                                                      \
     cudaError_t bp_err_ = (expr);                                                           \

@@ -25,7 +25,8 @@ namespace bp::cuda {
 // `status` is a cublasStatus_t passed as int so this header does not need cuBLAS.
 [[noreturn]] void throw_cublas_error(int status, const char* expr, const char* file, int line);
 
-// The one checking macro for CUDA runtime calls (STYLE.md: one macro per vendor API).
+// The one checking macro for CUDA runtime calls (docs/design.md, "Errors": one macro per vendor
+// API).
 #define BP_CUDA_CHECK(expr)                                                  \
   do {                                                                       \
     const cudaError_t bp_cuda_err_ = (expr);                                 \

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Prints bench/dist's table: Backplane (bp-bench-dist) beside PyTorch + NCCL (torch_dist.py),
-both measured in one run, with ratios and the goals of DESIGN.md section 7.
+both measured in one run, with ratios and the goals that docs/distributed.md states.
 
     python3 bench/dist/compare_dist.py OUT_DIR N
 

@@ -1,5 +1,6 @@
-// WALKTHROUGH item 14: a large matrix product on the CPU and on the GPU, timed, and a tiny one,
-// to show where the GPU stops paying off (launch and transfer costs dominate small work).
+// docs/names.md, walkthrough item 14: a large matrix product on the CPU and on the GPU, timed, and
+// a tiny one, to show where the GPU stops paying off (launch and transfer costs dominate small
+// work).
 #include <backplane/backplane.hpp>
 
 #include <algorithm>

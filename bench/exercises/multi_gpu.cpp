@@ -1,6 +1,7 @@
-// WALKTHROUGH item 16: large matrix products on every GPU of the machine at the same time versus
-// the same number one after the other on one GPU. Each device has its own stream, so the
-// products queued on different GPUs overlap; the speed-up should be close to the number of GPUs.
+// docs/names.md, walkthrough item 16: large matrix products on every GPU of the machine at the same
+// time versus the same number one after the other on one GPU. Each device has its own stream, so
+// the products queued on different GPUs overlap; the speed-up should be close to the number of
+// GPUs.
 #include <backplane/backplane.hpp>
 
 #include <chrono>

@@ -1,6 +1,6 @@
-// WALKTHROUGH item 15: 1000 products of 100x100 matrices, recording the Frobenius norm of each
-// result, once copying each norm to the host every step (a hidden synchronisation per step)
-// and once keeping the log on the device and copying it at the end. The sync-debug mode makes
+// docs/names.md, walkthrough item 15: 1000 products of 100x100 matrices, recording the Frobenius
+// norm of each result, once copying each norm to the host every step (a hidden synchronisation per
+// step) and once keeping the log on the device and copying it at the end. The sync-debug mode makes
 // the hidden synchronisations of the first version visible.
 #include <backplane/backplane.hpp>
 

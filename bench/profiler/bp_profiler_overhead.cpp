@@ -6,8 +6,8 @@
 //   bp-profiler-overhead DEVICE [N] [REPS]        (defaults 20000 and 7)
 //
 // "off" against a build without the profiler is bp-tiny-add of the previous commit in the same
-// run (tools/gpu/profiler.sh); on the CPU, callgrind counts the instructions of both (README,
-// Profiling).
+// run (tools/gpu/profiler.sh); on the CPU, callgrind counts the instructions of both
+// (docs/profiling.md).
 #include <backplane/backplane.hpp>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
-// WALKTHROUGH items 1-4: list devices, name them, count GPUs, try_gpu / try_all_gpus, and ask
-// whether a backend is available and why not.
+// docs/names.md, walkthrough items 1-4: list devices, name them, count GPUs, try_gpu /
+// try_all_gpus, and ask whether a backend is available and why not.
 #include <backplane/backplane.hpp>
 
 #include <iostream>

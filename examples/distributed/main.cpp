@@ -1,4 +1,4 @@
-// The walkthrough's training example (examples/train, WALKTHROUGH item 13) trained
+// The walkthrough's training example (examples/train, walkthrough item 13 of docs/names.md) trained
 // data-parallel: run it with `bp-run -n 2 build/bin/example-distributed`. Each rank takes its
 // shard of every batch (DistributedSampler), DistributedDataParallel averages the gradients,
 // and the epoch losses are averaged across ranks. Rank 0 then trains the same model in one

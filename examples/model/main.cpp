@@ -1,6 +1,6 @@
-// WALKTHROUGH items 11-12 on the best device found (the first GPU, else the CPU): a Sequential
-// with LazyLinear(1) on that device, its output and weight device, saved to net.safetensors in
-// the working folder and loaded into a fresh model directly onto the device.
+// docs/names.md, walkthrough items 11-12 on the best device found (the first GPU, else the CPU): a
+// Sequential with LazyLinear(1) on that device, its output and weight device, saved to
+// net.safetensors in the working folder and loaded into a fresh model directly onto the device.
 #include <backplane/backplane.hpp>
 #include <backplane/nn.hpp>
 #include <backplane/serialize.hpp>

@@ -1,4 +1,4 @@
-// WALKTHROUGH items 5-10 on the best device found (the first GPU, else the CPU).
+// docs/names.md, walkthrough items 5-10 on the best device found (the first GPU, else the CPU).
 #include <backplane/backplane.hpp>
 
 #include <iostream>

@@ -1,8 +1,8 @@
-// WALKTHROUGH item 13: a training loop that moves the model and each batch to the first GPU if
-// there is one (the Trainer with num_gpus), so the same code runs on a CPU-only machine. A small
-// MLP learns a synthetic regression problem; the same run is then repeated on the CPU and the
-// two loss curves are compared. Progress shows on stderr (a redrawn line on a terminal), and the
-// two loss curves are drawn into an SVG (argv[1], default train_loss.svg).
+// docs/names.md, walkthrough item 13: a training loop that moves the model and each batch to the
+// first GPU if there is one (the Trainer with num_gpus), so the same code runs on a CPU-only
+// machine. A small MLP learns a synthetic regression problem; the same run is then repeated on the
+// CPU and the two loss curves are compared. Progress shows on stderr (a redrawn line on a
+// terminal), and the two loss curves are drawn into an SVG (argv[1], default train_loss.svg).
 #include <backplane/backplane.hpp>
 #include <backplane/nn.hpp>
 #include <backplane/train.hpp>

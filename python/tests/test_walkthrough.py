@@ -1,4 +1,4 @@
-"""The seed walkthrough (shared/WALKTHROUGH.md, d2l's "GPU computing") in Python, with the
+"""The GPU walkthrough (docs/names.md, d2l's "GPU computing") in Python, with the
 values the notebooks print."""
 import numpy as np
 import pytest

@@ -1,7 +1,7 @@
-// The per-op hot path's allocation rule (DESIGN.md section 4, Note [Per-op hot path]) on every
-// device: an op allocates on the heap only what its output needs (the TensorImpl and the Buffer,
-// one make_shared each), an in-place op nothing, a graph replay nothing. Counted by replacing
-// the global operator new in this test program, so libbackplane's and the plugin's C++
+// The per-op hot path's allocation rule (docs/design.md, "The hot path"; Note [Per-op hot path]) on
+// every device: an op allocates on the heap only what its output needs (the TensorImpl and the
+// Buffer, one make_shared each), an in-place op nothing, a graph replay nothing. Counted by
+// replacing the global operator new in this test program, so libbackplane's and the plugin's C++
 // allocations are both seen (a backend's device memory comes from its own allocator and is not
 // counted).
 #include "device_params.hpp"

@@ -1,5 +1,5 @@
-// WALKTHROUGH items 5-10 on every device: creation, device semantics, printing, errors,
-// asynchronous execution and memory accounting.
+// docs/names.md, walkthrough items 5-10 on every device: creation, device semantics, printing,
+// errors, asynchronous execution and memory accounting.
 #include "device_params.hpp"
 
 #include <thread>

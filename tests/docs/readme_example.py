@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes README.md's first C++ code block as a program, exactly as printed: its #include lines
-at file scope, every other line unchanged inside main(). The README's `x + y` throws
-bp::DeviceMismatch where the first GPU exists; the program reports that and exits 0.
+at file scope, every other line unchanged inside main(). Should the block show a mixed-device
+op, which throws bp::DeviceMismatch only where a GPU exists, the program reports it and exits 0.
 
     readme_example.py README.md OUT.cpp"""
 import re

@@ -1,7 +1,7 @@
-// bp-conformance: proves a Backplane backend plugin against the plugin ABI (README.md beside
-// this file). The parent process parses arguments, discovers plugins and runs every test group
-// in a child process (Note [Child processes] in conformance_runner.cpp); it never loads a
-// plugin itself.
+// bp-conformance: proves a Backplane backend plugin against the plugin ABI
+// (plugins/conformance/README.md). The parent process parses arguments, discovers plugins and runs
+// every test group in a child process (Note [Child processes] in conformance_runner.cpp); it never
+// loads a plugin itself.
 #include "conformance_child.hpp"
 #include "conformance_comm.hpp"
 #include "conformance_report.hpp"

@@ -6,8 +6,8 @@
 #
 #   bash tools/gpu/bench-medians.sh BUILD_DIR [REPEAT=5]
 #
-# Pass: every step exits 0 and the summary shows a ratio for every metric of README's H100
-# table (the lead copies the medians into README.md with the printed header line).
+# Pass: every step exits 0 and the summary shows a ratio for every metric of the H100
+# table (the medians go into docs/bench-data/h100-ops.json with the printed header line).
 set -uo pipefail
 build=${1:?usage: bash tools/gpu/bench-medians.sh BUILD_DIR [REPEAT]}
 repeat=${2:-5}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check and benchmark of the communicators (README.md, "Several GPUs and hosts") on the
+# GPU check and benchmark of the communicators (docs/distributed.md) on the
 # GPUs of one machine, N ranks (one process per GPU). For the 2 x H200 machine:
 #   bash tools/gpu/dist.sh BUILD_DIR            (N = 2)
 #   bash tools/gpu/dist.sh BUILD_DIR -n 4       (bigger machines)
@@ -86,7 +86,7 @@ done
 for w in 1 "$n"; do
   run "bp_curve$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" curve
 done
-# One process driving every GPU of the machine (WALKTHROUGH item 16).
+# One process driving every GPU of the machine (walkthrough item 16 of docs/names.md).
 run multi_gpu 120 "$build/bin/bp-exercise-multi_gpu"
 python3 "$top/bench/dist/compare_dist.py" "$out" "$n" | tee "$out/table.txt"
 tail -n 1 "$out/multi_gpu.txt"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check of plugin ABI 1.2's native handles and external memory on cuda:0 (README.md,
+# GPU check of plugin ABI 1.2's native handles and external memory on cuda:0 (docs/tensors.md,
 # "Native handles and external memory"). Runs, each under a time limit:
 #   cuda_native_test    the CUDA plugin's slots against cudaMalloc'd, pinned, managed and
 #                       other-device memory and foreign cudaStream_t (release checked to run

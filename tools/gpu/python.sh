@@ -70,7 +70,7 @@ for d in .device/python/lib .device/lib; do
   [ -d "$d" ] && export LD_LIBRARY_PATH="$top/$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 done
 # NVIDIA's OpenCL driver is not registered with the ICD loader there: a vendors folder holding
-# an nvidia.icd that names it selects it (README.md, "OpenCL on NVIDIA").
+# an nvidia.icd that names it selects it (docs/backends.md, "opencl").
 if [ -e /usr/local/nvidia/lib64/libnvidia-opencl.so.1 ] && [ -z "${OCL_ICD_VENDORS:-}" ]; then
   mkdir -p "$out/opencl-vendors"
   echo /usr/local/nvidia/lib64/libnvidia-opencl.so.1 > "$out/opencl-vendors/nvidia.icd"

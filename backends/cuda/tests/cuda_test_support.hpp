@@ -1,7 +1,7 @@
 // Test support for cuda_plugin_test: keeps one stream on cuda:0 and mirrors device tensors on
-// the host as float64 values so every check compares against a float64 reference (STYLE.md:
-// fresh random inputs, guard bytes). Loading the plugin, the seed, the dtype encoders and the
-// comparison are the shared ones of tests/support/backplane_test.
+// the host as float64 values so every check compares against a float64 reference (docs/design.md,
+// "Tests": fresh random inputs, guard bytes). Loading the plugin, the seed, the dtype encoders and
+// the comparison are the shared ones of tests/support/backplane_test.
 //
 // Not thread-safe; tests run on one thread.
 #ifndef BACKPLANE_CUDA_TEST_SUPPORT_HPP_

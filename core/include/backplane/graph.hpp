@@ -1,5 +1,5 @@
 // Graphs: the work queued on a device's stream, captured once and replayed with one submission
-// (DESIGN.md section 9).
+// (docs/graphs.md).
 //
 //   bp::Tensor x = bp::randn({256, 1024}, dev);        // static input: allocated before
 //   bp::Graph g = bp::capture(dev, [&] {                // nothing runs during the capture

@@ -8,7 +8,7 @@
 //   [[unlikely]] (copies and synchronisations too); nothing else happens and nothing is
 //   allocated while neither the profiler nor the memory history is on. On the CPU the 1-element
 //   add costs 14 instructions more than without the hooks (2,547 against 2,533, callgrind);
-//   bench/profiler measures it off against on (README, "Profiling").
+//   bench/profiler measures it off against on (docs/profiling.md).
 //
 // Note [Device time]
 //   While the profiler runs, every launch and copy is bracketed by a pair of the plugin's events

@@ -17,7 +17,7 @@
 //   number of subnormal spacings) below it. magnitude_i is optional: tests of accumulations
 //   (reductions, matmul) pass the L2 norm of the terms that produced element i, so a sum that
 //   cancels to near zero is judged against the size of what was summed, not against its
-//   cancelled result. The verdict is the norm form of STYLE.md,
+//   cancelled result. The verdict is the norm form of docs/hardening.md,
 //
 //       ||got - ref||_2 <= rtol * ||scale||_2          (Mode::kNorm, the default)
 //
