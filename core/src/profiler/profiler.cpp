@@ -23,8 +23,6 @@ namespace bp {
 
 namespace detail {
 
-std::atomic<uint32_t> g_observe{0};
-
 namespace {
 
 thread_local const char* t_label = nullptr;     // current op or Range of this thread
@@ -196,12 +194,6 @@ void resolve(ObserverState& o) {
 
 }  // namespace
 
-int64_t clock_ns() noexcept {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 ObserverState& observer() {
   static ObserverState* s = new ObserverState;  // Note [Plugin lifetime]: used at exit
   return *s;
@@ -286,37 +278,43 @@ void launch_observed(const Kernel& k, bp_stream* stream, std::span<const bp_tens
   o.recs.push_back(std::move(r));
 }
 
-void ObservedCopy::begin(CopyKind kind, Device& dev, bp_stream* stream, uint64_t bytes,
-                         const bp_buffer* dst) {
+namespace {
+
+CopyRecord* copy_begin(CopyKind kind, Device& dev, bp_stream* stream, uint64_t bytes,
+                       const bp_buffer* dst) {
   ObserverState& o = observer();
   std::lock_guard<std::mutex> lock(o.mu);
   if (dst) attribute(o, dev, dst, copy_name(kind));
-  if (!o.running) return;
-  kind_ = kind;
-  dev_ = &dev;
-  stream_ = stream;
-  bytes_ = bytes;
-  tid_ = thread_number();
-  host0_ = clock_ns();
-  interval_ = begin_interval(o, dev, stream);
-  active_ = true;
+  if (!o.running) return nullptr;
+  auto* r = new CopyRecord;
+  r->kind = kind;
+  r->dev = &dev;
+  r->stream = stream;
+  r->bytes = bytes;
+  r->tid = thread_number();
+  r->host0 = clock_ns();
+  r->interval = begin_interval(o, dev, stream);
+  return r;
 }
 
-void ObservedCopy::finish() {
+void copy_end(const CopyRecord& c) {
   ObserverState& o = observer();
   std::lock_guard<std::mutex> lock(o.mu);
-  if (!o.running || o.generation != interval_->generation) return;
+  if (!o.running || o.generation != c.interval.generation) return;
   Rec r;
-  end_interval(o, *interval_, *dev_, stream_, r);
+  Interval interval = c.interval;
+  end_interval(o, interval, *c.dev, c.stream, r);
   r.kind = RecKind::copy;
-  r.name = copy_name(kind_);
-  r.dev = dev_;
-  r.tid = tid_;
-  r.bytes = bytes_;
-  r.host0 = host0_ - o.t0;
+  r.name = copy_name(c.kind);
+  r.dev = c.dev;
+  r.tid = c.tid;
+  r.bytes = c.bytes;
+  r.host0 = c.host0 - o.t0;
   r.host1 = clock_ns() - o.t0;
   o.recs.push_back(std::move(r));
 }
+
+}  // namespace
 
 void on_alloc(Device& dev, const bp_buffer* b, uint64_t size, const StreamState* stream) {
   ObserverState& o = observer();
@@ -414,6 +412,44 @@ void on_collective(const char* op, Device& dev, uint64_t bytes, int64_t t0,
   o.recs.push_back(std::move(r));
 }
 
+namespace {
+
+// The profiler's Observer (Note [Observers] in runtime/observer.hpp), registered while
+// libbackplane loads.
+class ProfilerObserver final : public Observer {
+ public:
+  void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
+              std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) override {
+    launch_observed(k, stream, in, out, attrs);
+  }
+  void* copy_begin(CopyKind kind, Device& dev, bp_stream* stream, uint64_t bytes,
+                   const bp_buffer* dst) override {
+    return detail::copy_begin(kind, dev, stream, bytes, dst);
+  }
+  void copy_end(void* record, bool done) noexcept override {
+    std::unique_ptr<CopyRecord> r(static_cast<CopyRecord*>(record));
+    if (!done) return;
+    try {
+      detail::copy_end(*r);
+    } catch (...) {  // a copy records what it can; it never fails for the profiler
+    }
+  }
+  void alloc(Device& dev, const bp_buffer* b, uint64_t size, const StreamState* s) override {
+    on_alloc(dev, b, size, s);
+  }
+  void free(Device& dev, const bp_buffer* b, uint64_t size) override { on_free(dev, b, size); }
+  void sync(Device& dev, bp_stream* stream, int64_t t0) override { on_sync(dev, stream, t0); }
+  void implicit_sync(const Device& dev, const char* what) override { on_implicit_sync(dev, what); }
+  void oom_users(Device& dev, std::string& out) override { oom_top_users(dev, out); }
+};
+
+[[maybe_unused]] const bool g_registered = [] {
+  static ProfilerObserver* o = new ProfilerObserver;  // used at exit: never destroyed
+  set_observer(o);
+  return true;
+}();
+
+}  // namespace
 }  // namespace detail
 
 // ---- Public API ------------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 // Note [Profiler cost when off] in profiler.hpp: every hook starts with observing().
 #pragma once
 
-#include "runtime/device_state.hpp"
+#include "runtime/observer.hpp"
 
 #include <backplane/profiler.hpp>
 
@@ -19,31 +19,6 @@
 
 namespace bp::detail {
 
-inline constexpr uint32_t kObserveProfile = 1;  // a profiler session runs
-inline constexpr uint32_t kObserveMemory = 2;   // record_memory_history(true)
-extern std::atomic<uint32_t> g_observe;
-
-// The one branch of the per-op path (Note [Profiler cost when off]).
-inline bool observing() noexcept {
-  return g_observe.load(std::memory_order_relaxed) != 0;
-}
-
-int64_t clock_ns() noexcept;  // steady clock
-
-// The launch itself, without recording (plugin_device.cpp).
-void launch_unobserved(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
-                       std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs);
-// The launch with recording: the op's device interval, shapes, and the op that allocated its
-// outputs.
-void launch_observed(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
-                     std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs);
-
-enum class CopyKind { h2d, d2h, d2d, peer, memset };
-const char* copy_name(CopyKind k) noexcept;
-
-// Brackets one copy or memset queued on `stream` of `dev`: construct before the plugin call,
-// done() after it succeeded. Does nothing unless a profiler session runs or the memory history
-// records (then `dst`, when given, is attributed to the copy if no op wrote it yet).
 // A device interval on a stream: a pair of events recorded there, or (a plugin without event
 // timing) a synchronisation and a host stamp on each side. Both ends are taken with the
 // observer's lock held, so stop() never destroys an event between them (the session's
@@ -55,33 +30,22 @@ struct Interval {
   int64_t ref_ns = 0, dev0 = -1, dev1 = -1;
 };
 
-class ObservedCopy {
- public:
-  ObservedCopy(CopyKind kind, Device& dev, bp_stream* stream, uint64_t bytes,
-               const bp_buffer* dst) {
-    if (observing()) [[unlikely]]
-      begin(kind, dev, stream, bytes, dst);
-  }
-  void done() {
-    if (active_) [[unlikely]]
-      finish();
-  }
-  ObservedCopy(const ObservedCopy&) = delete;
-  ObservedCopy& operator=(const ObservedCopy&) = delete;
-
- private:
-  void begin(CopyKind kind, Device& dev, bp_stream* stream, uint64_t bytes, const bp_buffer* dst);
-  void finish();
-  bool active_ = false;
-  CopyKind kind_{};
-  Device* dev_ = nullptr;
-  bp_stream* stream_ = nullptr;
-  uint64_t bytes_ = 0;
-  int64_t host0_ = 0;
-  int tid_ = 0;
-  std::optional<Interval> interval_;  // only while observing
+// One copy or memset being recorded (Observer::copy_begin's record).
+struct CopyRecord {
+  CopyKind kind{};
+  Device* dev = nullptr;
+  bp_stream* stream = nullptr;
+  uint64_t bytes = 0;
+  int64_t host0 = 0;
+  int tid = 0;
+  Interval interval;
 };
 
+// The profiler's Observer (Note [Observers]) forwards to these.
+void launch_observed(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
+                     std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs);
+const char* copy_name(CopyKind k) noexcept;
+void oom_top_users(Device& dev, std::string& out);
 // Allocation hooks (DeviceState::allocate/release), called only when observing().
 void on_alloc(Device& dev, const bp_buffer* b, uint64_t size, const StreamState* stream);
 void on_free(Device& dev, const bp_buffer* b, uint64_t size);
@@ -92,10 +56,6 @@ void on_implicit_sync(const Device& dev, const char* what);
 // A collective or point-to-point operation issued from host time `t0` to now.
 void on_collective(const char* op, Device& dev, uint64_t bytes, int64_t t0,
                    const std::string& what);
-
-// The allocator summary appended to out-of-memory errors (Note [Out-of-memory summary]).
-std::string oom_summary(Device& dev);
-std::string format_size(uint64_t bytes);
 
 // ---- Recorded state (profiler.cpp writes it; profiler_output.cpp reads it) -------------------
 

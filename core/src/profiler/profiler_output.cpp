@@ -14,48 +14,13 @@ namespace bp {
 
 namespace detail {
 
-std::string format_size(uint64_t n) {
-  char buf[64];
-  if (n >= (1ull << 30))
-    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(n) / double(1ull << 30));
-  else if (n >= (1ull << 20))
-    std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(n) / double(1ull << 20));
-  else if (n >= (1ull << 10))
-    std::snprintf(buf, sizeof buf, "%.2f KiB", static_cast<double>(n) / double(1ull << 10));
-  else
-    std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
-  return buf;
-}
-
-// Note [Out-of-memory summary]
-//   An allocation the plugin refuses with BP_ERROR_OUT_OF_MEMORY throws OutOfMemory whose message
-//   ends with the allocator's state, like PyTorch's: bytes allocated and reserved (with what the
-//   cache holds), the device's free memory, the largest free block when the allocator knows it
-//   (the plugin ABI does not report one, so the message says so), and the five largest users by
-//   op when the memory history records (otherwise how to turn it on).
-std::string oom_summary(Device& dev) {
-  DeviceState& s = state(dev);
-  std::string out = "allocator summary for " + dev.str() + ": ";
-  bp_memory_stats m{};
-  m.struct_size = sizeof m;
-  if (bp_error* e = s.api->memory_stats(s.index, &m)) {
-    s.api->error_free(e);
-    out += "memory statistics unavailable";
-  } else {  // counts from libbackplane, `reserved` from the plugin (Note [Memory accounting])
-    const uint64_t allocated = s.memory.allocated();
-    out += format_size(allocated) + " allocated in " + std::to_string(s.memory.live()) +
-           " blocks, " + format_size(m.reserved) + " reserved (" +
-           format_size(m.reserved > allocated ? m.reserved - allocated : 0) +
-           " reserved but unallocated), peak " + format_size(s.memory.peak());
-  }
-  out += "; device memory free " + format_size(dev.free_memory()) + " of " +
-         format_size(dev.properties().total_memory);
-  out += "; largest free block: not reported by the " + dev.backend_name() + " plugin";
+// The "top users" part of Note [Out-of-memory summary] (the runtime writes the rest).
+void oom_top_users(Device& dev, std::string& out) {
   ObserverState& o = observer();
   std::lock_guard<std::mutex> lock(o.mu);
   if (!observing()) {
     out += "; top users: not recorded (bp::record_memory_history(true) records them)";
-    return out;
+    return;
   }
   std::map<std::string, std::pair<uint64_t, uint64_t>> by_op;  // op -> bytes, blocks
   for (const auto& [key, blk] : o.live) {
@@ -74,7 +39,6 @@ std::string oom_summary(Device& dev) {
     out += std::string(i ? "," : "") + " " + users[i].first + " " +
            format_size(users[i].second.first) + " (" + std::to_string(users[i].second.second) +
            (users[i].second.second == 1 ? " block)" : " blocks)");
-  return out;
 }
 
 }  // namespace detail

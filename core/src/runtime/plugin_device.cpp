@@ -1,7 +1,7 @@
 // Device, Allocator, Buffer, Stream, Event and Kernel over a plugin's C table (device.hpp),
 // with their state in DeviceState (device_state.hpp).
-#include "profiler/profiler_internal.hpp"
 #include "runtime/interceptor.hpp"
+#include "runtime/observer.hpp"
 #include "runtime/registry.hpp"
 
 #include <sys/syscall.h>
@@ -233,7 +233,7 @@ std::shared_ptr<Buffer> DeviceState::allocate(uint64_t bytes, std::shared_ptr<St
     const StreamState* on = stream.get();
     auto buf = Access::make_buffer(*self, b, bytes, std::move(stream), false);
     if (observing()) [[unlikely]]
-      on_alloc(*self, b, bytes, on);
+      observer_hooks().alloc(*self, b, bytes, on);
     return buf;
   } catch (...) {
     release(b, bytes, nullptr, true);
@@ -312,7 +312,7 @@ void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> 
   if (intercepted_launch(state(k.device()), k, stream, in, out, attrs)) [[unlikely]]
     return;
   if (observing()) [[unlikely]] {  // Note [Profiler cost when off] in profiler.hpp
-    launch_observed(k, stream, in, out, attrs);
+    observer_hooks().launch(k, stream, in, out, attrs);
     return;
   }
   launch_body(k, stream, in, out, attrs);
@@ -325,7 +325,7 @@ void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> 
 Buffer::~Buffer() {
   if (detail::observing() && !imported_) [[unlikely]] {
     try {
-      detail::on_free(*device_, static_cast<bp_buffer*>(handle_), size_);
+      detail::observer_hooks().free(*device_, static_cast<bp_buffer*>(handle_), size_);
     } catch (...) {  // a free records what it can; it never fails for the profiler
     }
   }
@@ -358,7 +358,7 @@ void Stream::synchronize() {
   if (detail::observing()) [[unlikely]] {
     int64_t t0 = detail::clock_ns();
     check(api, api->stream_synchronize(state_->s), "stream synchronize", device_);
-    detail::on_sync(*device_, state_->s, t0);
+    detail::observer_hooks().sync(*device_, state_->s, t0);
     return;
   }
   check(api, api->stream_synchronize(state_->s), "stream synchronize", device_);

@@ -1,8 +1,8 @@
 // Public runtime functions over the process default registry (Note [Registries] in
 // runtime.hpp), and the process-wide settings.
-#include "profiler/profiler_internal.hpp"
 #include "runtime/config_internal.hpp"
 #include "runtime/host/plugin_host.hpp"
+#include "runtime/observer.hpp"
 #include "runtime/registry.hpp"
 
 #include <atomic>
@@ -103,7 +103,7 @@ namespace detail {
 
 void note_implicit_sync(const Device& dev, const char* what) {
   if (observing()) [[unlikely]]
-    on_implicit_sync(dev, what);
+    observer_hooks().implicit_sync(dev, what);
   if (dev.properties().unified_memory) return;  // host memory: nothing to wait for
   SyncDebug mode = sync_debug();
   if (mode == SyncDebug::off) return;
