@@ -695,7 +695,7 @@ void manual_seed(uint64_t seed) {
 namespace detail {
 void draw_philox(Device& dev, const char* what, Generator* gen, uint64_t n, uint64_t& seed,
                  uint64_t& offset) {
-  refuse_if_capturing(dev, what,
+  intercepted_host_op(state(dev), nullptr, what,
                       "its seed and offset are fixed at capture, so every replay would draw the "
                       "same numbers; run it outside the capture");
   std::lock_guard<std::mutex> lock(g_gen_mu);
