@@ -17,7 +17,7 @@ import sys
 # The layers, lowest first; layers of one rank may not include each other.
 LAYERS = [
     ("runtime", 0), ("tensor", 1), ("autograd", 2), ("profiler", 3), ("graph", 4),
-    ("nn", 5), ("serialize", 6), ("train", 6), ("dist", 7),
+    ("nn", 5), ("serialize", 6), ("train", 7), ("dist", 8),
 ]
 RANK = dict(LAYERS)
 # Public headers (core/include/backplane) by the layer that implements them.
@@ -27,6 +27,7 @@ PUBLIC = {
     "tensor.hpp": "tensor", "functions.hpp": "tensor", "nn_functional.hpp": "tensor",
     "nn_conv.hpp": "nn", "profiler.hpp": "profiler", "graph.hpp": "graph",
     "nn.hpp": "nn", "serialize.hpp": "serialize", "train.hpp": "train",
+    "optim.hpp": "train", "lr_scheduler.hpp": "train", "checkpoint.hpp": "train",
     "dist.hpp": "dist", "dist_store.hpp": "dist", "parallel.hpp": "dist",
 }
 INTERNAL = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"')

@@ -2,6 +2,7 @@
 // core/include/backplane (checked by the test docs.umbrella_header).
 #pragma once
 
+#include <backplane/checkpoint.hpp>
 #include <backplane/device.hpp>
 #include <backplane/dist.hpp>
 #include <backplane/dist_store.hpp>
@@ -10,10 +11,12 @@
 #include <backplane/export.hpp>
 #include <backplane/functions.hpp>
 #include <backplane/graph.hpp>
+#include <backplane/lr_scheduler.hpp>
 #include <backplane/nn.hpp>
 #include <backplane/nn_conv.hpp>
 #include <backplane/nn_functional.hpp>
 #include <backplane/ops.hpp>
+#include <backplane/optim.hpp>
 #include <backplane/parallel.hpp>
 #include <backplane/profiler.hpp>
 #include <backplane/runtime.hpp>

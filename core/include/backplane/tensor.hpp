@@ -245,7 +245,7 @@ BP_API Tensor arange(int64_t n, DType dtype = DType::f32);
 BP_API void manual_seed(uint64_t seed);
 class BP_API Generator {
  public:
-  explicit Generator(uint64_t seed = 0x5eed) : seed_(seed) {}
+  explicit Generator(uint64_t seed = 0x5eed, uint64_t offset = 0) : seed_(seed), offset_(offset) {}
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
   // Reserves n values and returns the offset of the first.
@@ -256,6 +256,13 @@ class BP_API Generator {
   uint64_t offset_ = 0;
 };
 BP_API Generator& default_generator();
+// The global generator's seed and offset (torch.get_rng_state / set_rng_state): a checkpoint
+// saves them so a resumed run draws the numbers the uninterrupted run would have drawn.
+struct RngState {
+  uint64_t seed = 0, offset = 0;
+};
+BP_API RngState get_rng_state();
+BP_API void set_rng_state(const RngState& state);
 BP_API Tensor rand(const Shape& shape, Device& device, DType dtype = DType::f32,
                    Generator* gen = nullptr);  // uniform [0, 1)
 BP_API Tensor rand(const Shape& shape, DType dtype = DType::f32);

@@ -1,5 +1,6 @@
-// Training: losses, gradient clipping, optimisers (SGD, Adam), a DataLoader over in-memory
-// tensors and a Trainer that runs the loop on the best device (d2l's Trainer with num_gpus).
+// Training: losses, gradient clipping, optimisers (backplane/optim.hpp), a DataLoader over
+// in-memory tensors and a Trainer that runs the loop on the best device (d2l's Trainer with
+// num_gpus).
 //
 // Note [Training on a device]
 //   Everything a step computes stays on the model's device: the loss, the gradients, the
@@ -14,6 +15,7 @@
 
 #include <backplane/export.hpp>
 #include <backplane/nn.hpp>
+#include <backplane/optim.hpp>
 #include <backplane/tensor.hpp>
 
 #include <cstdint>
@@ -48,76 +50,6 @@ BP_API Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
 BP_API Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm);
 
 }  // namespace nn
-
-namespace optim {
-
-// Base of the optimisers: holds the parameters (handles, not copies) and the learning rate.
-class BP_API Optimizer {
- public:
-  explicit Optimizer(std::vector<Tensor> parameters, double lr);
-  virtual ~Optimizer() = default;
-  Optimizer(const Optimizer&) = delete;
-  Optimizer& operator=(const Optimizer&) = delete;
-
-  // Updates every parameter that has a gradient, in place on its device; parameters without
-  // a gradient are skipped.
-  virtual void step() = 0;
-  // Drops every parameter's gradient (the next backward() starts from nothing).
-  void zero_grad();
-  const std::vector<Tensor>& parameters() const noexcept { return params_; }
-  double lr() const noexcept { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
-
- protected:
-  std::vector<Tensor> params_;
-  double lr_;
-};
-
-struct SGDOptions {
-  double lr = 0.01;
-  double momentum = 0.0;
-  double dampening = 0.0;
-  double weight_decay = 0.0;  // L2 penalty added to the gradient
-  bool nesterov = false;      // needs momentum > 0 and dampening == 0
-};
-
-// torch.optim.SGD: d = g + wd * p; with momentum, buf = d on the first step and
-// buf = momentum * buf + (1 - dampening) * d after; d = nesterov ? d + momentum * buf : buf;
-// p -= lr * d. Throws Error for negative hyper-parameters or an invalid nesterov setting.
-class BP_API SGD : public Optimizer {
- public:
-  SGD(std::vector<Tensor> parameters, const SGDOptions& options);
-  void step() override;
-  const SGDOptions& options() const noexcept { return opt_; }
-
- private:
-  SGDOptions opt_;
-  std::vector<Tensor> momentum_;  // per parameter, created on its first step
-};
-
-struct AdamOptions {
-  double lr = 1e-3;
-  double beta1 = 0.9, beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;  // L2 penalty added to the gradient (torch.optim.Adam, not AdamW)
-};
-
-// torch.optim.Adam (amsgrad off): g += wd * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
-// p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), t counted per parameter.
-// Throws Error for hyper-parameters out of range.
-class BP_API Adam : public Optimizer {
- public:
-  Adam(std::vector<Tensor> parameters, const AdamOptions& options);
-  void step() override;
-  const AdamOptions& options() const noexcept { return opt_; }
-
- private:
-  AdamOptions opt_;
-  std::vector<Tensor> m_, v_;
-  std::vector<int64_t> t_;
-};
-
-}  // namespace optim
 
 struct Batch {
   Tensor x, y;
@@ -209,6 +141,7 @@ using OptimizerFactory =
 // Factories for Trainer::fit.
 BP_API OptimizerFactory sgd(const optim::SGDOptions& options);
 BP_API OptimizerFactory adam(const optim::AdamOptions& options);
+BP_API OptimizerFactory adamw(const optim::AdamWOptions& options = {});
 
 // Note [Training progress]
 //   With progress on, fit() reports the epoch, the batch, the running mean loss of the epoch,

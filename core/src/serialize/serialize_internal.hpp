@@ -3,6 +3,9 @@
 
 #include <backplane/export.hpp>
 
+#include <string>
+#include <string_view>
+
 namespace bp::detail {
 
 // true (the default): saves write an unnamed O_TMPFILE where the file system supports it.
@@ -10,5 +13,10 @@ namespace bp::detail {
 // exercise it on any file system. Thread-safe; affects saves that start afterwards.
 // Exported deliberately (a test switch, not public API: this header is not installed).
 BP_API void set_anonymous_temporaries(bool on);
+
+// Writes `bytes` to `path` as save() writes a safetensors file (Note [Atomic save], Note
+// [Output targets]): the old file stays whole until the new one is complete. IOError naming
+// the path.
+void write_file_atomic(const std::string& path, std::string_view bytes);
 
 }  // namespace bp::detail

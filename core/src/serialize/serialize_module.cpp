@@ -228,6 +228,11 @@ namespace detail {
 void set_anonymous_temporaries(bool on) {
   g_anonymous_temporaries.store(on, std::memory_order_relaxed);
 }
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  AtomicFile file(path);
+  file.write(bytes.data(), bytes.size());
+  file.commit();
+}
 }  // namespace detail
 
 void save(const std::map<std::string, Tensor>& tensors, const std::string& path,

@@ -720,6 +720,14 @@ void manual_seed(uint64_t seed) {
   std::lock_guard<std::mutex> lock(g_gen_mu);
   default_generator() = Generator(seed);
 }
+RngState get_rng_state() {
+  std::lock_guard<std::mutex> lock(g_gen_mu);
+  return {default_generator().seed(), default_generator().offset()};
+}
+void set_rng_state(const RngState& state) {
+  std::lock_guard<std::mutex> lock(g_gen_mu);
+  default_generator() = Generator(state.seed, state.offset);
+}
 
 namespace detail {
 void draw_philox(Device& dev, const char* what, Generator* gen, uint64_t n, uint64_t& seed,
