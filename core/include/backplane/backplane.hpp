@@ -13,6 +13,7 @@
 #include <backplane/nn.hpp>
 #include <backplane/nn_conv.hpp>
 #include <backplane/nn_functional.hpp>
+#include <backplane/nn_transformer.hpp>
 #include <backplane/ops.hpp>
 #include <backplane/parallel.hpp>
 #include <backplane/profiler.hpp>
