@@ -224,7 +224,7 @@ void attention_backward_kernel(const Launch& l) {
   const int64_t rows = block_rows(g);
   parallel_units(g.B * g.H, g.L * (g.S * (2 * g.E + 2 * g.Ev) + 1), Cost::kReduction,
                  [&](int64_t ub, int64_t ue) {
-    std::vector<C> p, dp, dq, dk, dv, D;
+    std::vector<C> p, dp, dq, dk, dv;
     for (int64_t bh = ub; bh < ue; ++bh) {
       const Slice<T> q(pq + bh * g.L * g.E, g.L * g.E), k(pk + bh * g.S * g.E, g.S * g.E);
       const Slice<T> v(pv + bh * g.S * g.Ev, g.S * g.Ev), go(pg + bh * g.L * g.Ev, g.L * g.Ev);
@@ -237,7 +237,6 @@ void attention_backward_kernel(const Launch& l) {
         if (s == 0) continue;
         p.resize(static_cast<size_t>(n * s));
         dp.resize(static_cast<size_t>(n * s));
-        D.assign(static_cast<size_t>(n), C(0));
         scores(q.data() + i0 * g.E, k.data(), i0, n, s, g.E, a, p.data());
         const C* gblk = go.data() + i0 * g.Ev;
         // dP = dO V^T over the block's keys.

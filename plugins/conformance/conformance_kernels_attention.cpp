@@ -228,7 +228,7 @@ void attention_cases(const OpInfo& op, int32_t dt, CaseList& out) {
       {"dropout", 1, 2, 16, 24, 8, 8, false, 0.25},
       {"dropout_causal", 1, 1, 20, 20, 8, 8, true, 0.5},
       // Scores up to about 1e4: exp of the raw scores overflows; the row maximum keeps it finite.
-      {"large_scores", 1, 1, 8, 16, 16, 16, false, 0, 1.0, 50.0},
+      {"large_scores", 1, 1, 8, 16, 16, 16, false, 0, 0, 50.0},
       {"long_rows", 1, 1, 4, 4099, 8, 8},
       {"one_key", 1, 2, 5, 1, 4, 4},
       {"empty_queries", 1, 2, 0, 8, 4, 4},

@@ -87,7 +87,25 @@ const std::map<std::string, std::string>& expected_matrix() {
                                                        {"softmax", "11110000"},
                                                        {"log_softmax", "11110000"},
                                                        {"softmax_backward", "11110000"},
-                                                       {"log_softmax_backward", "11110000"}};
+                                                       {"log_softmax_backward", "11110000"},
+                                                       // Minor 5: no OpenCL kernels yet.
+                                                       {"layer_norm", "00000000"},
+                                                       {"layer_norm_backward", "00000000"},
+                                                       {"gelu", "00000000"},
+                                                       {"gelu_backward", "00000000"},
+                                                       {"silu", "00000000"},
+                                                       {"silu_backward", "00000000"},
+                                                       {"embedding", "00000000"},
+                                                       {"embedding_backward", "00000000"},
+                                                       {"scaled_dot_product_attention", "00000000"},
+                                                       {"scaled_dot_product_attention_backward",
+                                                        "00000000"},
+                                                       {"triu", "00000000"},
+                                                       {"tril", "00000000"},
+                                                       {"cumsum", "00000000"},
+                                                       {"sin", "00000000"},
+                                                       {"cos", "00000000"},
+                                                       {"rsqrt", "00000000"}};
   return m;
 }
 
