@@ -36,7 +36,8 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const 
   if (m == 0 || n == 0) return;
   OmpThreads threads(1);
   const dnnl_status_t st =
-      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, alpha, a, std::max<int64_t>(lda, 1), b,
+                 std::max<int64_t>(ldb, 1), beta, c, std::max<int64_t>(ldc, 1));
   if (st != dnnl_success)
     bp::sdk::fail(BP_ERROR_INTERNAL,
                   bp::sdk::format("cpu:0: scaled_dot_product_attention: dnnl_sgemm(%lld x %lld x "

@@ -157,7 +157,7 @@ void run_attention(Context& ctx, const OpInfo& op, int32_t dt, const AttentionCa
   // Backward: out and lse from the reference forward (rounded to their dtypes), dout random.
   HostTensor out = dense_values(dt, os, r.out), lse = dense_values(sdt, ls, r.lse);
   HostTensor dout = random_dense(rng, dt, os, Range{-1.0, 1.0});
-  const std::vector<double> ov = out.logical(), lv = lse.logical(), gv = dout.logical();
+  const std::vector<double> ov = out.logical(), gv = dout.logical();
   const double scale = scale_of(c);
   std::vector<double> dqr(qv.size()), dkr(kv.size()), dvr(vv.size());
   std::vector<double> dqm(qv.size()), dkm(kv.size()), dvm(vv.size());
