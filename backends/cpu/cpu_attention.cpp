@@ -160,43 +160,46 @@ void attention_kernel(const Launch& l) {
   const int64_t blocks = (g.L + rows - 1) / rows;
   parallel_units(g.B * g.H * blocks, rows * (g.S * (g.E + g.Ev) + 1), Cost::kReduction,
                  [&](int64_t ub, int64_t ue) {
-    std::vector<C> sc, acc;
-    for (int64_t u = ub; u < ue; ++u) {
-      const int64_t bh = u / blocks, i0 = (u % blocks) * rows;
-      const int64_t n = std::min(rows, g.L - i0);
-      const int64_t s = a.causal ? std::min(g.S, i0 + n) : g.S;  // keys any row of the block sees
-      const Slice<T> q(pq + (bh * g.L + i0) * g.E, n * g.E);
-      const Slice<T> k(pk + bh * g.S * g.E, s * g.E);
-      const Slice<T> v(pv + bh * g.S * g.Ev, s * g.Ev);
-      sc.resize(static_cast<size_t>(n * s));
-      acc.assign(static_cast<size_t>(n * g.Ev), C(0));
-      scores(q.data(), k.data(), i0, n, s, g.E, a, sc.data());
-      for (int64_t r = 0; r < n; ++r) {
-        C* row = sc.data() + r * s;
-        C m = -std::numeric_limits<C>::infinity();
-        for (int64_t j = 0; j < s; ++j) m = std::max(m, row[j]);
-        const int64_t i = i0 + r;
-        if (m == -std::numeric_limits<C>::infinity()) {  // no key: out 0, lse -inf
-          std::fill(row, row + s, C(0));
-          pl[bh * g.L + i] = -std::numeric_limits<ST>::infinity();
-          continue;
-        }
-        for (int64_t j = 0; j < s; ++j) row[j] -= m;
-        vmath::unary(vmath::kExp, row, row, s);
-        double sum = 0;
-        for (int64_t j = 0; j < s; ++j) sum += static_cast<double>(row[j]);
-        pl[bh * g.L + i] = static_cast<ST>(static_cast<double>(m) + std::log(sum));
-        const C inv = static_cast<C>(1.0 / sum);
-        const uint64_t first = static_cast<uint64_t>((bh * g.L + i) * g.S);
-        for (int64_t j = 0; j < s; ++j)
-          row[j] *= inv * keep_factor<C>(a, first + static_cast<uint64_t>(j));
-      }
-      if (s > 0) gemm(false, false, n, g.Ev, s, C(1), sc.data(), s, v.data(), g.Ev, C(0),
-                      acc.data(), g.Ev);
-      T* o = po + (bh * g.L + i0) * g.Ev;
-      for (int64_t e = 0; e < n * g.Ev; ++e) o[e] = DType<T>::store(acc[static_cast<size_t>(e)]);
-    }
-  });
+                   std::vector<C> sc, acc;
+                   for (int64_t u = ub; u < ue; ++u) {
+                     const int64_t bh = u / blocks, i0 = (u % blocks) * rows;
+                     const int64_t n = std::min(rows, g.L - i0);
+                     const int64_t s =
+                         a.causal ? std::min(g.S, i0 + n) : g.S;  // keys any row of the block sees
+                     const Slice<T> q(pq + (bh * g.L + i0) * g.E, n * g.E);
+                     const Slice<T> k(pk + bh * g.S * g.E, s * g.E);
+                     const Slice<T> v(pv + bh * g.S * g.Ev, s * g.Ev);
+                     sc.resize(static_cast<size_t>(n * s));
+                     acc.assign(static_cast<size_t>(n * g.Ev), C(0));
+                     scores(q.data(), k.data(), i0, n, s, g.E, a, sc.data());
+                     for (int64_t r = 0; r < n; ++r) {
+                       C* row = sc.data() + r * s;
+                       C m = -std::numeric_limits<C>::infinity();
+                       for (int64_t j = 0; j < s; ++j) m = std::max(m, row[j]);
+                       const int64_t i = i0 + r;
+                       if (m == -std::numeric_limits<C>::infinity()) {  // no key: out 0, lse -inf
+                         std::fill(row, row + s, C(0));
+                         pl[bh * g.L + i] = -std::numeric_limits<ST>::infinity();
+                         continue;
+                       }
+                       for (int64_t j = 0; j < s; ++j) row[j] -= m;
+                       vmath::unary(vmath::kExp, row, row, s);
+                       double sum = 0;
+                       for (int64_t j = 0; j < s; ++j) sum += static_cast<double>(row[j]);
+                       pl[bh * g.L + i] = static_cast<ST>(static_cast<double>(m) + std::log(sum));
+                       const C inv = static_cast<C>(1.0 / sum);
+                       const uint64_t first = static_cast<uint64_t>((bh * g.L + i) * g.S);
+                       for (int64_t j = 0; j < s; ++j)
+                         row[j] *= inv * keep_factor<C>(a, first + static_cast<uint64_t>(j));
+                     }
+                     if (s > 0)
+                       gemm(false, false, n, g.Ev, s, C(1), sc.data(), s, v.data(), g.Ev, C(0),
+                            acc.data(), g.Ev);
+                     T* o = po + (bh * g.L + i0) * g.Ev;
+                     for (int64_t e = 0; e < n * g.Ev; ++e)
+                       o[e] = DType<T>::store(acc[static_cast<size_t>(e)]);
+                   }
+                 });
 }
 
 template <class T>
@@ -223,67 +226,68 @@ void attention_backward_kernel(const Launch& l) {
   const ST* pl = data<ST>(lse);
   T *pdq = data<T>(l.outputs[0]), *pdk = data<T>(l.outputs[1]), *pdv = data<T>(l.outputs[2]);
   const int64_t rows = block_rows(g);
-  parallel_units(g.B * g.H, g.L * (g.S * (2 * g.E + 2 * g.Ev) + 1), Cost::kReduction,
-                 [&](int64_t ub, int64_t ue) {
-    std::vector<C> p, dp, dq, dk, dv;
-    for (int64_t bh = ub; bh < ue; ++bh) {
-      const Slice<T> q(pq + bh * g.L * g.E, g.L * g.E), k(pk + bh * g.S * g.E, g.S * g.E);
-      const Slice<T> v(pv + bh * g.S * g.Ev, g.S * g.Ev), go(pg + bh * g.L * g.Ev, g.L * g.Ev);
-      dq.assign(static_cast<size_t>(g.L * g.E), C(0));
-      dk.assign(static_cast<size_t>(g.S * g.E), C(0));
-      dv.assign(static_cast<size_t>(g.S * g.Ev), C(0));
-      for (int64_t i0 = 0; i0 < g.L; i0 += rows) {
-        const int64_t n = std::min(rows, g.L - i0);
-        const int64_t s = a.causal ? std::min(g.S, i0 + n) : g.S;
-        if (s == 0) continue;
-        p.resize(static_cast<size_t>(n * s));
-        dp.resize(static_cast<size_t>(n * s));
-        scores(q.data() + i0 * g.E, k.data(), i0, n, s, g.E, a, p.data());
-        const C* gblk = go.data() + i0 * g.Ev;
-        // dP = dO V^T over the block's keys.
-        gemm(false, true, n, s, g.Ev, C(1), gblk, g.Ev, v.data(), g.Ev, C(0), dp.data(), s);
-        for (int64_t r = 0; r < n; ++r) {
-          const int64_t i = i0 + r;
-          const double lr = static_cast<double>(pl[bh * g.L + i]);
-          C* pr = p.data() + r * s;
-          C* dpr = dp.data() + r * s;
-          double d = 0;
-          for (int64_t e = 0; e < g.Ev; ++e)
-            d += static_cast<double>(DType<T>::load(po[(bh * g.L + i) * g.Ev + e])) *
-                 static_cast<double>(gblk[r * g.Ev + e]);
-          if (std::isinf(lr)) {  // no key: nothing flows back
-            std::fill(pr, pr + s, C(0));
-            std::fill(dpr, dpr + s, C(0));
-            continue;
+  parallel_units(
+      g.B * g.H, g.L * (g.S * (2 * g.E + 2 * g.Ev) + 1), Cost::kReduction,
+      [&](int64_t ub, int64_t ue) {
+        std::vector<C> p, dp, dq, dk, dv;
+        for (int64_t bh = ub; bh < ue; ++bh) {
+          const Slice<T> q(pq + bh * g.L * g.E, g.L * g.E), k(pk + bh * g.S * g.E, g.S * g.E);
+          const Slice<T> v(pv + bh * g.S * g.Ev, g.S * g.Ev), go(pg + bh * g.L * g.Ev, g.L * g.Ev);
+          dq.assign(static_cast<size_t>(g.L * g.E), C(0));
+          dk.assign(static_cast<size_t>(g.S * g.E), C(0));
+          dv.assign(static_cast<size_t>(g.S * g.Ev), C(0));
+          for (int64_t i0 = 0; i0 < g.L; i0 += rows) {
+            const int64_t n = std::min(rows, g.L - i0);
+            const int64_t s = a.causal ? std::min(g.S, i0 + n) : g.S;
+            if (s == 0) continue;
+            p.resize(static_cast<size_t>(n * s));
+            dp.resize(static_cast<size_t>(n * s));
+            scores(q.data() + i0 * g.E, k.data(), i0, n, s, g.E, a, p.data());
+            const C* gblk = go.data() + i0 * g.Ev;
+            // dP = dO V^T over the block's keys.
+            gemm(false, true, n, s, g.Ev, C(1), gblk, g.Ev, v.data(), g.Ev, C(0), dp.data(), s);
+            for (int64_t r = 0; r < n; ++r) {
+              const int64_t i = i0 + r;
+              const double lr = static_cast<double>(pl[bh * g.L + i]);
+              C* pr = p.data() + r * s;
+              C* dpr = dp.data() + r * s;
+              double d = 0;
+              for (int64_t e = 0; e < g.Ev; ++e)
+                d += static_cast<double>(DType<T>::load(po[(bh * g.L + i) * g.Ev + e])) *
+                     static_cast<double>(gblk[r * g.Ev + e]);
+              if (std::isinf(lr)) {  // no key: nothing flows back
+                std::fill(pr, pr + s, C(0));
+                std::fill(dpr, dpr + s, C(0));
+                continue;
+              }
+              for (int64_t j = 0; j < s; ++j) pr[j] -= static_cast<C>(lr);
+              vmath::unary(vmath::kExp, pr, pr, s);
+              const uint64_t first = static_cast<uint64_t>((bh * g.L + i) * g.S);
+              const C dd = static_cast<C>(d);
+              for (int64_t j = 0; j < s; ++j) {
+                const C z = keep_factor<C>(a, first + static_cast<uint64_t>(j));
+                const C pij = pr[j];
+                dpr[j] = pij * (z * dpr[j] - dd);  // dS
+                pr[j] = pij * z;                   // P z, for dV
+              }
+            }
+            // dV += (P z)^T dO; dQ = scale dS K; dK += scale dS^T Q.
+            gemm(true, false, s, g.Ev, n, C(1), p.data(), s, gblk, g.Ev, C(1), dv.data(), g.Ev);
+            if (g.E > 0) {
+              gemm(false, false, n, g.E, s, static_cast<C>(a.scale), dp.data(), s, k.data(), g.E,
+                   C(0), dq.data() + i0 * g.E, g.E);
+              gemm(true, false, s, g.E, n, static_cast<C>(a.scale), dp.data(), s,
+                   q.data() + i0 * g.E, g.E, C(1), dk.data(), g.E);
+            }
           }
-          for (int64_t j = 0; j < s; ++j) pr[j] -= static_cast<C>(lr);
-          vmath::unary(vmath::kExp, pr, pr, s);
-          const uint64_t first = static_cast<uint64_t>((bh * g.L + i) * g.S);
-          const C dd = static_cast<C>(d);
-          for (int64_t j = 0; j < s; ++j) {
-            const C z = keep_factor<C>(a, first + static_cast<uint64_t>(j));
-            const C pij = pr[j];
-            dpr[j] = pij * (z * dpr[j] - dd);  // dS
-            pr[j] = pij * z;                   // P z, for dV
-          }
+          for (int64_t e = 0; e < g.L * g.E; ++e)
+            pdq[bh * g.L * g.E + e] = DType<T>::store(dq[static_cast<size_t>(e)]);
+          for (int64_t e = 0; e < g.S * g.E; ++e)
+            pdk[bh * g.S * g.E + e] = DType<T>::store(dk[static_cast<size_t>(e)]);
+          for (int64_t e = 0; e < g.S * g.Ev; ++e)
+            pdv[bh * g.S * g.Ev + e] = DType<T>::store(dv[static_cast<size_t>(e)]);
         }
-        // dV += (P z)^T dO; dQ = scale dS K; dK += scale dS^T Q.
-        gemm(true, false, s, g.Ev, n, C(1), p.data(), s, gblk, g.Ev, C(1), dv.data(), g.Ev);
-        if (g.E > 0) {
-          gemm(false, false, n, g.E, s, static_cast<C>(a.scale), dp.data(), s, k.data(), g.E,
-               C(0), dq.data() + i0 * g.E, g.E);
-          gemm(true, false, s, g.E, n, static_cast<C>(a.scale), dp.data(), s,
-               q.data() + i0 * g.E, g.E, C(1), dk.data(), g.E);
-        }
-      }
-      for (int64_t e = 0; e < g.L * g.E; ++e)
-        pdq[bh * g.L * g.E + e] = DType<T>::store(dq[static_cast<size_t>(e)]);
-      for (int64_t e = 0; e < g.S * g.E; ++e)
-        pdk[bh * g.S * g.E + e] = DType<T>::store(dk[static_cast<size_t>(e)]);
-      for (int64_t e = 0; e < g.S * g.Ev; ++e)
-        pdv[bh * g.S * g.Ev + e] = DType<T>::store(dv[static_cast<size_t>(e)]);
-    }
-  });
+      });
 }
 
 }  // namespace

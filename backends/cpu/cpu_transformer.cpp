@@ -164,7 +164,8 @@ void layer_norm_backward_kernel(const Launch& l) {
         for (int64_t j = 0; j < N; ++j) {
           const size_t jj = static_cast<size_t>(j);
           const double g = static_cast<double>(DType<T>::load(pdy[m * N + j])) * w[jj];
-          pdx[m * N + j] = DType<T>::store(static_cast<compute_t<T>>(rstd * (g - a - xhat[jj] * b)));
+          pdx[m * N + j] =
+              DType<T>::store(static_cast<compute_t<T>>(rstd * (g - a - xhat[jj] * b)));
         }
       }
     }
@@ -234,7 +235,7 @@ void activation_kernel(const Launch& l) {
   const Op op = l.kernel.op;
   if (op == Op::kGelu || op == Op::kGeluBackward)
     a = l.attrs.i(BP_ATTR_ID_APPROXIMATE, BP_GELU_EXACT) == BP_GELU_TANH ? Act::kGeluTanh
-                                                                          : Act::kGelu;
+                                                                         : Act::kGelu;
   const T* px = data<T>(x);
   const T* pd = kBackward ? data<T>(l.inputs[1]) : nullptr;
   T* po = data<T>(out);
@@ -296,10 +297,12 @@ void embedding_backward_kernel(const Launch& l) {
   // Note [CPU embedding backward]: bucket the positions by row, in increasing m.
   std::vector<int64_t> start(static_cast<size_t>(V + 1), 0), order(static_cast<size_t>(M));
   for (int64_t m = 0; m < M; ++m) ++start[static_cast<size_t>(pi[m] + 1)];
-  for (int64_t v = 0; v < V; ++v) start[static_cast<size_t>(v + 1)] += start[static_cast<size_t>(v)];
+  for (int64_t v = 0; v < V; ++v)
+    start[static_cast<size_t>(v + 1)] += start[static_cast<size_t>(v)];
   {
     std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    for (int64_t m = 0; m < M; ++m) order[static_cast<size_t>(fill[static_cast<size_t>(pi[m])]++)] = m;
+    for (int64_t m = 0; m < M; ++m)
+      order[static_cast<size_t>(fill[static_cast<size_t>(pi[m])]++)] = m;
   }
   const T* pd = M ? data<T>(dy) : nullptr;
   T* po = data<T>(dw);
@@ -324,7 +327,8 @@ template <class T, bool kUpper>
 void triangle_kernel(const Launch& l) {
   check_arity(l, 1, 1);
   const bp_tensor_desc &x = l.inputs[0], &out = l.outputs[0];
-  if (x.rank < 2) launch_error(l, bp::sdk::format("input %s must have rank >= 2", describe(x).c_str()));
+  if (x.rank < 2)
+    launch_error(l, bp::sdk::format("input %s must have rank >= 2", describe(x).c_str()));
   check_dense(l, x, x.rank, DType<T>::id, "input");
   check_dense(l, out, x.rank, DType<T>::id, "output");
   check_same_shape(l, x, out, "input");

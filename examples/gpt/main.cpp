@@ -103,31 +103,47 @@ int main(int argc, char** argv) try {
       if (i + 1 >= argc) throw bp::Error("example-gpt: " + a + " needs a value");
       return argv[++i];
     };
-    if (a == "--data") data = value();
-    else if (a == "--device") device = value();
-    else if (a == "--layers") cfg.n_layer = std::stoll(value());
-    else if (a == "--heads") cfg.n_head = std::stoll(value());
-    else if (a == "--width") cfg.n_embd = std::stoll(value());
-    else if (a == "--context") cfg.block_size = std::stoll(value());
-    else if (a == "--batch") batch = std::stoll(value());
-    else if (a == "--steps") steps = std::stoll(value());
-    else if (a == "--lr") lr = std::stod(value());
-    else if (a == "--dropout") cfg.dropout = std::stod(value());
-    else if (a == "--seed") seed = std::stoull(value());
-    else if (a == "--eval-every") eval_every = std::stoll(value());
-    else if (a == "--max-loss") max_loss = std::stod(value());
-    else if (a == "--sample") sample = std::stoll(value());
-    else throw bp::Error("example-gpt: unknown argument " + a);
+    if (a == "--data")
+      data = value();
+    else if (a == "--device")
+      device = value();
+    else if (a == "--layers")
+      cfg.n_layer = std::stoll(value());
+    else if (a == "--heads")
+      cfg.n_head = std::stoll(value());
+    else if (a == "--width")
+      cfg.n_embd = std::stoll(value());
+    else if (a == "--context")
+      cfg.block_size = std::stoll(value());
+    else if (a == "--batch")
+      batch = std::stoll(value());
+    else if (a == "--steps")
+      steps = std::stoll(value());
+    else if (a == "--lr")
+      lr = std::stod(value());
+    else if (a == "--dropout")
+      cfg.dropout = std::stod(value());
+    else if (a == "--seed")
+      seed = std::stoull(value());
+    else if (a == "--eval-every")
+      eval_every = std::stoll(value());
+    else if (a == "--max-loss")
+      max_loss = std::stod(value());
+    else if (a == "--sample")
+      sample = std::stoll(value());
+    else
+      throw bp::Error("example-gpt: unknown argument " + a);
   }
   const Data d = encode(read_corpus(data));
   cfg.vocab_size = static_cast<int64_t>(d.itos.size());
   bp::Device& dev = bp::device(device);
   bp::manual_seed(seed);
   bp::nn::GPT model(cfg, dev);
-  std::printf("{\"model\": \"%s\", \"params\": %lld, \"train_tokens\": %zu, \"val_tokens\": %zu, "
-              "\"device\": \"%s\"}\n",
-              model.name().c_str(), static_cast<long long>(model.num_params()), d.train.size(),
-              d.val.size(), device.c_str());
+  std::printf(
+      "{\"model\": \"%s\", \"params\": %lld, \"train_tokens\": %zu, \"val_tokens\": %zu, "
+      "\"device\": \"%s\"}\n",
+      model.name().c_str(), static_cast<long long>(model.num_params()), d.train.size(),
+      d.val.size(), device.c_str());
   bp::optim::Adam opt(model.parameters(), {.lr = lr});
   std::mt19937_64 rng(seed);
   double since = 0, val = 0;

@@ -18,9 +18,9 @@ struct AttentionCase {
   const char* variant;
   int64_t b, h, l, s, e, ev;
   bool causal = false;
-  double p = 0;            // dropout probability
-  double scale = 0;        // 0: the default 1 / sqrt(E)
-  double qk_range = 1.0;   // inputs of q and k drawn from [-qk_range, qk_range]
+  double p = 0;           // dropout probability
+  double scale = 0;       // 0: the default 1 / sqrt(E)
+  double qk_range = 1.0;  // inputs of q and k drawn from [-qk_range, qk_range]
 };
 
 int32_t stat_dtype(int32_t dt) {
@@ -45,8 +45,8 @@ double keep(const AttentionCase& c, int64_t element) {
 }
 
 // Probabilities p_ij of row (bh, i), masked ones 0; returns the log-sum-exp.
-double row_probs(const AttentionCase& c, const std::vector<double>& q,
-                 const std::vector<double>& k, int64_t bh, int64_t i, std::vector<double>& p) {
+double row_probs(const AttentionCase& c, const std::vector<double>& q, const std::vector<double>& k,
+                 int64_t bh, int64_t i, std::vector<double>& p) {
   const double scale = scale_of(c);
   p.assign(static_cast<size_t>(c.s), 0.0);
   double m = -INFINITY;

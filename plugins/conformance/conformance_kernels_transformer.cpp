@@ -188,8 +188,7 @@ double gelu_ref(double x, bool tanh_form) {
 double gelu_grad_ref(double x, bool tanh_form) {
   if (tanh_form) {
     const double t = std::tanh(kSqrt2OverPi * (x + 0.044715 * x * x * x));
-    return 0.5 * (1 + t) +
-           0.5 * x * (1 - t * t) * kSqrt2OverPi * (1 + 3 * 0.044715 * x * x);
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * kSqrt2OverPi * (1 + 3 * 0.044715 * x * x);
   }
   return 0.5 * (1 + std::erf(x / std::sqrt(2.0))) +
          x * std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI);
@@ -254,7 +253,8 @@ struct EmbeddingCase {
 HostTensor embedding_indices(Rng& rng, const EmbeddingCase& c) {
   const double hi = static_cast<double>((c.few_rows ? std::min<int64_t>(c.v, 3) : c.v) - 1);
   HostTensor idx = random_dense(rng, BP_DTYPE_I64, {c.m}, Range{0, hi, true});
-  if (c.bad_index > -2) idx.storage[static_cast<size_t>(c.m / 2)] = static_cast<double>(c.bad_index);
+  if (c.bad_index > -2)
+    idx.storage[static_cast<size_t>(c.m / 2)] = static_cast<double>(c.bad_index);
   return idx;
 }
 
@@ -280,7 +280,8 @@ void run_embedding(Context& ctx, const OpInfo& op, int32_t dt, const EmbeddingCa
   DeviceTensor dw = upload(ctx, w), di = upload(ctx, idx);
   DeviceTensor out = make_output(ctx, dt, {c.m, c.d});
   const std::string full = what + ": " + describe_launch(op.name, {&w, &idx}, {c.m, c.d}, dt);
-  if (c.bad_index > -2) return expect_index_error(ctx, op, dt, {dw.desc, di.desc}, out.desc, c, full);
+  if (c.bad_index > -2)
+    return expect_index_error(ctx, op, dt, {dw.desc, di.desc}, out.desc, c, full);
   std::vector<double> ref(static_cast<size_t>(c.m * c.d));
   for (int64_t m = 0; m < c.m; ++m)
     for (int64_t j = 0; j < c.d; ++j)
@@ -300,9 +301,9 @@ void run_embedding_backward(Context& ctx, const OpInfo& op, int32_t dt, const Em
   DeviceTensor out = make_output(ctx, dt, {c.v, c.d});
   const std::string full =
       what + ": " +
-      describe_launch(op.name, {&dy, &idx}, {c.v, c.d}, dt,
-                      format("dweight [%lld,%lld]", static_cast<long long>(c.v),
-                             static_cast<long long>(c.d)));
+      describe_launch(
+          op.name, {&dy, &idx}, {c.v, c.d}, dt,
+          format("dweight [%lld,%lld]", static_cast<long long>(c.v), static_cast<long long>(c.d)));
   if (c.bad_index > -2)
     return expect_index_error(ctx, op, dt, {ddy.desc, di.desc}, out.desc, c, full);
   std::vector<double> ref(static_cast<size_t>(c.v * c.d)), mag(ref.size());
@@ -390,10 +391,9 @@ void run_cumsum(Context& ctx, const OpInfo& op, int32_t dt, const CumsumCase& c)
     }
   DeviceTensor dx = upload(ctx, x);
   DeviceTensor out = make_output(ctx, dt, c.shape);
-  const std::string full =
-      what + ": " +
-      describe_launch(op.name, {&x}, c.shape, dt,
-                      format("axis %lld", static_cast<long long>(c.axis)));
+  const std::string full = what + ": " +
+                           describe_launch(op.name, {&x}, c.shape, dt,
+                                           format("axis %lld", static_cast<long long>(c.axis)));
   run_kernel(ctx, op.name, dt, {dx.desc}, out.desc, {attr_int("axis", c.axis)}, full);
   expect_close_mag(read_dense(out, full), ref, mag, dt, bp_test::OpClass::reduction, full);
 }
@@ -428,8 +428,12 @@ void transformer_cases(const OpInfo& op, int32_t dt, CaseList& out) {
     };
     if (name == "layer_norm") return add_cases(cases, op, dt, run_layer_norm, out);
     static const std::vector<LayerNormCase> bcases = {
-        {"weight", 33, 257, 1},     {"no_weight", 9, 100, 0},   {"shifted", 16, 512, 1, true, 1000.0, 1.0},
-        {"one_column", 7, 1, 1},    {"long_rows", 3, 8193, 1},  {"empty", 0, 16, 1},
+        {"weight", 33, 257, 1},
+        {"no_weight", 9, 100, 0},
+        {"shifted", 16, 512, 1, true, 1000.0, 1.0},
+        {"one_column", 7, 1, 1},
+        {"long_rows", 3, 8193, 1},
+        {"empty", 0, 16, 1},
         {"large", kLargeRows, kLargeCols, 1},
     };
     return add_cases(bcases, op, dt, run_layer_norm_backward, out);
@@ -460,21 +464,26 @@ void transformer_cases(const OpInfo& op, int32_t dt, CaseList& out) {
         {"index_too_large", 13, 5, 20, 13},
         {"index_negative", 13, 5, 20, -1},
     };
-    return add_cases(cases, op, dt,
-                     name == "embedding" ? run_embedding : run_embedding_backward, out);
+    return add_cases(cases, op, dt, name == "embedding" ? run_embedding : run_embedding_backward,
+                     out);
   }
   if (name == "triu" || name == "tril") {
     static const std::vector<TriangleCase> cases = {
-        {"square", {9, 9}, 0},         {"wide", {5, 12}, 2},    {"tall", {12, 5}, -3},
-        {"batched", {3, 2, 7, 6}, 1},  {"beyond", {4, 6}, 10},  {"below_all", {4, 6}, -10},
-        {"empty", {2, 0, 3}, 0},       {"large", {1, kLargeRows, kLargeCols}, 0},
+        {"square", {9, 9}, 0},   {"wide", {5, 12}, 2},
+        {"tall", {12, 5}, -3},   {"batched", {3, 2, 7, 6}, 1},
+        {"beyond", {4, 6}, 10},  {"below_all", {4, 6}, -10},
+        {"empty", {2, 0, 3}, 0}, {"large", {1, kLargeRows, kLargeCols}, 0},
     };
     return add_cases(cases, op, dt, run_triangle, out);
   }
   if (name == "cumsum") {
     static const std::vector<CumsumCase> cases = {
-        {"last", {6, 37}, 1},         {"first", {37, 5}, 0},    {"middle", {4, 33, 6}, 1},
-        {"rank1", {1001}, 0},         {"size1", {4, 1, 3}, 1},  {"empty", {3, 0}, 1},
+        {"last", {6, 37}, 1},
+        {"first", {37, 5}, 0},
+        {"middle", {4, 33, 6}, 1},
+        {"rank1", {1001}, 0},
+        {"size1", {4, 1, 3}, 1},
+        {"empty", {3, 0}, 1},
         {"large", {kLargeRows, kLargeCols}, 1},
     };
     return add_cases(cases, op, dt, run_cumsum, out);

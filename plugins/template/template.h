@@ -113,8 +113,7 @@ bp_error* template_softmax_launch(int32_t op, const bp_tensor_desc* in, int32_t 
                                   int32_t nattrs); /* template_softmax.c */
 /* The transformer family (Note [Op catalogue], minor 5), with the same conventions. */
 bp_error* template_transformer_launch(int32_t op, const bp_tensor_desc* in, int32_t nin,
-                                      const bp_tensor_desc* out, int32_t nout,
-                                      const bp_attr* attrs,
+                                      const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,
                                       int32_t nattrs); /* template_transformer.c */
 bp_error* template_attention_launch(int32_t op, const bp_tensor_desc* in, int32_t nin,
                                     const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,

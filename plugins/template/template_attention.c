@@ -58,8 +58,7 @@ static bp_error* check_shapes(int32_t op, const bp_tensor_desc* q, const bp_tens
   return NULL;
 }
 
-static void read_attrs(const bp_attr* attrs, int32_t nattrs, int64_t E,
-                       struct attention_attrs* a) {
+static void read_attrs(const bp_attr* attrs, int32_t nattrs, int64_t E, struct attention_attrs* a) {
   a->scale = template_attr_float(attrs, nattrs, BP_ATTR_ID_SCALE, E ? 1.0 / sqrt((double)E) : 1.0);
   a->p = template_attr_float(attrs, nattrs, BP_ATTR_ID_P, 0.0);
   a->causal = template_attr_int(attrs, nattrs, BP_ATTR_ID_CAUSAL, 0) != 0;

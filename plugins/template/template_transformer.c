@@ -329,8 +329,8 @@ static bp_error* cumsum(const bp_tensor_desc* in, int32_t nin, const bp_tensor_d
 }
 
 bp_error* template_transformer_launch(int32_t op, const bp_tensor_desc* in, int32_t nin,
-                                      const bp_tensor_desc* out, int32_t nout,
-                                      const bp_attr* attrs, int32_t nattrs) {
+                                      const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,
+                                      int32_t nattrs) {
   switch (op) {
     case BP_OP_LAYER_NORM:
       return layer_norm(in, nin, out, nout,

@@ -117,10 +117,10 @@ TEST(Transformer, GeluAndSiluFollowTheirFormulas) {
     std::vector<double> y = F::gelu(x, form).to_vector<double>();
     for (size_t i = 0; i < xv.size(); ++i) {
       const double v = xv[i];
-      const double ref = std::string(form) == "none"
-                             ? 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))
-                             : 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) *
-                                                        (v + 0.044715 * v * v * v)));
+      const double ref =
+          std::string(form) == "none"
+              ? 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)))
+              : 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
       EXPECT_NEAR(y[i], ref, 1e-12 * (1 + std::fabs(ref))) << form << " at x = " << v;
     }
   }
@@ -157,12 +157,11 @@ TEST(Transformer, AttentionMatchesTheCompositeInValuesAndGradients) {
   // Scores near 1e4: the fused op stays finite and equals the (stable) composite.
   bp::Tensor q = random({1, 1, 4, 16}, 30.0), k = random({1, 1, 64, 16}, 30.0);
   bp::Tensor v = random({1, 1, 64, 4});
-  std::vector<double> out =
-      F::scaled_dot_product_attention(q, k, v).to_vector<double>();
+  std::vector<double> out = F::scaled_dot_product_attention(q, k, v).to_vector<double>();
   for (double o : out) EXPECT_TRUE(std::isfinite(o));
-  EXPECT_LT(max_rel_diff(F::scaled_dot_product_attention(q, k, v),
-                         composite_attention(q, k, v, false)),
-            1e-10);
+  EXPECT_LT(
+      max_rel_diff(F::scaled_dot_product_attention(q, k, v), composite_attention(q, k, v, false)),
+      1e-10);
 }
 
 TEST(Transformer, AttentionDropoutIsReproducibleAndScaled) {
@@ -188,16 +187,24 @@ TEST(Transformer, AttentionDropoutIsReproducibleAndScaled) {
 TEST(Transformer, AttentionRefusesMismatchedHeadsSequencesAndSizes) {
   auto q = [](const bp::Shape& s) { return bp::zeros(s, cpu()); };
   expect_refused<bp::ShapeError>(
-      [&] { F::scaled_dot_product_attention(q({2, 4, 8, 16}), q({2, 3, 8, 16}), q({2, 3, 8, 16})); },
+      [&] {
+        F::scaled_dot_product_attention(q({2, 4, 8, 16}), q({2, 3, 8, 16}), q({2, 3, 8, 16}));
+      },
       {"query [2x4x8x16]", "key [2x3x8x16]", "value [2x3x8x16]", "dimension 1"});
   expect_refused<bp::ShapeError>(
-      [&] { F::scaled_dot_product_attention(q({2, 4, 8, 16}), q({2, 4, 8, 12}), q({2, 4, 8, 16})); },
+      [&] {
+        F::scaled_dot_product_attention(q({2, 4, 8, 16}), q({2, 4, 8, 12}), q({2, 4, 8, 16}));
+      },
       {"query [2x4x8x16]", "key [2x4x8x12]", "value [2x4x8x16]", "head size 12"});
   expect_refused<bp::ShapeError>(
-      [&] { F::scaled_dot_product_attention(q({2, 4, 8, 16}), q({2, 4, 9, 16}), q({2, 4, 7, 16})); },
+      [&] {
+        F::scaled_dot_product_attention(q({2, 4, 8, 16}), q({2, 4, 9, 16}), q({2, 4, 7, 16}));
+      },
       {"query [2x4x8x16]", "key [2x4x9x16]", "value [2x4x7x16]", "sequence length 7"});
   expect_refused<bp::ShapeError>(
-      [&] { F::scaled_dot_product_attention(q({8, 16}), q({2, 8, 16}), q({2, 8, 16})); },
+      [&] {
+        F::scaled_dot_product_attention(q({8, 16}), q({2, 8, 16}), q({2, 8, 16}));
+      },
       {"query [8x16]", "same rank"});
 }
 
@@ -226,13 +233,15 @@ TEST(Transformer, EmbeddingGathersRowsAndSumsRepeatedGradients) {
 TEST(Transformer, EmbeddingRefusals) {
   bp::Tensor w = bp::zeros({13, 4}, cpu());
   expect_refused<bp::IndexError>(
-      [&] { F::embedding(bp::from_vector(std::vector<int64_t>{1, 13, 2}, {3}, cpu()), w); },
+      [&] {
+        F::embedding(bp::from_vector(std::vector<int64_t>{1, 13, 2}, {3}, cpu()), w);
+      },
       {"index 13", "13 rows"});
   expect_refused<bp::IndexError>(
       [&] { F::embedding(bp::from_vector(std::vector<int64_t>{-1}, {1}, cpu()), w); },
       {"index -1", "13 rows"});
-  expect_refused<bp::DTypeError>(
-      [&] { F::embedding(bp::zeros({3}, cpu(), bp::DType::i32), w); }, {"indices must be int64"});
+  expect_refused<bp::DTypeError>([&] { F::embedding(bp::zeros({3}, cpu(), bp::DType::i32), w); },
+                                 {"indices must be int64"});
   expect_refused<bp::ShapeError>(
       [&] { F::embedding(bp::zeros({3}, cpu(), bp::DType::i64), bp::zeros({13}, cpu())); },
       {"[num_embeddings, embedding_dim]"});
@@ -241,7 +250,8 @@ TEST(Transformer, EmbeddingRefusals) {
 TEST(Transformer, TriangleCumsumMaskedFillAndTrig) {
   bp::Tensor x = random({2, 4, 6});
   std::vector<double> xv = x.to_vector<double>();
-  std::vector<double> up = bp::triu(x, 1).to_vector<double>(), lo = bp::tril(x, -1).to_vector<double>();
+  std::vector<double> up = bp::triu(x, 1).to_vector<double>(),
+                      lo = bp::tril(x, -1).to_vector<double>();
   std::vector<double> cs = bp::cumsum(x, 1).to_vector<double>();
   for (int64_t b = 0; b < 2; ++b)
     for (int64_t r = 0; r < 4; ++r)

@@ -93,8 +93,8 @@ std::vector<Tensor> nn_backward(GradKind kind, const Tensor& grad, const std::ve
     case GradKind::layer_norm: {
       // inputs x (, weight when param bit 0) (, bias when bit 1); saved x, mean, rstd (, weight).
       const bool has_w = (param & 1) != 0, has_b = (param & 2) != 0;
-      auto [dx, dw, db] = layer_norm_backward_raw(g, saved[0], saved[1], saved[2],
-                                                  has_w ? saved[3] : Tensor());
+      auto [dx, dw, db] =
+          layer_norm_backward_raw(g, saved[0], saved[1], saved[2], has_w ? saved[3] : Tensor());
       std::vector<Tensor> out = {dx};
       if (has_w) out.push_back(dw);
       if (has_b) out.push_back(has_w ? db : reduce_raw(Op::sum, g, 0b01u, false));
@@ -107,8 +107,8 @@ std::vector<Tensor> nn_backward(GradKind kind, const Tensor& grad, const std::ve
     case GradKind::embedding:
       return {embedding_backward_raw(g, saved[0], in_shapes[0][0])};
     case GradKind::attention: {
-      auto [dq, dk, dv] =
-          attention_backward_raw(saved[0], saved[1], saved[2], saved[3], g, saved[4], scalar, extra);
+      auto [dq, dk, dv] = attention_backward_raw(saved[0], saved[1], saved[2], saved[3], g,
+                                                 saved[4], scalar, extra);
       return {dq, dk, dv};
     }
     case GradKind::triu:

@@ -39,11 +39,12 @@ LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine
 
 LayerNorm::LayerNorm(Shape normalized_shape, double eps, bool elementwise_affine, bool bias,
                      Device& device, DType dtype)
-    : shape_(std::move(normalized_shape)), eps_(eps), affine_(elementwise_affine),
+    : shape_(std::move(normalized_shape)),
+      eps_(eps),
+      affine_(elementwise_affine),
       has_bias_(elementwise_affine && bias) {
   check_floating("LayerNorm", dtype);
-  if (shape_.empty())
-    throw ShapeError("LayerNorm: normalized_shape needs one dimension or more");
+  if (shape_.empty()) throw ShapeError("LayerNorm: normalized_shape needs one dimension or more");
   for (int64_t d : shape_)
     if (d < 1)
       throw ShapeError("LayerNorm: normalized_shape " + shape_text(shape_) +
@@ -121,7 +122,10 @@ MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, dou
 
 MultiheadAttention::MultiheadAttention(int64_t embed_dim, int64_t num_heads, double dropout,
                                        bool bias, bool batch_first, Device& device, DType dtype)
-    : embed_dim_(embed_dim), num_heads_(num_heads), dropout_(dropout), has_bias_(bias),
+    : embed_dim_(embed_dim),
+      num_heads_(num_heads),
+      dropout_(dropout),
+      has_bias_(bias),
       batch_first_(batch_first) {
   check_floating("MultiheadAttention", dtype);
   if (embed_dim < 1 || num_heads < 1 || embed_dim % num_heads != 0)
@@ -153,10 +157,12 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
                                    const Tensor& attn_mask, bool is_causal) {
   const int r = query.rank();
   if ((r != 2 && r != 3) || key.rank() != r || value.rank() != r)
-    throw ShapeError("MultiheadAttention: query " + shape_text(query.shape()) + ", key " +
-                     shape_text(key.shape()) + " and value " + shape_text(value.shape()) +
-                     " must all be [L, N, E] (" + (batch_first_ ? "[N, L, E] with batch_first" : "or [N, L, E] with batch_first") +
-                     ") or unbatched [L, E]");
+    throw ShapeError(
+        "MultiheadAttention: query " + shape_text(query.shape()) + ", key " +
+        shape_text(key.shape()) + " and value " + shape_text(value.shape()) +
+        " must all be [L, N, E] (" +
+        (batch_first_ ? "[N, L, E] with batch_first" : "or [N, L, E] with batch_first") +
+        ") or unbatched [L, E]");
   const bool unbatched = r == 2;
   auto to_nle = [&](const Tensor& t) {
     if (unbatched) return t.unsqueeze(0);
@@ -182,8 +188,8 @@ Tensor MultiheadAttention::forward(const Tensor& query, const Tensor& key, const
   Tensor qh = heads(proj(q, 0), L), kh = heads(proj(k, 1), S), vh = heads(proj(v, 2), S);
   Tensor mask = attn_mask;
   if (mask.defined() && mask.rank() == 3) mask = mask.reshape({N, H, L, S});
-  Tensor o = F::scaled_dot_product_attention(qh, kh, vh, mask, is_training() ? dropout_ : 0.0,
-                                             is_causal);
+  Tensor o =
+      F::scaled_dot_product_attention(qh, kh, vh, mask, is_training() ? dropout_ : 0.0, is_causal);
   Tensor y = out_proj_->forward(o.transpose(1, 2).reshape({N, L, E}));
   if (unbatched) return y.squeeze(0);
   return batch_first_ ? y : y.transpose(0, 1);
@@ -232,12 +238,12 @@ std::shared_ptr<Linear> gpt_linear(int64_t in, int64_t out, bool bias, double st
 class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(const GPTConfig& c, Device& device, DType dtype) : c_(c) {
-    c_attn_ = &register_module(
-        "c_attn", gpt_linear(c.n_embd, 3 * c.n_embd, c.bias, 0.02, device, dtype));
+    c_attn_ =
+        &register_module("c_attn", gpt_linear(c.n_embd, 3 * c.n_embd, c.bias, 0.02, device, dtype));
     c_proj_ = &register_module(
-        "c_proj", gpt_linear(c.n_embd, c.n_embd, c.bias,
-                             0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)), device,
-                             dtype));
+        "c_proj",
+        gpt_linear(c.n_embd, c.n_embd, c.bias,
+                   0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)), device, dtype));
   }
   Tensor forward(const Tensor& x) override {
     const int64_t B = x.size(0), T = x.size(1), C = x.size(2), H = c_.n_head;
@@ -260,12 +266,12 @@ class CausalSelfAttention : public Module {
 class MLP : public Module {
  public:
   MLP(const GPTConfig& c, Device& device, DType dtype) : c_(c) {
-    c_fc_ = &register_module("c_fc",
-                             gpt_linear(c.n_embd, 4 * c.n_embd, c.bias, 0.02, device, dtype));
+    c_fc_ =
+        &register_module("c_fc", gpt_linear(c.n_embd, 4 * c.n_embd, c.bias, 0.02, device, dtype));
     c_proj_ = &register_module(
-        "c_proj", gpt_linear(4 * c.n_embd, c.n_embd, c.bias,
-                             0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)), device,
-                             dtype));
+        "c_proj",
+        gpt_linear(4 * c.n_embd, c.n_embd, c.bias,
+                   0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)), device, dtype));
   }
   Tensor forward(const Tensor& x) override {
     Tensor h = F::gelu(c_fc_->forward(x));
@@ -281,11 +287,11 @@ class MLP : public Module {
 class Block : public Module {
  public:
   Block(const GPTConfig& c, Device& device, DType dtype) {
-    ln_1_ = &register_module("ln_1", std::make_shared<LayerNorm>(Shape{c.n_embd}, 1e-5, true,
-                                                                  c.bias, device, dtype));
+    ln_1_ = &register_module(
+        "ln_1", std::make_shared<LayerNorm>(Shape{c.n_embd}, 1e-5, true, c.bias, device, dtype));
     attn_ = &register_module("attn", std::make_shared<CausalSelfAttention>(c, device, dtype));
-    ln_2_ = &register_module("ln_2", std::make_shared<LayerNorm>(Shape{c.n_embd}, 1e-5, true,
-                                                                  c.bias, device, dtype));
+    ln_2_ = &register_module(
+        "ln_2", std::make_shared<LayerNorm>(Shape{c.n_embd}, 1e-5, true, c.bias, device, dtype));
     mlp_ = &register_module("mlp", std::make_shared<MLP>(c, device, dtype));
   }
   Tensor forward(const Tensor& x) override {
@@ -308,10 +314,10 @@ GPT::GPT(const GPTConfig& c, Device& device, DType dtype) : config_(c) {
   check_floating("GPT", dtype);
   if (c.vocab_size < 1 || c.block_size < 1 || c.n_layer < 0 || c.n_head < 1 || c.n_embd < 1 ||
       c.n_embd % c.n_head != 0)
-    throw ShapeError("GPT: vocab_size, block_size, n_head and n_embd must be >= 1, n_layer >= 0 "
-                     "and n_embd (" +
-                     std::to_string(c.n_embd) + ") a multiple of n_head (" +
-                     std::to_string(c.n_head) + ")");
+    throw ShapeError(
+        "GPT: vocab_size, block_size, n_head and n_embd must be >= 1, n_layer >= 0 "
+        "and n_embd (" +
+        std::to_string(c.n_embd) + ") a multiple of n_head (" + std::to_string(c.n_head) + ")");
   if (!(c.dropout >= 0.0 && c.dropout < 1.0))
     throw Error("GPT: dropout must be in [0, 1), got " + std::to_string(c.dropout));
   auto body = std::make_shared<Holder>("transformer");

@@ -217,7 +217,7 @@ std::string check_plugin_table(const bp_plugin_api* api, PluginReport& r) {
     return "plugin table of " + std::to_string(api->struct_size) +
            " bytes is smaller than ABI 1.0 requires (" + std::to_string(kMinor0Size) + ")";
   // Where each minor's table ends (minors 4 and 5 appended ops and attributes, no slot).
-  const size_t minor_end[] = {BP_API_MINOR1_OFFSET, BP_API_MINOR2_OFFSET, BP_API_MINOR3_OFFSET,
+  const size_t minor_end[] = {BP_API_MINOR1_OFFSET,  BP_API_MINOR2_OFFSET,  BP_API_MINOR3_OFFSET,
                               sizeof(bp_plugin_api), sizeof(bp_plugin_api), sizeof(bp_plugin_api)};
   static_assert(BP_ABI_MINOR == 5, "a new minor adds its end to minor_end");
   const uint32_t known = std::min<uint32_t>(api->abi_minor, BP_ABI_MINOR);

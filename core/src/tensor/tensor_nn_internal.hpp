@@ -38,9 +38,8 @@ Tensor scatter_add_raw(const Tensor& base, int axis, const Tensor& index, const 
 
 // The transformer family's backward launches (tensor_transformer_ops.cpp).
 // dx, dweight, dbias of layer_norm over x [M, N] (dweight and dbias undefined without w).
-std::array<Tensor, 3> layer_norm_backward_raw(const Tensor& dy, const Tensor& x,
-                                              const Tensor& mean, const Tensor& rstd,
-                                              const Tensor& w);
+std::array<Tensor, 3> layer_norm_backward_raw(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                              const Tensor& rstd, const Tensor& w);
 // op: gelu_backward (approximate: bp_gelu_approximate) or silu_backward.
 Tensor activation_backward_raw(Op op, const Tensor& x, const Tensor& dy, int64_t approximate);
 // dweight [num_rows, D] from dy [M, D] and indices [M].

@@ -118,8 +118,7 @@ Tensor embedding_backward_raw(const Tensor& dy0, const Tensor& indices, int64_t 
 
 std::array<Tensor, 3> attention_backward_raw(const Tensor& q, const Tensor& k, const Tensor& v,
                                              const Tensor& out, const Tensor& dout0,
-                                             const Tensor& lse, double scale,
-                                             const Shape& extra) {
+                                             const Tensor& lse, double scale, const Shape& extra) {
   Tensor dout = dout0.contiguous();
   Device& dev = q.device();
   Tensor dq = make_empty(dev, impl(q).shape, q.dtype());
@@ -164,8 +163,9 @@ Tensor triangle(Op op, GradKind kind, const Tensor& input, int64_t diagonal) {
   check_same_device(name, {&input});
   check_domain(op, input.dtype());
   if (input.rank() < 2)
-    throw ShapeError(std::string(name) + ": input must have rank >= 2 (a matrix or a batch of "
-                                         "them), got " +
+    throw ShapeError(std::string(name) +
+                     ": input must have rank >= 2 (a matrix or a batch of "
+                     "them), got " +
                      shape_of(input));
   Tensor y = triangle_raw(op, input, diagonal);
   if (autograd::needs_grad({&input})) record(kind, y, {input}, {}, 0.0, diagonal);
@@ -197,7 +197,8 @@ Tensor cumsum(const Tensor& input, int dim) {
 Tensor masked_fill(const Tensor& input, const Tensor& mask, double value) {
   check_same_device("masked_fill", {&input, &mask});
   if (mask.dtype() != DType::boolean)
-    throw DTypeError("masked_fill: mask must be bool, got " + std::string(dtype_name(mask.dtype())));
+    throw DTypeError("masked_fill: mask must be bool, got " +
+                     std::string(dtype_name(mask.dtype())));
   if (!(broadcast_shapes(impl(mask).shape, impl(input).shape, "masked_fill") == impl(input).shape))
     throw ShapeError("masked_fill: mask " + shape_of(mask) + " must broadcast to input " +
                      shape_of(input) + " without growing it");
@@ -226,9 +227,9 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
   for (const Tensor* t : {&weight, &bias})
     if (t->defined() && t->shape() != normalized_shape)
       throw ShapeError(std::string(op) + ": " + (t == &weight ? "weight " : "bias ") +
-                       shape_of(*t) + " must have normalized_shape " +
-                       shape_str(normalized_shape));
-  if (!(eps > 0)) throw ShapeError(std::string(op) + ": eps must be > 0, got " + std::to_string(eps));
+                       shape_of(*t) + " must have normalized_shape " + shape_str(normalized_shape));
+  if (!(eps > 0))
+    throw ShapeError(std::string(op) + ": eps must be > 0, got " + std::to_string(eps));
   const int64_t N = product(normalized_shape, 0, k);
   if (input.numel() == 0 || N == 0) return zeros(in_shape, input.device(), input.dtype());
   const int64_t M = input.numel() / N;
@@ -240,7 +241,8 @@ Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tens
     NoGradGuard no_grad;
     w = ones({N}, dev, input.dtype());
   }
-  const bool grad = autograd::needs_grad({&x}) || (weight.defined() && autograd::needs_grad({&weight})) ||
+  const bool grad = autograd::needs_grad({&x}) ||
+                    (weight.defined() && autograd::needs_grad({&weight})) ||
                     (bias.defined() && autograd::needs_grad({&bias}));
   Tensor y = make_empty(dev, Dims{M, N}, x.dtype()), mean, rstd;
   if (grad) {
@@ -339,14 +341,14 @@ namespace {
 
 [[noreturn]] void attention_shape_error(const Tensor& q, const Tensor& k, const Tensor& v,
                                         const std::string& rule) {
-  throw ShapeError("scaled_dot_product_attention: query " + shape_of(q) + ", key " +
-                   shape_of(k) + " and value " + shape_of(v) + " do not fit: " + rule +
+  throw ShapeError("scaled_dot_product_attention: query " + shape_of(q) + ", key " + shape_of(k) +
+                   " and value " + shape_of(v) + " do not fit: " + rule +
                    " (query [..., L, E], key [..., S, E], value [..., S, Ev])");
 }
 
 // softmax(q k^T scale + mask) v, with the causal mask and dropout as the fused op has them.
-Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v,
-                           const Tensor& mask, double p, bool causal, double scale) {
+Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask,
+                           double p, bool causal, double scale) {
   Tensor s = matmul(q, k.transpose(-2, -1)) * scale;
   const double ninf = -std::numeric_limits<double>::infinity();
   if (causal) {
@@ -380,20 +382,23 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
     attention_shape_error(q, k, v, "all three need the same rank, at least 2");
   for (int d = 0; d < r - 2; ++d)
     if (k.size(d) != q.size(d) || v.size(d) != q.size(d))
-      attention_shape_error(q, k, v,
-                            "batch and head dimensions differ (dimension " + std::to_string(d) +
-                                ")");
+      attention_shape_error(
+          q, k, v, "batch and head dimensions differ (dimension " + std::to_string(d) + ")");
   if (k.size(-1) != q.size(-1))
-    attention_shape_error(q, k, v, "key's head size " + std::to_string(k.size(-1)) +
-                                       " is not query's " + std::to_string(q.size(-1)));
+    attention_shape_error(q, k, v,
+                          "key's head size " + std::to_string(k.size(-1)) + " is not query's " +
+                              std::to_string(q.size(-1)));
   if (v.size(-2) != k.size(-2))
-    attention_shape_error(q, k, v, "value's sequence length " + std::to_string(v.size(-2)) +
-                                       " is not key's " + std::to_string(k.size(-2)));
+    attention_shape_error(q, k, v,
+                          "value's sequence length " + std::to_string(v.size(-2)) +
+                              " is not key's " + std::to_string(k.size(-2)));
   if (!(dropout_p >= 0.0 && dropout_p < 1.0))
-    throw Error(std::string(op) + ": dropout_p must be in [0, 1), got " + std::to_string(dropout_p));
+    throw Error(std::string(op) + ": dropout_p must be in [0, 1), got " +
+                std::to_string(dropout_p));
   if (attn_mask.defined()) {
     check_same_device(op, {&query, &attn_mask});
-    if (attn_mask.dtype() != DType::boolean) check_floating_operand(op, query, attn_mask, "attn_mask");
+    if (attn_mask.dtype() != DType::boolean)
+      check_floating_operand(op, query, attn_mask, "attn_mask");
   }
   const int64_t L = q.size(-2), S = k.size(-2), E = q.size(-1), Ev = v.size(-1);
   const double sc = scale ? *scale : (E > 0 ? 1.0 / std::sqrt(static_cast<double>(E)) : 1.0);
@@ -413,7 +418,8 @@ Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, cons
   if (out.numel() != 0 || lse.numel() != 0) {
     bp_tensor_desc in[3] = {desc(q4), desc(k4), desc(v4)}, o[2] = {desc(out), desc(lse)};
     bp_attr a[5] = {attr_f(BP_ATTR_ID_SCALE, sc), attr_i(BP_ATTR_ID_CAUSAL, is_causal ? 1 : 0),
-                    attr_f(BP_ATTR_ID_P, dropout_p), attr_i(BP_ATTR_ID_SEED, static_cast<int64_t>(seed)),
+                    attr_f(BP_ATTR_ID_P, dropout_p),
+                    attr_i(BP_ATTR_ID_SEED, static_cast<int64_t>(seed)),
                     attr_i(BP_ATTR_ID_OFFSET, static_cast<int64_t>(offset))};
     launch(dev, Op::scaled_dot_product_attention, q.dtype(), in, o, a);
   }

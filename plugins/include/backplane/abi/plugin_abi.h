@@ -259,23 +259,23 @@ typedef struct bp_attr_minor1 {
 
 /* Name of attribute id `id` ("value"), or "?" out of range. */
 static inline const char* bp_attr_name(int32_t id) {
-  static const char* const names[BP_ATTR_ID_COUNT] = {"?",          "value",
-                                                      "scalar",     "reverse",
-                                                      "inplace",    "allow_tf32",
-                                                      "seed",       "offset",
-                                                      "low",        "high",
-                                                      "mean",       "std",
-                                                      "alpha",      "activation",
-                                                      "axis",       "stride_h",
-                                                      "stride_w",   "pad_h",
-                                                      "pad_w",      "dilation_h",
-                                                      "dilation_w", "groups",
-                                                      "kernel_h",   "kernel_w",
-                                                      "ceil_mode",  "count_include_pad",
-                                                      "training",   "momentum",
-                                                      "eps",        "p",
+  static const char* const names[BP_ATTR_ID_COUNT] = {"?",           "value",
+                                                      "scalar",      "reverse",
+                                                      "inplace",     "allow_tf32",
+                                                      "seed",        "offset",
+                                                      "low",         "high",
+                                                      "mean",        "std",
+                                                      "alpha",       "activation",
+                                                      "axis",        "stride_h",
+                                                      "stride_w",    "pad_h",
+                                                      "pad_w",       "dilation_h",
+                                                      "dilation_w",  "groups",
+                                                      "kernel_h",    "kernel_w",
+                                                      "ceil_mode",   "count_include_pad",
+                                                      "training",    "momentum",
+                                                      "eps",         "p",
                                                       "approximate", "scale",
-                                                      "causal",     "diagonal"};
+                                                      "causal",      "diagonal"};
   return (id > 0 && id < BP_ATTR_ID_COUNT) ? names[id] : "?";
 }
 
@@ -810,10 +810,12 @@ typedef struct bp_plugin_api {
 /* The slots every plugin sets (non-NULL), once: X(slot) for each. Every other slot is optional,
  * with the default its comment states; the event group (event_create, event_destroy,
  * event_record, stream_wait_event, event_synchronize) is all set or all NULL. */
+/* clang-format off */
 #define BP_PLUGIN_REQUIRED_SLOTS(X)                                                            \
   X(error_free) X(init) X(device_count) X(device_properties) X(stream_create) X(stream_destroy) \
   X(stream_synchronize) X(mem_alloc) X(mem_free) X(memory_stats) X(memory_reset_peak)          \
   X(memset) X(copy_h2d) X(copy_d2h) X(copy_d2d) X(find_kernel) X(launch)
+/* clang-format on */
 
 /* Byte offset of the first slot of minor 1: a table whose struct_size is at most this has
  * only minor-0 slots, whatever abi_minor it claims. */
