@@ -2,24 +2,33 @@
 // backward, gelu and silu and their backward, embedding and its backward, triu, tril and cumsum.
 //
 // Note [CPU layer norm]
-//   One row of N per work unit: the mean, then the biased variance as the mean of squared
-//   deviations (two passes in double, so a row far from zero keeps its variance), then
-//   y = (x - mean) rstd weight + bias in the compute type. The backward computes dx row by row
-//   from the saved mean and rstd; dweight and dbias are column sums over the rows, taken as
-//   partial sums over fixed chunks of 64 rows (in double) that are then added in chunk order, so
-//   the result does not depend on how oneTBB split the work. These are our own loops, as for
-//   batch_norm (Note [CPU batch norm]): the op is bound by memory and oneDNN's layer
-//   normalisation has no f64.
+//   f32 goes through oneDNN's layer normalisation primitive (forward training, so the mean and
+//   variance come out; rstd = 1 / sqrt(variance + eps) is then taken in double over the rows):
+//   the rows are split into one chunk per oneTBB worker (at most two chunk heights, so at most
+//   two cached primitives per shape), each chunk a one-threaded oneDNN call (Note [One thread
+//   pool] in cpu_matmul.cpp). oneDNN 2.6 has no f64 layer normalisation and, below AVX-512, no
+//   bf16 one, so f64, f16 and bf16 run our own loops: one row per work unit, the mean, then the
+//   biased variance as the mean of squared deviations (two passes in double, so a row far from
+//   zero keeps its variance), then y = (x - mean) rstd weight + bias in the compute type. The
+//   backward (every dtype, our loops) computes dx row by row from the saved mean and rstd;
+//   dweight and dbias are column sums over the rows, taken as partial sums over fixed chunks of
+//   64 rows (in double) that are then added in chunk order, so the result does not depend on how
+//   oneTBB split the work.
 //
 // Note [CPU embedding backward]
 //   Determinism without atomics: the positions m are bucketed by their index in one serial
 //   counting pass (in increasing m), then each row of dweight sums its bucket in that order, in
 //   double, rows in parallel. A row no index names is written 0.
+#include "cpu_dnnl_cache.hpp"
 #include "cpu_nn.hpp"
 #include "cpu_vmath.hpp"
 
+#include <tbb/task_arena.h>
+
 #include <cmath>
 #include <cstring>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace bp::cpu {
@@ -37,6 +46,71 @@ using StatT = std::conditional_t<std::is_same_v<T, double>, double, float>;
 template <class T>
 constexpr bp_dtype stat_dtype() {
   return std::is_same_v<T, double> ? BP_DTYPE_F64 : BP_DTYPE_F32;
+}
+
+// The cached oneDNN layer normalisation of `rows` x N f32 rows (Note [CPU layer norm]): md[0]
+// the data, md[1] weight and bias, md[2] mean and variance.
+std::shared_ptr<const DnnlPrimitive> layer_norm_primitive(int64_t rows, int64_t N, bool w, bool b,
+                                                          double eps) {
+  const std::string key = bp::sdk::format("layer_norm f32 %lld x %lld scale %d shift %d eps %.17g",
+                                          static_cast<long long>(rows), static_cast<long long>(N),
+                                          w ? 1 : 0, b ? 1 : 0, eps);
+  return dnnl_cached(key, [&] {
+    using dnnl::memory;
+    using dnnl::normalization_flags;
+    DnnlPrimitive out;
+    out.md[0] = memory::desc({rows, N}, memory::data_type::f32, memory::format_tag::ab);
+    out.md[1] = memory::desc({N}, memory::data_type::f32, memory::format_tag::a);
+    normalization_flags flags = normalization_flags::none;
+    if (w) flags |= normalization_flags::use_scale;
+    if (b) flags |= normalization_flags::use_shift;
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const dnnl::layer_normalization_forward::desc d(dnnl::prop_kind::forward_training, out.md[0],
+                                                    static_cast<float>(eps), flags);
+    const dnnl::layer_normalization_forward::primitive_desc pd(d, attr, dnnl_engine());
+    out.prim = dnnl::layer_normalization_forward(pd);
+    out.md[2] = pd.mean_desc();
+    out.scratchpad = pd.scratchpad_desc();
+    return out;
+  });
+}
+
+// layer_norm of f32 rows through oneDNN; mean and rstd (each M) always written.
+void layer_norm_onednn(const Launch& l, const float* x, const float* w, const float* b, float* y,
+                       float* mean, float* rstd, int64_t M, int64_t N, double eps) {
+  const bool serial = M * N < parallelism(Cost::kReduction).serial_below;
+  const int64_t workers = serial ? 1 : std::max(1, tbb::this_task_arena::max_concurrency());
+  const int64_t chunk = (M + workers - 1) / workers, chunks = (M + chunk - 1) / chunk;
+  auto run = [&](int64_t c) {
+    const int64_t r0 = c * chunk, n = std::min(chunk, M - r0);
+    auto p = layer_norm_primitive(n, N, w != nullptr, b != nullptr, eps);
+    auto mem = [&](const dnnl::memory::desc& md, const void* ptr) {
+      return dnnl::memory(md, dnnl_engine(), const_cast<void*>(ptr));
+    };
+    AlignedBuffer scratch(p->scratchpad.get_size());
+    std::unordered_map<int, dnnl::memory> args = {
+        {DNNL_ARG_SRC, mem(p->md[0], x + r0 * N)},
+        {DNNL_ARG_DST, mem(p->md[0], y + r0 * N)},
+        {DNNL_ARG_MEAN, mem(p->md[2], mean + r0)},
+        {DNNL_ARG_VARIANCE, mem(p->md[2], rstd + r0)},
+        {DNNL_ARG_SCRATCHPAD, mem(p->scratchpad, scratch.get())}};
+    if (w) args.emplace(DNNL_ARG_SCALE, mem(p->md[1], w));
+    if (b) args.emplace(DNNL_ARG_SHIFT, mem(p->md[1], b));
+    try {
+      OmpThreads threads(1);
+      p->prim.execute(dnnl_stream(), args);
+      dnnl_stream().wait();
+    } catch (const dnnl::error& e) {
+      launch_error(l, bp::sdk::format("oneDNN layer normalisation failed: %s (status %d)", e.what(),
+                                      static_cast<int>(e.status)));
+    }
+    for (int64_t r = r0; r < r0 + n; ++r)  // the variance becomes rstd in place
+      rstd[r] = static_cast<float>(1.0 / std::sqrt(static_cast<double>(rstd[r]) + eps));
+  };
+  parallel_units(chunks, chunk * N * 3, Cost::kReduction, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) run(c);
+  });
 }
 
 template <class T>
@@ -73,6 +147,12 @@ void layer_norm_kernel(const Launch& l) {
   const T* pb = l.num_inputs > 2 ? data<T>(l.inputs[2]) : nullptr;
   ST* pmean = save ? data<ST>(l.outputs[1]) : nullptr;
   ST* prstd = save ? data<ST>(l.outputs[2]) : nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    std::vector<float> scratch_stats(save ? 0 : static_cast<size_t>(2 * M));
+    layer_norm_onednn(l, px, pw, pb, py, save ? pmean : scratch_stats.data(),
+                      save ? prstd : scratch_stats.data() + M, M, N, eps);
+    return;
+  }
   std::vector<C> w(static_cast<size_t>(N), C(1)), b(static_cast<size_t>(N), C(0));
   for (int64_t j = 0; j < N; ++j) {
     if (pw) w[static_cast<size_t>(j)] = DType<T>::load(pw[j]);
