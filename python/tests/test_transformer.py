@@ -1,6 +1,6 @@
 """The transformer family from Python: torch.nn.functional-style functions against NumPy
-float64 references, the layers' state_dict keys, the refusals, and the C++ and Python GPT giving
-the same weights and logits for one seed."""
+float64 references, gradients against central differences, the layers' state_dict keys, the
+refusals, and a GPT that learns a periodic sequence."""
 import math
 
 import numpy as np
