@@ -128,6 +128,12 @@ struct Sqrt {
     return std::sqrt(x);
   }
 };
+struct Rsqrt {
+  template <class C>
+  C operator()(C x) const {
+    return C(1) / std::sqrt(x);
+  }
+};
 
 // ---- Row loops (Note [Row loops]) ------------------------------------------------------------
 
@@ -489,6 +495,12 @@ KernelFn kernel_for(Op op) {
         return &vmath_unary_kernel<T, vmath::kSigmoid>;
       case Op::kTanh:
         return &vmath_unary_kernel<T, vmath::kTanh>;
+      case Op::kSin:
+        return &vmath_unary_kernel<T, vmath::kSin>;
+      case Op::kCos:
+        return &vmath_unary_kernel<T, vmath::kCos>;
+      case Op::kRsqrt:
+        return &unary_kernel<T, Rsqrt>;
       default:
         break;
     }

@@ -56,6 +56,21 @@ KernelFn family_kernel(Op op, bp_dtype dtype) {
     case Op::kSoftmaxBackward:
     case Op::kLogSoftmaxBackward:
       return softmax_family(op, dtype);
+    case Op::kLayerNorm:
+    case Op::kLayerNormBackward:
+    case Op::kGelu:
+    case Op::kGeluBackward:
+    case Op::kSilu:
+    case Op::kSiluBackward:
+    case Op::kEmbedding:
+    case Op::kEmbeddingBackward:
+    case Op::kTriu:
+    case Op::kTril:
+    case Op::kCumsum:
+      return transformer_family(op, dtype);
+    case Op::kScaledDotProductAttention:
+    case Op::kScaledDotProductAttentionBackward:
+      return attention_family(op, dtype);
     default:
       return elementwise_family(op, dtype);
   }

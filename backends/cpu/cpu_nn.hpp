@@ -162,6 +162,11 @@ KernelFn pool_family(Op op, bp_dtype dtype);     // max/avg/adaptive pooling (cp
 KernelFn norm_family(Op op, bp_dtype dtype);     // batch_norm (cpu_norm.cpp)
 KernelFn index_family(Op op, bp_dtype dtype);    // max_dim min_dim gather scatter_add dropout
 KernelFn softmax_family(Op op, bp_dtype dtype);  // softmax log_softmax and backward
+// The transformer family (minor 5): layer_norm gelu silu embedding (and backward) triu tril
+// cumsum (cpu_transformer.cpp); attention and its backward (cpu_attention.cpp). sin, cos and
+// rsqrt are elementwise (cpu_elementwise.cpp).
+KernelFn transformer_family(Op op, bp_dtype dtype);
+KernelFn attention_family(Op op, bp_dtype dtype);
 
 }  // namespace bp::cpu
 

@@ -6,7 +6,8 @@
 // TF32 off, autocast bf16 with channels-last) in one table:
 //
 //   python3 bench/compare.py --bp build/bin/bp-bench-resnet
-//       --ref-bin bench/resnet/torch_resnet.py --device cuda:0 --repeat 5   (one line)
+//       --ref-bin bench/resnet/torch_resnet.py --device cuda:0 --repeat 5
+//   (one command line)
 //
 //   bp-bench-resnet [--device D]... [--quick] [--only SUBSTRING] [--batch 256] [--iters N]
 //

@@ -36,6 +36,9 @@ OpKind kind_of(int32_t op) {
     case BP_OP_SIGMOID:
     case BP_OP_TANH:
     case BP_OP_ABS:
+    case BP_OP_SIN:
+    case BP_OP_COS:
+    case BP_OP_RSQRT:
       return OpKind::unary;
     case BP_OP_SUM:
     case BP_OP_MEAN:
@@ -74,6 +77,21 @@ OpKind kind_of(int32_t op) {
     case BP_OP_SOFTMAX_BACKWARD:
     case BP_OP_LOG_SOFTMAX_BACKWARD:
       return OpKind::softmax;
+    case BP_OP_LAYER_NORM:
+    case BP_OP_LAYER_NORM_BACKWARD:
+    case BP_OP_GELU:
+    case BP_OP_GELU_BACKWARD:
+    case BP_OP_SILU:
+    case BP_OP_SILU_BACKWARD:
+    case BP_OP_EMBEDDING:
+    case BP_OP_EMBEDDING_BACKWARD:
+    case BP_OP_TRIU:
+    case BP_OP_TRIL:
+    case BP_OP_CUMSUM:
+      return OpKind::transformer;
+    case BP_OP_SCALED_DOT_PRODUCT_ATTENTION:
+    case BP_OP_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD:
+      return OpKind::attention;
     default:
       return OpKind::binary;
   }

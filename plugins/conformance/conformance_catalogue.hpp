@@ -32,6 +32,10 @@ enum class OpKind {
   norm,     // batch_norm, batch_norm_backward, dropout
   index,    // max_dim, min_dim, gather, scatter_add
   softmax,  // softmax, log_softmax and their backward
+  // The transformer family (minor 5): layer_norm, gelu, silu (and backward), embedding (and
+  // backward), triu, tril, cumsum; sin, cos and rsqrt are unary.
+  transformer,
+  attention,  // scaled_dot_product_attention and its backward
 };
 
 struct OpInfo {

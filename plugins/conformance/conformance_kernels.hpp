@@ -36,6 +36,11 @@ void pool_cases(const OpInfo& op, int32_t dt, CaseList& out);
 void norm_cases(const OpInfo& op, int32_t dt, CaseList& out);
 void index_cases(const OpInfo& op, int32_t dt, CaseList& out);
 void softmax_cases(const OpInfo& op, int32_t dt, CaseList& out);
+// The transformer family (Note [Op catalogue], minor 5): layer_norm, gelu, silu, embedding and
+// their backward ops, triu, tril and cumsum (conformance_kernels_transformer.cpp); attention
+// forward and backward (conformance_kernels_attention.cpp).
+void transformer_cases(const OpInfo& op, int32_t dt, CaseList& out);
+void attention_cases(const OpInfo& op, int32_t dt, CaseList& out);
 // The catalogue's rules on fixed values (NaN propagation, integer wrap, cast rules): appended to
 // the pairs they concern (conformance_kernels_rules.cpp).
 void rules_cases(const OpInfo& op, int32_t dt, CaseList& out);

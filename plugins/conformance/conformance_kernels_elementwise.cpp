@@ -288,12 +288,15 @@ double unary_op(const std::string& op, double x) {
   if (op == "sigmoid") return 1.0 / (1.0 + std::exp(-x));
   if (op == "tanh") return std::tanh(x);
   if (op == "abs") return std::fabs(x);
+  if (op == "sin") return std::sin(x);
+  if (op == "cos") return std::cos(x);
+  if (op == "rsqrt") return 1.0 / std::sqrt(x);
   return NAN;
 }
 
 Range unary_range(const OpInfo& op, int32_t dt) {
   std::string name = op.name;
-  if (name == "log" || name == "sqrt") return {0.1, 10.0};
+  if (name == "log" || name == "sqrt" || name == "rsqrt") return {0.1, 10.0};
   return default_range(dt);
 }
 

@@ -323,6 +323,12 @@ void build_kernels_suite(Context& ctx, std::vector<TestCase>& out) {
         case OpKind::softmax:
           softmax_cases(op, dt, cases);
           break;
+        case OpKind::transformer:
+          transformer_cases(op, dt, cases);
+          break;
+        case OpKind::attention:
+          attention_cases(op, dt, cases);
+          break;
         default:
           elementwise_cases(op, dt, cases);
           break;

@@ -1,8 +1,10 @@
 /*
  * Kernels of the template backend: fill, copy, add, mul and sum for f32, on strided views
- * (Note [Op catalogue] in plugin_abi.h), and the convolutional family of minor 4 for every
- * dtype of each op's domain (template_conv.c, template_pool.c, template_norm.c,
- * template_index.c, template_softmax.c, on the element helpers at the end of this file). Every
+ * (Note [Op catalogue] in plugin_abi.h), and the convolutional family of minor 4 and the
+ * transformer family of minor 5 for every dtype of each op's domain (template_conv.c,
+ * template_pool.c, template_norm.c, template_index.c, template_softmax.c,
+ * template_transformer.c, template_attention.c, on the element helpers at the end of this
+ * file). Every
  * other (op, dtype) pair of the catalogue is declared BP_SUPPORT_NO.
  *
  * The op table (backplane/op_table.h, Note [Op tables]) is the one declaration of what exists:
@@ -45,12 +47,28 @@ static struct bp_kernel template_kernel_table[] = {{BP_OP_FILL},
                                                    {BP_OP_SOFTMAX},
                                                    {BP_OP_LOG_SOFTMAX},
                                                    {BP_OP_SOFTMAX_BACKWARD},
-                                                   {BP_OP_LOG_SOFTMAX_BACKWARD}};
+                                                   {BP_OP_LOG_SOFTMAX_BACKWARD},
+                                                   {BP_OP_LAYER_NORM},
+                                                   {BP_OP_LAYER_NORM_BACKWARD},
+                                                   {BP_OP_GELU},
+                                                   {BP_OP_GELU_BACKWARD},
+                                                   {BP_OP_SILU},
+                                                   {BP_OP_SILU_BACKWARD},
+                                                   {BP_OP_EMBEDDING},
+                                                   {BP_OP_EMBEDDING_BACKWARD},
+                                                   {BP_OP_SCALED_DOT_PRODUCT_ATTENTION},
+                                                   {BP_OP_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD},
+                                                   {BP_OP_TRIU},
+                                                   {BP_OP_TRIL},
+                                                   {BP_OP_CUMSUM},
+                                                   {BP_OP_SIN},
+                                                   {BP_OP_COS},
+                                                   {BP_OP_RSQRT}};
 #define TEMPLATE_NUM_KERNELS (sizeof template_kernel_table / sizeof template_kernel_table[0])
 
 static bp_op_table template_ops;
 
-/* The family of a convolutional op (catalogue numbers from BP_OP_CONV2D on), else NULL. */
+/* The family of an op of minor 4 or 5 (catalogue numbers from BP_OP_CONV2D on), else NULL. */
 static template_family_fn template_family(int32_t op) {
   switch (op) {
     case BP_OP_CONV2D:
@@ -78,6 +96,24 @@ static template_family_fn template_family(int32_t op) {
     case BP_OP_SOFTMAX_BACKWARD:
     case BP_OP_LOG_SOFTMAX_BACKWARD:
       return template_softmax_launch;
+    case BP_OP_SCALED_DOT_PRODUCT_ATTENTION:
+    case BP_OP_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD:
+      return template_attention_launch;
+    case BP_OP_LAYER_NORM:
+    case BP_OP_LAYER_NORM_BACKWARD:
+    case BP_OP_GELU:
+    case BP_OP_GELU_BACKWARD:
+    case BP_OP_SILU:
+    case BP_OP_SILU_BACKWARD:
+    case BP_OP_EMBEDDING:
+    case BP_OP_EMBEDDING_BACKWARD:
+    case BP_OP_TRIU:
+    case BP_OP_TRIL:
+    case BP_OP_CUMSUM:
+    case BP_OP_SIN:
+    case BP_OP_COS:
+    case BP_OP_RSQRT:
+      return template_transformer_launch;
     default:
       return NULL;
   }

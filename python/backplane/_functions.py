@@ -1,6 +1,6 @@
 """torch.* functions of the convolutional family (C++ functions.hpp): max/min along a dim with
 indices (torch.return_types-like named tuples), argmax/argmin, gather, scatter_add, clamp,
-var/std, softmax/log_softmax; also bound as Tensor methods with PyTorch's names."""
+var/std, softmax/log_softmax, triu/tril, cumsum, masked_fill, sin/cos/rsqrt; also bound as Tensor methods with PyTorch's names."""
 from collections import namedtuple
 
 from . import _core
@@ -46,6 +46,13 @@ var = _core.var
 std = _core.std
 softmax = _core.softmax
 log_softmax = _core.log_softmax
+triu = _core.triu
+tril = _core.tril
+cumsum = _core.cumsum
+masked_fill = _core.masked_fill
+sin = _core.sin
+cos = _core.cos
+rsqrt = _core.rsqrt
 
 
 def _method(fn):
@@ -59,7 +66,9 @@ def _method(fn):
 
 for _name, _fn in {"max": max, "min": min, "argmax": argmax, "argmin": argmin, "gather": gather,
                    "scatter_add": scatter_add, "clamp": clamp, "clip": clamp, "var": var,
-                   "std": std, "softmax": softmax, "log_softmax": log_softmax}.items():
+                   "std": std, "softmax": softmax, "log_softmax": log_softmax, "triu": triu,
+                   "tril": tril, "cumsum": cumsum, "masked_fill": masked_fill, "sin": sin,
+                   "cos": cos, "rsqrt": rsqrt}.items():
     setattr(Tensor, _name, _method(_fn))
 
 def _device_supports(self, op, dtype=_core.dtype.float32):
@@ -70,4 +79,5 @@ def _device_supports(self, op, dtype=_core.dtype.float32):
 _core.Device.supports = _device_supports
 
 __all__ = ["return_types", "max", "min", "argmax", "argmin", "gather", "scatter_add", "clamp",
-           "clip", "var", "std", "softmax", "log_softmax"]
+           "clip", "var", "std", "softmax", "log_softmax", "triu", "tril", "cumsum",
+           "masked_fill", "sin", "cos", "rsqrt"]

@@ -32,6 +32,7 @@ enum class ErrorKind {
   io,
   sync,
   capture,
+  index,
   count_
 };
 PyObject* error_class(ErrorKind kind);

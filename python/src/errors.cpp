@@ -7,7 +7,7 @@
 //   DeviceError(Error)             DeviceMismatch(Error)        SyncError(Error)
 //   CaptureError(Error)
 //   PluginError(Error)             OutOfMemory(Error, MemoryError)
-//   ShapeError(Error, ValueError)  DTypeError(Error, TypeError)
+//   ShapeError(Error, ValueError)  DTypeError(Error, TypeError)  IndexError(Error, IndexError)
 //   UnsupportedError(Error, NotImplementedError)                IOError(Error, OSError)
 // The message is the C++ message unchanged; PluginError carries `native_name` (the vendor's
 // error name, "" when there is none).
@@ -57,6 +57,8 @@ void translate(const std::exception_ptr& p, void*) {
     set_error(ErrorKind::unsupported, e.what());
   } catch (const ShapeError& e) {
     set_error(ErrorKind::shape, e.what());
+  } catch (const IndexError& e) {
+    set_error(ErrorKind::index, e.what());
   } catch (const DTypeError& e) {
     set_error(ErrorKind::dtype, e.what());
   } catch (const IOError& e) {
@@ -99,6 +101,8 @@ void register_errors(nb::module_& m) {
        "An op or feature the device's backend does not have; the message names who does."},
       {ErrorKind::shape, "ShapeError", PyExc_ValueError,
        "Shapes that do not fit the op (broadcast, matmul, reshape, a model's parameter)."},
+      {ErrorKind::index, "IndexError", PyExc_IndexError,
+       "An index outside the range it addresses (an embedding index past the table)."},
       {ErrorKind::dtype, "DTypeError", PyExc_TypeError,
        "Dtypes that do not fit the op, or an unknown dtype name."},
       {ErrorKind::io, "IOError", PyExc_OSError,

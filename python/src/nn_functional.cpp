@@ -108,6 +108,37 @@ void register_nn_functional(nb::module_& m) {
   m.def("softmax", &bp::softmax, nb::arg("input"), nb::arg("dim"));
   m.def("log_softmax", &bp::log_softmax, nb::arg("input"), nb::arg("dim"));
 
+  // ---- the transformer family (Note [Transformer checks]) ----
+  m.def(
+      "layer_norm",
+      [](const Tensor& x, nb::handle shape, nb::handle w, nb::handle b, double eps) {
+        Shape s;
+        if (PyIndex_Check(shape.ptr()))
+          s.push_back(nb::cast<int64_t>(shape));
+        else
+          for (nb::handle d : shape) s.push_back(nb::cast<int64_t>(d));
+        return F::layer_norm(x, s, opt_tensor(w), opt_tensor(b), eps);
+      },
+      nb::arg("input"), nb::arg("normalized_shape"), nb::arg("weight").none() = nb::none(),
+      nb::arg("bias").none() = nb::none(), nb::arg("eps") = 1e-5);
+  m.def("gelu", &F::gelu, nb::arg("input"), nb::kw_only(), nb::arg("approximate") = "none");
+  m.def("silu", &F::silu, nb::arg("input"));
+  m.def("embedding", &F::embedding, nb::arg("input"), nb::arg("weight"));
+  m.def(
+      "scaled_dot_product_attention",
+      [](const Tensor& q, const Tensor& k, const Tensor& v, nb::handle mask, double p,
+         bool is_causal, nb::handle scale) {
+        return F::scaled_dot_product_attention(q, k, v, opt_tensor(mask), p, is_causal,
+                                               opt_double(scale));
+      },
+      nb::arg("query"), nb::arg("key"), nb::arg("value"), nb::arg("attn_mask").none() = nb::none(),
+      nb::arg("dropout_p") = 0.0, nb::arg("is_causal") = false, nb::kw_only(),
+      nb::arg("scale").none() = nb::none());
+  m.def("triu", &bp::triu, nb::arg("input"), nb::arg("diagonal") = 0);
+  m.def("tril", &bp::tril, nb::arg("input"), nb::arg("diagonal") = 0);
+  m.def("cumsum", &bp::cumsum, nb::arg("input"), nb::arg("dim"));
+  m.def("masked_fill", &bp::masked_fill, nb::arg("input"), nb::arg("mask"), nb::arg("value"));
+
   m.def(
       "_supports",
       [](Device& d, const std::string& op, DType dtype) {

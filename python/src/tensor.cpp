@@ -668,6 +668,9 @@ void register_tensor(nb::module_& m) {
   m.def("relu", [](const Tensor& a) { return a.relu(); });
   m.def("sigmoid", [](const Tensor& a) { return a.sigmoid(); });
   m.def("tanh", [](const Tensor& a) { return a.tanh(); });
+  m.def("sin", [](const Tensor& a) { return bp::sin(a); });
+  m.def("cos", [](const Tensor& a) { return bp::cos(a); });
+  m.def("rsqrt", [](const Tensor& a) { return bp::rsqrt(a); });
   m.def("matmul", [](const Tensor& a, const Tensor& b) { return matmul(a, b); });
   m.def("pow", [](const Tensor& a, const Tensor& b) { return pow(a, b); });
   m.def("pow", [](const Tensor& a, double b) { return a.pow(b); });

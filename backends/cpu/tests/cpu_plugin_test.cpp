@@ -85,7 +85,24 @@ const std::map<std::string, std::vector<bp_dtype>>& support_matrix() {
       {"softmax", kFloats},
       {"log_softmax", kFloats},
       {"softmax_backward", kFloats},
-      {"log_softmax_backward", kFloats}};
+      {"log_softmax_backward", kFloats},
+      // Minor 5: the transformer family.
+      {"layer_norm", kFloats},
+      {"layer_norm_backward", kFloats},
+      {"gelu", kFloats},
+      {"gelu_backward", kFloats},
+      {"silu", kFloats},
+      {"silu_backward", kFloats},
+      {"embedding", kFloats},
+      {"embedding_backward", kFloats},
+      {"scaled_dot_product_attention", kFloats},
+      {"scaled_dot_product_attention_backward", kFloats},
+      {"triu", all_dtypes()},
+      {"tril", all_dtypes()},
+      {"cumsum", kSigned},
+      {"sin", kFloats},
+      {"cos", kFloats},
+      {"rsqrt", kFloats}};
   return m;
 }
 

@@ -37,10 +37,10 @@ uint64_t seed() {
 
 // Documented bounds (ulp): SLEEF's u10 functions are within 1.0 ulp (tanh a hair above near 0:
 // 1.0005 measured); sigmoid adds the rounding of 1 + exp(-|x|) and of the division (2.1
-// measured).
-constexpr double kBound[bp::cpu::vmath::kNumFns] = {1.0, 1.0, 1.01, 3.0};
+// measured); sin and cos are SLEEF's u10 with full range reduction.
+constexpr double kBound[bp::cpu::vmath::kNumFns] = {1.0, 1.0, 1.01, 3.0, 1.0, 1.0};
 constexpr double kPowBound = 1.0;
-const char* const kNames[] = {"exp", "log", "tanh", "sigmoid"};
+const char* const kNames[] = {"exp", "log", "tanh", "sigmoid", "sin", "cos"};
 
 // Distance of `got` from the exact value `ref` in units of ulp(ref) = 2^(floor(log2|ref|) - p + 1)
 // for T's precision p; for T's subnormals the smallest spacing, so the bound is absolute
@@ -69,6 +69,10 @@ long double reference(Fn f, long double x) {
       return std::log(x);
     case bp::cpu::vmath::kTanh:
       return std::tanh(x);
+    case bp::cpu::vmath::kSin:
+      return std::sin(x);
+    case bp::cpu::vmath::kCos:
+      return std::cos(x);
     default:
       return 1.0L / (1.0L + std::exp(-x));
   }

@@ -15,6 +15,7 @@
 #include <backplane/nn.hpp>
 #include <backplane/nn_conv.hpp>
 #include <backplane/nn_functional.hpp>
+#include <backplane/nn_transformer.hpp>
 #include <backplane/ops.hpp>
 #include <backplane/optim.hpp>
 #include <backplane/parallel.hpp>

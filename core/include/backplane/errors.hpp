@@ -58,6 +58,13 @@ class BP_API ShapeError : public Error {
   using Error::Error;
 };
 
+// An index outside the range it addresses (an embedding index past the table), naming the
+// index and the size.
+class BP_API IndexError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Dtypes that do not fit the op, or an unknown dtype name.
 class BP_API DTypeError : public Error {
  public:

@@ -66,4 +66,16 @@ BP_API Tensor std(const Tensor& input, std::optional<int> dim = std::nullopt, do
 BP_API Tensor softmax(const Tensor& input, int dim);
 BP_API Tensor log_softmax(const Tensor& input, int dim);
 
+// torch.triu / torch.tril: the elements of the last two dimensions on and above (triu) or on and
+// below (tril) the diagonal `diagonal` (0 the main one, > 0 above it), the others 0; input of
+// rank >= 2 (ShapeError otherwise), any dtype.
+BP_API Tensor triu(const Tensor& input, int64_t diagonal = 0);
+BP_API Tensor tril(const Tensor& input, int64_t diagonal = 0);
+// torch.cumsum along `dim` (the dtype kept; i32/i64 wrap, bool and u8 are a DTypeError: cast
+// first).
+BP_API Tensor cumsum(const Tensor& input, int dim);
+// torch.Tensor.masked_fill: input where mask (bool, broadcast to input's shape) is false, `value`
+// where it is true; a composite of where. DTypeError for a mask that is not bool.
+BP_API Tensor masked_fill(const Tensor& input, const Tensor& mask, double value);
+
 }  // namespace bp

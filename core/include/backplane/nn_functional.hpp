@@ -23,6 +23,7 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace bp::nn::functional {
 
@@ -76,6 +77,40 @@ BP_API Tensor dropout(const Tensor& input, double p = 0.5, bool training = true)
 // torch.nn.functional.softmax / log_softmax (bp::softmax, bp::log_softmax).
 BP_API Tensor softmax(const Tensor& input, int dim);
 BP_API Tensor log_softmax(const Tensor& input, int dim);
+
+// ---- The transformer family ----------------------------------------------------------------
+// Note [Transformer checks]
+//   As Note [Convolution checks]: devices, dtypes (floating, one for all operands) and shapes are
+//   checked before anything is allocated or launched, with ShapeError naming the function and
+//   every shape involved.
+
+// torch.nn.functional.layer_norm: normalises over the last normalized_shape.size() dimensions
+// of input (which must end in normalized_shape) with their mean and biased variance, then
+// times weight and plus bias (each of normalized_shape, or undefined).
+BP_API Tensor layer_norm(const Tensor& input, const Shape& normalized_shape,
+                         const Tensor& weight = Tensor(), const Tensor& bias = Tensor(),
+                         double eps = 1e-5);
+// torch.nn.functional.gelu: approximate "none" (x Phi(x)) or "tanh"; bp::Error for another
+// string.
+BP_API Tensor gelu(const Tensor& input, const std::string& approximate = "none");
+// torch.nn.functional.silu: x sigmoid(x).
+BP_API Tensor silu(const Tensor& input);
+// torch.nn.functional.embedding: the rows of weight [V, D] at the int64 indices in `input` (any
+// shape) -> [*input.shape, D]. An index outside [0, V) is an IndexError naming it and V (on
+// devices that find it asynchronously, at the next synchronisation). The gradient flows to
+// weight only, summed deterministically over repeated indices.
+BP_API Tensor embedding(const Tensor& input, const Tensor& weight);
+// torch.nn.functional.scaled_dot_product_attention: query [..., L, E], key [..., S, E], value
+// [..., S, Ev] with equal leading dimensions (one batch dimension or more, or none) ->
+// [..., L, Ev]. is_causal masks key j > query i; dropout_p drops attention weights (from the
+// default generator's Philox stream); scale defaults to 1 / sqrt(E). attn_mask (bool: true
+// keeps; or floating: added to the scores), broadcast to [..., L, S], runs the composite
+// softmax(q k^T scale + mask) v instead of the fused op. ShapeError naming all three shapes when
+// batch, head, sequence or head sizes disagree.
+BP_API Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key,
+                                           const Tensor& value, const Tensor& attn_mask = Tensor(),
+                                           double dropout_p = 0.0, bool is_causal = false,
+                                           std::optional<double> scale = std::nullopt);
 
 // The output size of a convolution or pooling window along one axis (floor, or ceil with
 // the right-padding rule); may be <= 0 for an input smaller than the window.

@@ -317,6 +317,10 @@ BP_API Tensor relu(const Tensor& a);
 BP_API Tensor sigmoid(const Tensor& a);
 BP_API Tensor tanh(const Tensor& a);
 BP_API Tensor abs(const Tensor& a);
+// torch.sin, torch.cos, torch.rsqrt (1 / sqrt(a)): floating dtypes, with autograd.
+BP_API Tensor sin(const Tensor& a);
+BP_API Tensor cos(const Tensor& a);
+BP_API Tensor rsqrt(const Tensor& a);
 // Concatenates along an axis (all on one device, one dtype).
 BP_API Tensor cat(const std::vector<Tensor>& tensors, int axis);
 // True when shapes match and |a-b| <= atol + rtol*|b| everywhere (synchronises).

@@ -130,6 +130,12 @@ class OpNode final : public Node {
         return {g * saved[1] * (1.0 - saved[1])};
       case GradKind::tanh:
         return {g * (1.0 - saved[1] * saved[1])};
+      case GradKind::sin:
+        return {g * bp::cos(saved[0])};
+      case GradKind::cos:
+        return {-(g * bp::sin(saved[0]))};
+      case GradKind::rsqrt:  // d/da a^(-1/2) = -a^(-3/2) / 2 = -out^3 / 2
+        return {g * (saved[1] * saved[1] * saved[1]) * -0.5};
       case GradKind::abs:
         return {g * (as_float(gt(saved[0], 0.0)) - as_float(lt(saved[0], 0.0)))};
       case GradKind::sum:
@@ -185,7 +191,15 @@ class OpNode final : public Node {
       case GradKind::scatter_add:
       case GradKind::softmax:
       case GradKind::log_softmax:
-      case GradKind::cat: {
+      case GradKind::cat:
+      case GradKind::layer_norm:
+      case GradKind::gelu:
+      case GradKind::silu:
+      case GradKind::embedding:
+      case GradKind::attention:
+      case GradKind::triu:
+      case GradKind::tril:
+      case GradKind::cumsum: {
         std::vector<bool> needs(next.size());
         for (size_t k = 0; k < next.size(); ++k) needs[k] = next[k] != nullptr;
         return nn_backward(kind, g, saved, in_shapes, scalar, param, extra, needs);

@@ -90,6 +90,34 @@ std::vector<Tensor> nn_backward(GradKind kind, const Tensor& grad, const std::ve
       return {softmax_backward_raw(Op::softmax_backward, saved[0], g, axis)};
     case GradKind::log_softmax:
       return {softmax_backward_raw(Op::log_softmax_backward, saved[0], g, axis)};
+    case GradKind::layer_norm: {
+      // inputs x (, weight when param bit 0) (, bias when bit 1); saved x, mean, rstd (, weight).
+      const bool has_w = (param & 1) != 0, has_b = (param & 2) != 0;
+      auto [dx, dw, db] =
+          layer_norm_backward_raw(g, saved[0], saved[1], saved[2], has_w ? saved[3] : Tensor());
+      std::vector<Tensor> out = {dx};
+      if (has_w) out.push_back(dw);
+      if (has_b) out.push_back(has_w ? db : reduce_raw(Op::sum, g, 0b01u, false));
+      return out;
+    }
+    case GradKind::gelu:
+      return {activation_backward_raw(Op::gelu_backward, saved[0], g, param)};
+    case GradKind::silu:
+      return {activation_backward_raw(Op::silu_backward, saved[0], g, 0)};
+    case GradKind::embedding:
+      return {embedding_backward_raw(g, saved[0], in_shapes[0][0])};
+    case GradKind::attention: {
+      auto [dq, dk, dv] = attention_backward_raw(saved[0], saved[1], saved[2], saved[3], g,
+                                                 saved[4], scalar, extra);
+      return {dq, dk, dv};
+    }
+    case GradKind::triu:
+      return {triangle_raw(Op::triu, g, param)};
+    case GradKind::tril:
+      return {triangle_raw(Op::tril, g, param)};
+    case GradKind::cumsum:
+      // The gradient of a prefix sum is the suffix sum: total - prefix + own.
+      return {g.sum(axis, true) - cumsum_raw(g, axis) + g};
     case GradKind::cat: {
       std::vector<Tensor> out;
       int64_t at = 0;

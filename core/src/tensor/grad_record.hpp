@@ -39,7 +39,11 @@
   X(adaptive_avg_pool2d, AdaptiveAvgPool2d) X(batch_norm, BatchNorm)                      \
   X(batch_norm_eval, BatchNormEval) X(dropout, Dropout) X(index_reduce, MaxMinDim)        \
   X(gather, Gather) X(scatter_add, ScatterAdd) X(softmax, Softmax)                        \
-  X(log_softmax, LogSoftmax) X(cat, Cat)
+  X(log_softmax, LogSoftmax) X(cat, Cat)                                                 \
+  /* the transformer family (autograd_nn.cpp, nn_backward; sin cos rsqrt in autograd.cpp) */ \
+  X(sin, Sin) X(cos, Cos) X(rsqrt, Rsqrt) X(layer_norm, NativeLayerNorm) X(gelu, Gelu)     \
+  X(silu, Silu) X(embedding, Embedding) X(attention, ScaledDotProductAttention)            \
+  X(triu, Triu) X(tril, Tril) X(cumsum, Cumsum)
 // clang-format on
 
 namespace bp::autograd {

@@ -36,4 +36,21 @@ Tensor softmax_backward_raw(Op op, const Tensor& y, const Tensor& dy, int axis);
 Tensor gather_raw(const Tensor& x, int axis, const Tensor& index);
 Tensor scatter_add_raw(const Tensor& base, int axis, const Tensor& index, const Tensor& src);
 
+// The transformer family's backward launches (tensor_transformer_ops.cpp).
+// dx, dweight, dbias of layer_norm over x [M, N] (dweight and dbias undefined without w).
+std::array<Tensor, 3> layer_norm_backward_raw(const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                              const Tensor& rstd, const Tensor& w);
+// op: gelu_backward (approximate: bp_gelu_approximate) or silu_backward.
+Tensor activation_backward_raw(Op op, const Tensor& x, const Tensor& dy, int64_t approximate);
+// dweight [num_rows, D] from dy [M, D] and indices [M].
+Tensor embedding_backward_raw(const Tensor& dy, const Tensor& indices, int64_t num_rows);
+// dq, dk, dv of scaled_dot_product_attention over [B, H, *, *]; extra: {causal, the bits of the
+// dropout probability, seed, offset}.
+std::array<Tensor, 3> attention_backward_raw(const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& out, const Tensor& dout,
+                                             const Tensor& lse, double scale, const Shape& extra);
+// op: triu or tril.
+Tensor triangle_raw(Op op, const Tensor& x, int64_t diagonal);
+Tensor cumsum_raw(const Tensor& x, int axis);
+
 }  // namespace bp::detail

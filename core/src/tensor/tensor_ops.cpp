@@ -383,6 +383,16 @@ Tensor abs(const Tensor& a) {
   return unary_op(Op::abs, GradKind::abs, a);
 }
 
+Tensor sin(const Tensor& a) {
+  return unary_op(Op::sin, GradKind::sin, a);
+}
+Tensor cos(const Tensor& a) {
+  return unary_op(Op::cos, GradKind::cos, a);
+}
+Tensor rsqrt(const Tensor& a) {
+  return unary_op(Op::rsqrt, GradKind::rsqrt, a);
+}
+
 Tensor Tensor::exp() const {
   return bp::exp(*this);
 }

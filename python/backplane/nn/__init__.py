@@ -540,8 +540,15 @@ from ._conv import (  # noqa: E402  (they build on Module and Parameter above)
     MaxPool2d,
     ModuleList,
 )
+from ._transformer import (  # noqa: E402
+    GELU,
+    Embedding,
+    LayerNorm,
+    MultiheadAttention,
+)
 
 __all__ = ["Parameter", "Module", "Linear", "LazyLinear", "ReLU", "Sigmoid", "Tanh",
            "Identity", "Flatten", "Sequential", "MSELoss", "CrossEntropyLoss", "LoadResult",
            "Conv2d", "MaxPool2d", "AvgPool2d", "AdaptiveAvgPool2d", "BatchNorm2d", "Dropout",
-           "ModuleList", "functional", "init", "utils"]
+           "ModuleList", "LayerNorm", "Embedding", "GELU", "MultiheadAttention", "functional",
+           "init", "utils"]

@@ -24,6 +24,11 @@ def log_softmax(input, dim=-1):
 
 
 conv2d = _core.conv2d
+layer_norm = _core.layer_norm
+gelu = _core.gelu
+silu = _core.silu
+embedding = _core.embedding
+scaled_dot_product_attention = _core.scaled_dot_product_attention
 avg_pool2d = _core.avg_pool2d
 adaptive_avg_pool2d = _core.adaptive_avg_pool2d
 batch_norm = _core.batch_norm

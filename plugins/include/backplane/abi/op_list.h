@@ -70,7 +70,24 @@
   X(softmax, Softmax, SOFTMAX, FLOAT)                                                    \
   X(log_softmax, LogSoftmax, LOG_SOFTMAX, FLOAT)                                         \
   X(softmax_backward, SoftmaxBackward, SOFTMAX_BACKWARD, FLOAT)                          \
-  X(log_softmax_backward, LogSoftmaxBackward, LOG_SOFTMAX_BACKWARD, FLOAT)
+  X(log_softmax_backward, LogSoftmaxBackward, LOG_SOFTMAX_BACKWARD, FLOAT)                \
+  X(layer_norm, LayerNorm, LAYER_NORM, FLOAT)                                            \
+  X(layer_norm_backward, LayerNormBackward, LAYER_NORM_BACKWARD, FLOAT)                  \
+  X(gelu, Gelu, GELU, FLOAT)                                                             \
+  X(gelu_backward, GeluBackward, GELU_BACKWARD, FLOAT)                                   \
+  X(silu, Silu, SILU, FLOAT)                                                             \
+  X(silu_backward, SiluBackward, SILU_BACKWARD, FLOAT)                                   \
+  X(embedding, Embedding, EMBEDDING, FLOAT)                                              \
+  X(embedding_backward, EmbeddingBackward, EMBEDDING_BACKWARD, FLOAT)                    \
+  X(scaled_dot_product_attention, ScaledDotProductAttention, SCALED_DOT_PRODUCT_ATTENTION, FLOAT) \
+  X(scaled_dot_product_attention_backward, ScaledDotProductAttentionBackward,            \
+    SCALED_DOT_PRODUCT_ATTENTION_BACKWARD, FLOAT)                                        \
+  X(triu, Triu, TRIU, ALL)                                                               \
+  X(tril, Tril, TRIL, ALL)                                                               \
+  X(cumsum, Cumsum, CUMSUM, SIGNED)                                                      \
+  X(sin, Sin, SIN, FLOAT)                                                                \
+  X(cos, Cos, COS, FLOAT)                                                                \
+  X(rsqrt, Rsqrt, RSQRT, FLOAT)
 /* clang-format on */
 
 #endif /* BACKPLANE_OP_LIST_H_ */

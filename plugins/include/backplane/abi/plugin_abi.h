@@ -49,7 +49,7 @@ extern "C" {
 
 #define BP_ABI_MAJOR 1
 /* Minor history: see plugins/CHANGELOG.md. */
-#define BP_ABI_MINOR 4
+#define BP_ABI_MINOR 5
 
 #define BP_MAX_RANK 8
 
@@ -205,11 +205,22 @@ typedef enum bp_attr_id {
   BP_ATTR_ID_MOMENTUM = 27,
   BP_ATTR_ID_EPS = 28,
   BP_ATTR_ID_P = 29,
-  BP_ATTR_ID_COUNT = 30
+  /* ---- minor 5: the transformer family ---- */
+  BP_ATTR_ID_APPROXIMATE = 30,
+  BP_ATTR_ID_SCALE = 31,
+  BP_ATTR_ID_CAUSAL = 32,
+  BP_ATTR_ID_DIAGONAL = 33,
+  BP_ATTR_ID_COUNT = 34
 } bp_attr_id;
 
 /* Values of attribute ACTIVATION (op linear). */
 typedef enum bp_activation { BP_ACTIVATION_NONE = 0, BP_ACTIVATION_RELU = 1 } bp_activation;
+
+/* Values of attribute APPROXIMATE (ops gelu, gelu_backward; minor 5). */
+typedef enum bp_gelu_approximate {
+  BP_GELU_EXACT = 0, /* x Phi(x) = x (1 + erf(x / sqrt 2)) / 2 */
+  BP_GELU_TANH = 1   /* x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))) / 2 */
+} bp_gelu_approximate;
 
 /* A scalar attribute of a launch, named twice: by `name` (a static string owned by the host)
  * and, from minor 2, by `id`. */
@@ -248,21 +259,23 @@ typedef struct bp_attr_minor1 {
 
 /* Name of attribute id `id` ("value"), or "?" out of range. */
 static inline const char* bp_attr_name(int32_t id) {
-  static const char* const names[BP_ATTR_ID_COUNT] = {"?",          "value",
-                                                      "scalar",     "reverse",
-                                                      "inplace",    "allow_tf32",
-                                                      "seed",       "offset",
-                                                      "low",        "high",
-                                                      "mean",       "std",
-                                                      "alpha",      "activation",
-                                                      "axis",       "stride_h",
-                                                      "stride_w",   "pad_h",
-                                                      "pad_w",      "dilation_h",
-                                                      "dilation_w", "groups",
-                                                      "kernel_h",   "kernel_w",
-                                                      "ceil_mode",  "count_include_pad",
-                                                      "training",   "momentum",
-                                                      "eps",        "p"};
+  static const char* const names[BP_ATTR_ID_COUNT] = {"?",           "value",
+                                                      "scalar",      "reverse",
+                                                      "inplace",     "allow_tf32",
+                                                      "seed",        "offset",
+                                                      "low",         "high",
+                                                      "mean",        "std",
+                                                      "alpha",       "activation",
+                                                      "axis",        "stride_h",
+                                                      "stride_w",    "pad_h",
+                                                      "pad_w",       "dilation_h",
+                                                      "dilation_w",  "groups",
+                                                      "kernel_h",    "kernel_w",
+                                                      "ceil_mode",   "count_include_pad",
+                                                      "training",    "momentum",
+                                                      "eps",         "p",
+                                                      "approximate", "scale",
+                                                      "causal",      "diagonal"};
   return (id > 0 && id < BP_ATTR_ID_COUNT) ? names[id] : "?";
 }
 
@@ -475,6 +488,58 @@ typedef void (*bp_release_fn)(void* release_ctx);
  *               finite input.
  *   softmax_backward      y, dy -> dx along AXIS: dx = y * (dy - sum(dy * y)).
  *   log_softmax_backward  y, dy -> dx along AXIS: dx = dy - exp(y) * sum(dy).
+ *
+ * Minor 5, the transformer family. Every tensor is dense, as in minor 4 (but for sin, cos and
+ * rsqrt, elementwise ops like exp: strided and broadcast inputs, INPLACE), shapes are not
+ * broadcast, and the host checks shapes and attributes first. f16 and bf16 compute in f32;
+ * "stats" tensors (layer_norm's mean and rstd, attention's lse) are f32 for f16 and bf16 inputs
+ * and of the input's dtype otherwise.
+ *   layer_norm  x[M,N] (, weight[N] (, bias[N])) -> y[M,N] (, mean[M], rstd[M]): each row of N
+ *               normalised with its mean and biased variance, rstd = 1 / sqrt(var + EPS) (FLOAT,
+ *               default 1e-5); y = (x - mean) rstd, times weight and plus bias when given
+ *               (weight and bias are of x's dtype; a host with a bias but no weight passes
+ *               ones). The host passes any input as [M, N], N the product of the normalised
+ *               dimensions. mean and rstd (stats) are written when present. N >= 1.
+ *   layer_norm_backward  dy[M,N], x[M,N], mean[M], rstd[M] (, weight[N]) -> dx[M,N]
+ *               (, dweight[N], dbias[N]): the gradient of layer_norm with the saved statistics;
+ *               with xhat = (x - mean) rstd and g = dy weight (dy without weight),
+ *               dx = rstd (g - mean_N(g) - xhat mean_N(g xhat)), dweight = sum_M(dy xhat),
+ *               dbias = sum_M(dy) (of x's dtype, present only with weight).
+ *   gelu        x -> y: APPROXIMATE (INT, default 0, bp_gelu_approximate): x Phi(x) with the
+ *               exact normal CDF, or the tanh form of torch.nn.functional.gelu.
+ *   gelu_backward  x, dy -> dx = dy gelu'(x) for the same APPROXIMATE.
+ *   silu        x -> y = x sigmoid(x).
+ *   silu_backward  x, dy -> dx = dy s (1 + x (1 - s)), s = sigmoid(x).
+ *   embedding   weight[V,D], indices[M] (I64) -> out[M,D]: out[m] = weight[indices[m]]; the host
+ *               passes any index shape as [M]. An index outside [0, V) is an error
+ *               (BP_ERROR_INVALID_ARGUMENT naming the index, its position and V); a device that
+ *               finds it asynchronously reports it at the next synchronisation, never a row of
+ *               another index. Resolved by weight's dtype.
+ *   embedding_backward  dy[M,D], indices[M] (I64) -> dweight[V,D]: dweight = 0, then
+ *               dweight[indices[m]] += dy[m]. Each row of dweight is the sum of its
+ *               contributions taken in increasing m, in the compute type, rounded once on store,
+ *               so the result is the same on every device and every run. Index errors as
+ *               embedding.
+ *   scaled_dot_product_attention  q[B,H,L,E], k[B,H,S,E], v[B,H,S,Ev] -> out[B,H,L,Ev],
+ *               lse[B,H,L] (stats): s_ij = SCALE q_i . k_j (SCALE FLOAT, default 1 / sqrt(E));
+ *               with CAUSAL (INT 0/1, default 0) the pairs j > i are masked out (the top-left
+ *               triangle of torch's is_causal); p_ij = exp(s_ij - lse_i) over the unmasked j,
+ *               lse_i = log sum_j exp(s_ij) computed from the row's maximum (finite for any
+ *               finite input, whatever the row's length); out_i = sum_j p_ij z_ij v_j. Dropout
+ *               P (FLOAT in [0, 1), default 0), SEED, OFFSET (INT): z_ij = 0 when the uniform
+ *               draw of Note [Philox stream] for (seed, offset, element ((b H + h) L + i) S + j)
+ *               is < P, else 1 / (1 - P); with P = 0, z = 1. A row with no unmasked j (S = 0)
+ *               gives out_i = 0 and lse_i = -inf.
+ *   scaled_dot_product_attention_backward  q, k, v, out, dout[B,H,L,Ev], lse -> dq, dk, dv with
+ *               the forward's attributes: with p and z recomputed from lse and the seed,
+ *               D_i = dout_i . out_i and ds_ij = p_ij (z_ij dout_i . v_j - D_i),
+ *               dq_i = SCALE sum_j ds_ij k_j, dk_j = SCALE sum_i ds_ij q_i,
+ *               dv_j = sum_i p_ij z_ij dout_i.
+ *   triu tril   x[..., R, C] -> y (rank >= 2): y = x where c - r >= DIAGONAL (triu) or
+ *               c - r <= DIAGONAL (tril), else 0; DIAGONAL (INT, default 0) as torch.triu.
+ *   cumsum      x -> y along AXIS (INT, required): y_i = sum_{k <= i} x_k, added in order of k in
+ *               the compute type (integers wrap as sum's do).
+ *   sin cos rsqrt  a -> out, as exp; rsqrt(a) = 1 / sqrt(a) (inf at 0, NaN below 0).
  * Outputs are dense (row-major contiguous) for every op but copy, whose output may be any
  * non-overlapping strided view (writing into a slice). Outputs never alias inputs unless the
  * host says so with INPLACE (INT 1), where out and input 0 describe the same memory.
@@ -494,6 +559,9 @@ typedef void (*bp_release_fn)(void* release_ctx);
  *                                 dropout softmax log_softmax softmax_backward
  *                                 log_softmax_backward
  *   minor 4 besides: max_dim min_dim (SIGNED), gather (ALL), scatter_add (ARITH)
+ *   minor 5: FLOAT for layer_norm layer_norm_backward gelu gelu_backward silu silu_backward
+ *   embedding embedding_backward scaled_dot_product_attention
+ *   scaled_dot_product_attention_backward sin cos rsqrt; ALL for triu tril; SIGNED for cumsum
  *   A host never asks for a pair outside the domain (libbackplane raises DTypeError naming the
  *   op, the dtype and the domain); a plugin declares those pairs BP_SUPPORT_NO with
  *   bp_op_domain_reason. Inside the domain a plugin may still lack a pair (UNSUPPORTED, with
@@ -742,10 +810,12 @@ typedef struct bp_plugin_api {
 /* The slots every plugin sets (non-NULL), once: X(slot) for each. Every other slot is optional,
  * with the default its comment states; the event group (event_create, event_destroy,
  * event_record, stream_wait_event, event_synchronize) is all set or all NULL. */
+/* clang-format off */
 #define BP_PLUGIN_REQUIRED_SLOTS(X)                                                            \
   X(error_free) X(init) X(device_count) X(device_properties) X(stream_create) X(stream_destroy) \
   X(stream_synchronize) X(mem_alloc) X(mem_free) X(memory_stats) X(memory_reset_peak)          \
   X(memset) X(copy_h2d) X(copy_d2h) X(copy_d2d) X(find_kernel) X(launch)
+/* clang-format on */
 
 /* Byte offset of the first slot of minor 1: a table whose struct_size is at most this has
  * only minor-0 slots, whatever abi_minor it claims. */
