@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# GPU checks of the transformer family's CUDA kernels (issue 27, ABI 1.5), for the GPU machine
+# (PyTorch present):
+#   - bp-conformance on cuda:0 for the 16 new ops (layer_norm, gelu, silu, embedding, attention
+#     and their backward ops, triu, tril, cumsum, sin, cos, rsqrt) against their float64
+#     references, plus gather and scatter_add (whose deferred index errors the embedding ops
+#     share), with a fresh seed; then every suite on cuda:0 (nothing else regressed);
+#   - bench/compare.py --only sdpa: Backplane's attention forward and forward+backward against
+#     torch.nn.functional.scaled_dot_product_attention at L = 1024 and 4096 (bp-bench's Note
+#     [Attention rows]), REPEAT interleaved runs, medians.
+#
+#   source .device/env.sh   # when the machine has one
+#   bash tools/gpu/transformer.sh BUILD_DIR [REPEAT=3]
+#
+# Pass: every summary line says rc=0 and the conformance logs show no FAIL. Logs and JSON go to
+# $OUT (or ./transformer-out).
+set -uo pipefail
+build=${1:?usage: bash tools/gpu/transformer.sh BUILD_DIR [REPEAT]}
+repeat=${2:-3}
+out=${OUT:-transformer-out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+export PYTHONUNBUFFERED=1
+STEP_TAIL=${STEP_TAIL:-8}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+plugin=$build/lib/backplane/plugins/libbackplane-cuda.so
+filters=()
+for op in layer_norm gelu silu embedding scaled_dot_product_attention triu tril cumsum sin cos \
+  rsqrt gather scatter_add; do
+  filters+=(--filter "kernels.$op")
+done
+STEP_TIMEOUT=${CONFORMANCE_TIMEOUT:-180} step conformance.transformer.cuda0 \
+  "$build/bin/bp-conformance" --plugin "$plugin" --device cuda:0 "${filters[@]}" \
+  --seed "$(seed)" --json "$out/conformance-transformer-cuda0.json"
+grep -E "^FAIL|UNSUPPORTED|declared" "$out/conformance.transformer.cuda0.log" | head -40
+STEP_TIMEOUT=${CONFORMANCE_TIMEOUT:-180} step conformance.all.cuda0 \
+  "$build/bin/bp-conformance" --plugin "$plugin" --device cuda:0 --seed "$(seed)" \
+  --json "$out/conformance-all-cuda0.json"
+grep -E "^FAIL" "$out/conformance.all.cuda0.log" | head -40
+STEP_TIMEOUT=${COMPARE_TIMEOUT:-300} STEP_TAIL=40 step compare.sdpa python3 bench/compare.py \
+  --bp "$build/bin/bp-bench" --device cuda:0 --only sdpa --repeat "$repeat" \
+  --json "$out/compare-sdpa.json"
+echo "=== summary"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
