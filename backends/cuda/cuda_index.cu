@@ -3,8 +3,9 @@
 //
 // Note [Deferred index errors]
 //   Whether an index is in range is known only on the device, and a launch must not wait for
-//   its kernel. So gather and scatter_add never read or write out of range (a bad gather
-//   element becomes 0, a bad scatter contribution is dropped), and the first bad index of a
+//   its kernel. So gather, scatter_add, embedding and embedding_backward (cuda_transformer.cu)
+//   never read or write out of range (a bad gather element or embedding row becomes 0, a bad
+//   scatter contribution or embedding gradient row is dropped), and the first bad index of a
 //   stream is written to a small record in device memory (IndexError) that the stream owns.
 //   The launch marks the stream `index_armed`; the next stream_synchronize, or copy to the
 //   host, on that stream finds the record, clears it and fails with BP_ERROR_INVALID_ARGUMENT

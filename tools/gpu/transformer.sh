@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # GPU checks of the transformer family's CUDA kernels (issue 27, ABI 1.5), for the GPU machine
 # (PyTorch present):
+#   - cuda_transformer_test (embedding_backward's summation order bit for bit, embedding's
+#     deferred index errors, attention's backward over chunks of query rows) and
+#     cuda_plugin_test's support matrix (the 16 new ops listed);
 #   - bp-conformance on cuda:0 for the 16 new ops (layer_norm, gelu, silu, embedding, attention
 #     and their backward ops, triu, tril, cumsum, sin, cos, rsqrt) against their float64
 #     references, plus gather and scatter_add (whose deferred index errors the embedding ops
@@ -26,6 +29,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 plugin=$build/lib/backplane/plugins/libbackplane-cuda.so
+STEP_TIMEOUT=120 STEP_TAIL=20 step cuda_transformer_test "$build/bin/cuda_transformer_test" \
+  --gtest_brief=1
+STEP_TIMEOUT=60 STEP_TAIL=10 step cuda_plugin_test.list_ops "$build/bin/cuda_plugin_test" \
+  --gtest_filter='CudaPlugin.PropertiesAndListOps'
 filters=()
 for op in layer_norm gelu silu embedding scaled_dot_product_attention triu tril cumsum sin cos \
   rsqrt gather scatter_add; do
