@@ -15,10 +15,13 @@
 //   dq = SCALE ds k and dk = SCALE ds^T q are three more GEMMs. GEMMs accumulate in f32 (f64 for
 //   f64; f32 never uses TF32) and read p z and ds rounded to the dtype, as PyTorch's fused
 //   kernels do for f16/bf16. The scratch of a launch is bounded (kScratchBytes): chunks of
-//   whole (batch, head) pairs while one pair fits, else chunks of query rows of one pair, dk and
-//   dv then accumulating over the row chunks (through compute-type buffers for f16/bf16, so
-//   they are rounded once). This is the straightforward, verifiable path; a fused flash kernel
-//   (or cuDNN's fused attention) that never materialises the scores is the faster later step.
+//   (batch, head) pairs while their rows fit, else chunks of query rows of one pair, dk and dv
+//   then accumulating over the row chunks (through compute-type buffers for f16/bf16, so they
+//   are rounded once). Under the causal mask the rows come in blocks of about L / 8, and the
+//   block of rows [r0, r0 + nr) multiplies only the keys [0, r0 + nr) it can see (about 56% of
+//   the full products); dk and dv then start from zeros and every block adds to its prefix. This is
+//   the straightforward, verifiable path; a fused flash kernel (or cuDNN's fused attention) that
+//   never materialises the scores is the faster later step.
 #define BP_PHILOX_FN __host__ __device__ static inline
 #include <backplane/abi/philox.h>
 
@@ -155,8 +158,8 @@ __device__ __forceinline__ double keep_scale(const Dropout& d, uint64_t e) {
 // Forward row kernel (Note [CUDA attention]): block = row rr of the chunk.
 template <class S, class A>
 __global__ void __launch_bounds__(kRowBlock)
-    softmax_rows_kernel(const A* scores, S* pz, A* lse, Chunk c, int64_t L, int64_t Sk, int causal,
-                        Dropout drop) {
+    softmax_rows_kernel(const A* scores, S* pz, A* lse, Chunk c, int64_t L, int64_t Sk,
+                        int64_t Sfull, int causal, Dropout drop) {
   __shared__ A sh[kRowBlock / 32];
   const int64_t rr = blockIdx.x;
   const int64_t b = rr / c.nr, i = c.r0 + rr % c.nr;
@@ -172,7 +175,7 @@ __global__ void __launch_bounds__(kRowBlock)
   const A l = m + m_log(sum);
   const int64_t row = (c.bh0 + b) * L + i;
   if (threadIdx.x == 0) lse[row] = l;
-  const uint64_t e0 = static_cast<uint64_t>(row) * static_cast<uint64_t>(Sk);
+  const uint64_t e0 = static_cast<uint64_t>(row) * static_cast<uint64_t>(Sfull);
   for (int64_t j = threadIdx.x; j < Sk; j += kRowBlock) {
     A w = 0;
     if (j < valid) {
@@ -200,13 +203,13 @@ __global__ void __launch_bounds__(kThreads)
 template <class S, class A>
 __global__ void __launch_bounds__(kRowBlock)
     backward_rows_kernel(const A* scores, const A* dp, const A* lse, const A* dvec, S* pz, S* ds,
-                         Chunk c, int64_t L, int64_t Sk, int causal, Dropout drop) {
+                         Chunk c, int64_t L, int64_t Sk, int64_t Sfull, int causal, Dropout drop) {
   const int64_t rr = blockIdx.x;
   const int64_t b = rr / c.nr, i = c.r0 + rr % c.nr;
   const int64_t row = (c.bh0 + b) * L + i;
   const int64_t valid = causal ? (i + 1 < Sk ? i + 1 : Sk) : Sk;
   const A l = lse[row], dd = dvec[row];
-  const uint64_t e0 = static_cast<uint64_t>(row) * static_cast<uint64_t>(Sk);
+  const uint64_t e0 = static_cast<uint64_t>(row) * static_cast<uint64_t>(Sfull);
   const A* s = scores + rr * Sk;
   const A* g = dp + rr * Sk;
   for (int64_t j = threadIdx.x; j < Sk; j += kRowBlock) {
@@ -294,14 +297,21 @@ Attrs read_attrs(const LaunchArgs& a, int64_t E) {
   return r;
 }
 
-// Pairs per chunk and rows per chunk for `per_elem` scratch bytes per score.
-Chunk chunk_size(const Dims& d, uint64_t per_elem) {
-  const uint64_t pair = static_cast<uint64_t>(d.L) * static_cast<uint64_t>(d.S) * per_elem;
+// Pairs per chunk and rows per chunk (at most max_rows) for `per_elem` scratch bytes per score.
+Chunk chunk_size(const Dims& d, uint64_t per_elem, int64_t max_rows) {
+  const int64_t rows = std::min(d.L, max_rows);
+  const uint64_t block = static_cast<uint64_t>(rows) * static_cast<uint64_t>(d.S) * per_elem;
   const int64_t BH = d.B * d.H;
-  if (pair <= kScratchBytes)
-    return Chunk{0, std::min<int64_t>(BH, static_cast<int64_t>(kScratchBytes / pair)), 0, d.L};
+  if (block <= kScratchBytes)
+    return Chunk{0, std::min<int64_t>(BH, static_cast<int64_t>(kScratchBytes / block)), 0, rows};
   const uint64_t row = static_cast<uint64_t>(d.S) * per_elem;
   return Chunk{0, 1, 0, std::max<int64_t>(1, static_cast<int64_t>(kScratchBytes / row))};
+}
+
+// Rows per chunk: all of them, or under the causal mask blocks of about L / 8 (at least 16),
+// so that the chunk of rows [r0, r0 + nr) computes only the keys [0, r0 + nr) it can see.
+int64_t max_rows_of(const Dims& d, bool causal) {
+  return causal ? std::max<int64_t>(16, ceil_div(d.L, 8)) : d.L;
 }
 
 template <int D>
@@ -333,7 +343,7 @@ void launch_forward(const LaunchArgs& a) {
   const S* k = data_ptr<const S>(a.in[1]);
   const S* v = data_ptr<const S>(a.in[2]);
   const uint64_t per_elem = sizeof(A) + (kNarrow ? sizeof(S) : 0);
-  const Chunk cs = chunk_size(d, per_elem);
+  const Chunk cs = chunk_size(d, per_elem, max_rows_of(d, at.causal));
   const uint64_t elems = static_cast<uint64_t>(cs.nb * cs.nr * d.S);
   Carve cv;
   const uint64_t at_scores = cv.take(elems * sizeof(A));
@@ -347,16 +357,17 @@ void launch_forward(const LaunchArgs& a) {
     for (int64_t bh0 = 0; bh0 < BH; bh0 += cs.nb)
       for (int64_t r0 = 0; r0 < d.L; r0 += cs.nr) {
         const Chunk c{bh0, std::min(cs.nb, BH - bh0), r0, std::min(cs.nr, d.L - r0)};
+        const int64_t sk = at.causal ? std::min(d.S, r0 + c.nr) : d.S;  // keys seen
         // scores = SCALE q k^T
-        gemm<A>(a, T::kCompute, c.nr, d.S, d.E, static_cast<A>(at.scale),
+        gemm<A>(a, T::kCompute, c.nr, sk, d.E, static_cast<A>(at.scale),
                 Mat{q + (bh0 * d.L + r0) * d.E, T::kType, d.E, d.L * d.E, false},
                 Mat{k + bh0 * d.S * d.E, T::kType, d.E, d.S * d.E, true}, A(0), scores, T::kAccType,
-                c.nr * d.S, c.nb);
+                c.nr * sk, c.nb);
         softmax_rows_kernel<S, A><<<static_cast<unsigned>(c.nb * c.nr), kRowBlock, 0, a.stream>>>(
-            scores, pz, lse, c, d.L, d.S, at.causal ? 1 : 0, at.drop);
+            scores, pz, lse, c, d.L, sk, d.S, at.causal ? 1 : 0, at.drop);
         BP_CUDA_CHECK(cudaGetLastError());
         // out = (p z) v
-        gemm<A>(a, T::kCompute, c.nr, d.Ev, d.S, A(1), Mat{pz, T::kType, d.S, c.nr * d.S, false},
+        gemm<A>(a, T::kCompute, c.nr, d.Ev, sk, A(1), Mat{pz, T::kType, sk, c.nr * sk, false},
                 Mat{v + bh0 * d.S * d.Ev, T::kType, d.Ev, d.S * d.Ev, false}, A(0),
                 out + (bh0 * d.L + r0) * d.Ev, T::kType, d.L * d.Ev, c.nb);
       }
@@ -407,16 +418,26 @@ void launch_backward(const LaunchArgs& a) {
   const S* dout = data_ptr<const S>(a.in[4]);
   const A* lse = data_ptr<const A>(a.in[5]);
   const uint64_t per_elem = 2 * sizeof(A) + (kNarrow ? 2 * sizeof(S) : 0);
-  const Chunk cs = chunk_size(d, per_elem);
-  // dk and dv add up over row chunks: through compute-type buffers for f16/bf16.
+  Chunk cs = chunk_size(d, per_elem, max_rows_of(d, at.causal));
+  if (kNarrow && cs.nr < d.L)  // the f32 buffers below stay within the bound too
+    cs.nb = std::max<int64_t>(
+        1, std::min<int64_t>(
+               cs.nb,
+               static_cast<int64_t>(kScratchBytes /
+                                    (static_cast<uint64_t>(d.S * (d.E + d.Ev)) * sizeof(A) + 1))));
+  // dk and dv add up over row chunks: through compute-type buffers for f16/bf16. Under the
+  // causal mask a chunk may see only a prefix of the keys: then dk and dv start from zeros and
+  // every chunk adds.
   const bool accumulate = kNarrow && cs.nr < d.L;
+  const bool prefix = at.causal && std::min(cs.nr, d.L) < d.S;
+  const int64_t acc_pairs = accumulate ? cs.nb : 0;
   const uint64_t elems = static_cast<uint64_t>(cs.nb * cs.nr * d.S);
   Carve cv;
   const uint64_t at_scores = cv.take(elems * sizeof(A));
   const uint64_t at_dp = cv.take(elems * sizeof(A));
   const uint64_t at_dvec = cv.take(static_cast<uint64_t>(BH * d.L) * sizeof(A));
-  const uint64_t at_acc_k = accumulate ? cv.take(static_cast<uint64_t>(d.S * d.E) * sizeof(A)) : 0;
-  const uint64_t at_acc_v = accumulate ? cv.take(static_cast<uint64_t>(d.S * d.Ev) * sizeof(A)) : 0;
+  const uint64_t at_acc_k = cv.take(static_cast<uint64_t>(acc_pairs * d.S * d.E) * sizeof(A));
+  const uint64_t at_acc_v = cv.take(static_cast<uint64_t>(acc_pairs * d.S * d.Ev) * sizeof(A));
   const uint64_t at_pz = kNarrow ? cv.take(elems * sizeof(S)) : at_scores;
   const uint64_t at_ds = kNarrow ? cv.take(elems * sizeof(S)) : at_dp;
   const uint64_t bytes = cv.size;
@@ -435,47 +456,58 @@ void launch_backward(const LaunchArgs& a) {
             dout, o, dvec, BH * d.L, d.Ev);
     BP_CUDA_CHECK(cudaGetLastError());
     for (int64_t bh0 = 0; bh0 < BH; bh0 += cs.nb) {
+      const int64_t nb = std::min(cs.nb, BH - bh0);
+      S* dk_at = dk + bh0 * d.S * d.E;
+      S* dv_at = dv + bh0 * d.S * d.Ev;
+      if (prefix) {  // the keys no chunk sees keep gradient 0
+        const size_t es = accumulate ? sizeof(A) : sizeof(S);
+        BP_CUDA_CHECK(cudaMemsetAsync(accumulate ? static_cast<void*>(acc_k) : dk_at, 0,
+                                      static_cast<size_t>(nb * d.S * d.E) * es, a.stream));
+        BP_CUDA_CHECK(cudaMemsetAsync(accumulate ? static_cast<void*>(acc_v) : dv_at, 0,
+                                      static_cast<size_t>(nb * d.S * d.Ev) * es, a.stream));
+      }
       for (int64_t r0 = 0; r0 < d.L; r0 += cs.nr) {
-        const Chunk c{bh0, std::min(cs.nb, BH - bh0), r0, std::min(cs.nr, d.L - r0)};
-        const A beta = r0 == 0 ? A(0) : A(1);
+        const Chunk c{bh0, nb, r0, std::min(cs.nr, d.L - r0)};
+        const int64_t sk = at.causal ? std::min(d.S, r0 + c.nr) : d.S;  // keys seen
+        const A beta = prefix || r0 > 0 ? A(1) : A(0);
         const Mat qm{q + (bh0 * d.L + r0) * d.E, T::kType, d.E, d.L * d.E, false};
         const Mat gm{dout + (bh0 * d.L + r0) * d.Ev, T::kType, d.Ev, d.L * d.Ev, false};
         // scores = SCALE q k^T; dP = dout v^T
-        gemm<A>(a, T::kCompute, c.nr, d.S, d.E, static_cast<A>(at.scale), qm,
+        gemm<A>(a, T::kCompute, c.nr, sk, d.E, static_cast<A>(at.scale), qm,
                 Mat{k + bh0 * d.S * d.E, T::kType, d.E, d.S * d.E, true}, A(0), scores, T::kAccType,
-                c.nr * d.S, c.nb);
-        gemm<A>(a, T::kCompute, c.nr, d.S, d.Ev, A(1), gm,
+                c.nr * sk, c.nb);
+        gemm<A>(a, T::kCompute, c.nr, sk, d.Ev, A(1), gm,
                 Mat{v + bh0 * d.S * d.Ev, T::kType, d.Ev, d.S * d.Ev, true}, A(0), dp, T::kAccType,
-                c.nr * d.S, c.nb);
+                c.nr * sk, c.nb);
         backward_rows_kernel<S, A><<<static_cast<unsigned>(c.nb * c.nr), kRowBlock, 0, a.stream>>>(
-            scores, dp, lse, dvec, pz, ds, c, d.L, d.S, at.causal ? 1 : 0, at.drop);
+            scores, dp, lse, dvec, pz, ds, c, d.L, sk, d.S, at.causal ? 1 : 0, at.drop);
         BP_CUDA_CHECK(cudaGetLastError());
-        const Mat pzt{pz, T::kType, d.S, c.nr * d.S, true};
-        const Mat dst{ds, T::kType, d.S, c.nr * d.S, true};
-        const Mat dsm{ds, T::kType, d.S, c.nr * d.S, false};
-        // dq = SCALE ds k (every key in this chunk: written, not accumulated)
-        gemm<A>(a, T::kCompute, c.nr, d.E, d.S, static_cast<A>(at.scale), dsm,
+        const Mat pzt{pz, T::kType, sk, c.nr * sk, true};
+        const Mat dst{ds, T::kType, sk, c.nr * sk, true};
+        const Mat dsm{ds, T::kType, sk, c.nr * sk, false};
+        // dq = SCALE ds k (every key this chunk sees: written, not accumulated)
+        gemm<A>(a, T::kCompute, c.nr, d.E, sk, static_cast<A>(at.scale), dsm,
                 Mat{k + bh0 * d.S * d.E, T::kType, d.E, d.S * d.E, false}, A(0),
                 dq + (bh0 * d.L + r0) * d.E, T::kType, d.L * d.E, c.nb);
-        // dv (+)= (p z)^T dout; dk (+)= SCALE ds^T q
+        // dv[:sk] (+)= (p z)^T dout; dk[:sk] (+)= SCALE ds^T q
         if (accumulate) {
-          gemm<A>(a, T::kCompute, d.S, d.Ev, c.nr, A(1), pzt, gm, beta, acc_v, T::kAccType,
+          gemm<A>(a, T::kCompute, sk, d.Ev, c.nr, A(1), pzt, gm, beta, acc_v, T::kAccType,
                   d.S * d.Ev, c.nb);
-          gemm<A>(a, T::kCompute, d.S, d.E, c.nr, static_cast<A>(at.scale), dst, qm, beta, acc_k,
+          gemm<A>(a, T::kCompute, sk, d.E, c.nr, static_cast<A>(at.scale), dst, qm, beta, acc_k,
                   T::kAccType, d.S * d.E, c.nb);
         } else {
-          gemm<A>(a, T::kCompute, d.S, d.Ev, c.nr, A(1), pzt, gm, beta, dv + bh0 * d.S * d.Ev,
-                  T::kType, d.S * d.Ev, c.nb);
-          gemm<A>(a, T::kCompute, d.S, d.E, c.nr, static_cast<A>(at.scale), dst, qm, beta,
-                  dk + bh0 * d.S * d.E, T::kType, d.S * d.E, c.nb);
+          gemm<A>(a, T::kCompute, sk, d.Ev, c.nr, A(1), pzt, gm, beta, dv_at, T::kType, d.S * d.Ev,
+                  c.nb);
+          gemm<A>(a, T::kCompute, sk, d.E, c.nr, static_cast<A>(at.scale), dst, qm, beta, dk_at,
+                  T::kType, d.S * d.E, c.nb);
         }
       }
-      if (accumulate) {  // one pair per chunk here (cs.nb == 1)
-        round_kernel<S, A><<<grid_of(a, d.S * d.E), kThreads, 0, a.stream>>>(
-            acc_k, dk + bh0 * d.S * d.E, d.S * d.E);
+      if (accumulate) {  // pairs [bh0, bh0 + nb) are contiguous in dk, dv and the buffers
+        round_kernel<S, A>
+            <<<grid_of(a, nb * d.S * d.E), kThreads, 0, a.stream>>>(acc_k, dk_at, nb * d.S * d.E);
         BP_CUDA_CHECK(cudaGetLastError());
-        round_kernel<S, A><<<grid_of(a, d.S * d.Ev), kThreads, 0, a.stream>>>(
-            acc_v, dv + bh0 * d.S * d.Ev, d.S * d.Ev);
+        round_kernel<S, A>
+            <<<grid_of(a, nb * d.S * d.Ev), kThreads, 0, a.stream>>>(acc_v, dv_at, nb * d.S * d.Ev);
         BP_CUDA_CHECK(cudaGetLastError());
       }
     }

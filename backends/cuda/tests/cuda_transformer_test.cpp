@@ -1,9 +1,10 @@
 // The CUDA plugin's own cases for the transformer family (ABI 1.5) on a real GPU, where the
 // conformance kit's cases do not reach: embedding_backward's sums taken in increasing position
 // (bit for bit against a float loop, and the same bits twice), embedding's out-of-range indices
-// reported at the next synchronisation, and attention's backward on rows long enough that the
-// launch splits its scratch into chunks of query rows (Note [CUDA attention]: dk and dv added
-// over the chunks, through f32 buffers for f16). Every (op, dtype) against the float64
+// reported at the next synchronisation, and attention on rows long enough that the launch
+// splits its scratch into chunks of query rows, and under the causal mask in blocks of rows that
+// see a prefix of the keys (Note [CUDA attention]: dk and dv added over the chunks, through f32
+// buffers for f16/bf16). Every (op, dtype) against the float64
 // references is the conformance kit's. Skips without a GPU (CI).
 #include "cuda_test_support.hpp"
 
@@ -69,8 +70,8 @@ TEST(CudaTransformer, EmbeddingOutOfRangeIsReportedAtSynchronize) {
   sync();
 }
 
-// One (batch, head) pair of causal attention, q k v [n, e], in float64: the forward's out and
-// lse, then the backward's dq dk dv for dout from `out_r` (out as the device holds it) with the
+// One (batch, head) pair of attention, q k v [n, e], causal or not, in float64: the forward's out
+// and lse, then the backward's dq dk dv for dout from `out_r` (out as the device holds it) with the
 // magnitudes of their terms.
 struct AttnRef {
   std::vector<double> out, lse, dq, dk, dv, dqm, dkm, dvm;
@@ -78,7 +79,7 @@ struct AttnRef {
 
 AttnRef attention_reference(int64_t n, int64_t e, const std::vector<double>& q,
                             const std::vector<double>& k, const std::vector<double>& v,
-                            const std::vector<double>& dout, int out_dtype) {
+                            const std::vector<double>& dout, int out_dtype, bool causal) {
   const double scale = 1.0 / std::sqrt(static_cast<double>(e));
   AttnRef r;
   r.out.assign(static_cast<size_t>(n * e), 0.0);
@@ -89,16 +90,17 @@ AttnRef attention_reference(int64_t n, int64_t e, const std::vector<double>& q,
   auto at = [e](int64_t i, int64_t c) { return static_cast<size_t>(i * e + c); };
   for (int64_t i = 0; i < n; ++i) {
     double m = -INFINITY, sum = 0;
-    for (int64_t j = 0; j <= i; ++j) {
+    for (int64_t j = 0; j < (causal ? i + 1 : n); ++j) {
       double dot = 0;
       for (int64_t c = 0; c < e; ++c) dot += q[at(i, c)] * k[at(j, c)];
       s[static_cast<size_t>(j)] = scale * dot;
       m = std::max(m, s[static_cast<size_t>(j)]);
     }
-    for (int64_t j = 0; j <= i; ++j) sum += std::exp(s[static_cast<size_t>(j)] - m);
+    for (int64_t j = 0; j < (causal ? i + 1 : n); ++j)
+      sum += std::exp(s[static_cast<size_t>(j)] - m);
     const double l = m + std::log(sum);
     r.lse[static_cast<size_t>(i)] = l;
-    for (int64_t j = 0; j <= i; ++j)
+    for (int64_t j = 0; j < (causal ? i + 1 : n); ++j)
       for (int64_t c = 0; c < e; ++c)
         r.out[at(i, c)] += std::exp(s[static_cast<size_t>(j)] - l) * v[at(j, c)];
     double D = 0, Dm = 0;
@@ -107,7 +109,7 @@ AttnRef attention_reference(int64_t n, int64_t e, const std::vector<double>& q,
       D += dout[at(i, c)] * o;
       Dm += std::fabs(dout[at(i, c)] * o);
     }
-    for (int64_t j = 0; j <= i; ++j) {
+    for (int64_t j = 0; j < (causal ? i + 1 : n); ++j) {
       const double p = std::exp(s[static_cast<size_t>(j)] - l);
       double g = 0, gm = 0;
       for (int64_t c = 0; c < e; ++c) {
@@ -128,9 +130,9 @@ AttnRef attention_reference(int64_t n, int64_t e, const std::vector<double>& q,
   return r;
 }
 
-// n rows of keys make one pair's backward scratch exceed the launch's bound, so the rows are
-// taken in two chunks.
-void check_chunked_backward(int dt, int64_t n) {
+// Forward and backward of one pair of n queries and keys against float64, the backward from
+// the reference forward rounded to the device's dtypes.
+void check_attention(int dt, int64_t n, bool causal) {
   const int64_t e = 8;
   const int st = dt == BP_DTYPE_F64 ? BP_DTYPE_F64 : BP_DTYPE_F32;
   Tensor q = dense(dt, {1, 1, n, e}, range_values(-1, 1));
@@ -138,11 +140,11 @@ void check_chunked_backward(int dt, int64_t n) {
   Tensor v = dense(dt, {1, 1, n, e}, range_values(-1, 1));
   Tensor dout = dense(dt, {1, 1, n, e}, range_values(-1, 1));
   const AttnRef r =
-      attention_reference(n, e, q.values(), k.values(), v.values(), dout.values(), dt);
+      attention_reference(n, e, q.values(), k.values(), v.values(), dout.values(), dt, causal);
   Tensor out = dense(dt, {1, 1, n, e}, any_values(dt));
   Tensor lse = dense(st, {1, 1, n}, any_values(st));
-  const std::vector<bp_attr> causal = {attr_i("causal", 1)};
-  launch("scaled_dot_product_attention", dt, {&q, &k, &v}, {&out, &lse}, causal);
+  const std::vector<bp_attr> attrs = {attr_i("causal", causal ? 1 : 0)};
+  launch("scaled_dot_product_attention", dt, {&q, &k, &v}, {&out, &lse}, attrs);
   const double tol = bp_test::rtol(dt, bp_test::OpClass::matmul) * 4;
   std::vector<double> om(r.out.size(), 1.0), lm(r.lse.size());
   for (size_t i = 0; i < lm.size(); ++i) lm[i] = std::fabs(r.lse[i]) + 3;
@@ -164,23 +166,32 @@ void check_chunked_backward(int dt, int64_t n) {
   Tensor dk = dense(dt, {1, 1, n, e}, any_values(dt));
   Tensor dv = dense(dt, {1, 1, n, e}, any_values(dt));
   launch("scaled_dot_product_attention_backward", dt, {&q, &k, &v, &out_r, &dout, &lse_r},
-         {&dq, &dk, &dv}, causal);
+         {&dq, &dk, &dv}, attrs);
   EXPECT_TRUE(close(dt, dq.download(), r.dq, tol, r.dqm)) << "dq";
   EXPECT_TRUE(close(dt, dk.download(), r.dk, tol, r.dkm)) << "dk";
   EXPECT_TRUE(close(dt, dv.download(), r.dv, tol, r.dvm)) << "dv";
 }
 
 // f16: 12 bytes of scratch per score (f32 scores and dP, f16 p z and ds): 4800^2 of them pass
-// the 256 MiB bound, and dk, dv add up in f32 buffers.
+// the 256 MiB bound, so the rows come in two chunks and dk, dv add up in f32 buffers.
 TEST(CudaTransformer, AttentionBackwardRowChunksF16) {
   BP_REQUIRE_GPU();
-  check_chunked_backward(BP_DTYPE_F16, 4800);
+  check_attention(BP_DTYPE_F16, 4800, false);
 }
 
-// f32: 8 bytes per score; dk and dv add up in place over the chunks.
+// f32: 8 bytes per score; dk and dv add up in place over the two chunks.
 TEST(CudaTransformer, AttentionBackwardRowChunksF32) {
   BP_REQUIRE_GPU();
-  check_chunked_backward(BP_DTYPE_F32, 5800);
+  check_attention(BP_DTYPE_F32, 5800, false);
+}
+
+// Causal: blocks of n / 8 query rows, each computing only the keys it sees; dk and dv start
+// from zeros (through f32 buffers for bf16).
+TEST(CudaTransformer, AttentionCausalRowBlocks) {
+  BP_REQUIRE_GPU();
+  check_attention(BP_DTYPE_BF16, 1000, true);
+  check_attention(BP_DTYPE_F32, 1000, true);
+  check_attention(BP_DTYPE_F64, 300, true);
 }
 
 }  // namespace
