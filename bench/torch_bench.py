@@ -123,6 +123,8 @@ def torch_bench(torch, dev):
         emit("1-element add + sync", dev, host_us(add_sync, 5, 500 if quick else 5000), "us/op",
              impl)
     conv_bench(torch, dev, cuda, time_ms)
+    if cuda:
+        attention_bench(torch, dev, time_ms, impl)
 
 
 # bp-bench's Note [Convolution rows]: ResNet-18 CIFAR shapes at batch 256, f32 (TF32 off) and
@@ -203,6 +205,32 @@ def conv_bench(torch, dev, cuda, time_ms):
                 ms = time_ms(lambda: F.adaptive_avg_pool2d(x4, 1), reps)
                 emit(f"adaptive_avg_pool2d 512x4x4 {mname}", dev,
                      x4.numel() * esize * (1 + 1 / 16) / ms / 1e6, "GB/s", impl)
+
+
+# bp-bench's Note [Attention rows]: GPT-2 heads (E = 64, 12 heads), batch 8 at L = 1024 and
+# batch 2 at 4096, causal or not, f32 (TF32 off) and bf16.
+def attention_bench(torch, dev, time_ms, impl):
+    F = torch.nn.functional
+    reps = 5 if quick else 20
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for mname, dt in [("f32", torch.float32), ("bf16", torch.bfloat16)]:
+        for b, h, n in [(8, 12, 1024), (2, 12, 4096)]:
+            for causal in (False, True):
+                tail = f" L={n}{' causal ' if causal else ' '}{mname}"
+                fwd = 4.0 * b * h * n * n * 64 * (0.5 if causal else 1.0)
+                q, k, v = (torch.randn(b, h, n, 64, device=dev, dtype=dt).requires_grad_()
+                           for _ in range(3))
+                dy = torch.randn(b, h, n, 64, device=dev, dtype=dt)
+                if wanted("sdpa fwd" + tail):
+                    with torch.no_grad():
+                        ms = time_ms(lambda: F.scaled_dot_product_attention(
+                            q, k, v, is_causal=causal), reps)
+                    emit("sdpa fwd" + tail, dev, fwd / ms / 1e9, "TFLOP/s", impl)
+                if wanted("sdpa fwd+bwd" + tail):
+                    def step():
+                        F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(dy)
+                    ms = time_ms(step, reps)
+                    emit("sdpa fwd+bwd" + tail, dev, 3.5 * fwd / ms / 1e9, "TFLOP/s", impl)
 
 
 def numpy_bench(np):

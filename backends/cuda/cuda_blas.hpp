@@ -43,6 +43,13 @@ struct Blas {
   decltype(&::cublasLtMatrixLayoutDestroy) lt_layout_destroy;
 };
 
+struct LaunchArgs;
+
+// Sets the launch's stream and that stream's workspace on its device's cuBLAS handle (Note
+// [cuBLAS per stream] in cuda_matmul.cpp) and returns the handle; the caller holds
+// a.device->cublas_mutex() until its last call with the handle.
+cublasHandle_t bind_cublas_stream(const LaunchArgs& a);
+
 // The entry points, opened on the first call (thread-safe). Throws bp::sdk::Failure
 // (BP_ERROR_UNAVAILABLE) naming the library and the loader's reason when one cannot be opened
 // or lacks a symbol; a later call tries again.

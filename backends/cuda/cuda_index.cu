@@ -3,8 +3,9 @@
 //
 // Note [Deferred index errors]
 //   Whether an index is in range is known only on the device, and a launch must not wait for
-//   its kernel. So gather and scatter_add never read or write out of range (a bad gather
-//   element becomes 0, a bad scatter contribution is dropped), and the first bad index of a
+//   its kernel. So gather, scatter_add, embedding and embedding_backward (cuda_transformer.cu)
+//   never read or write out of range (a bad gather element or embedding row becomes 0, a bad
+//   scatter contribution or embedding gradient row is dropped), and the first bad index of a
 //   stream is written to a small record in device memory (IndexError) that the stream owns.
 //   The launch marks the stream `index_armed`; the next stream_synchronize, or copy to the
 //   host, on that stream finds the record, clears it and fails with BP_ERROR_INVALID_ARGUMENT
@@ -25,20 +26,12 @@
 #include "cuda_common.hpp"
 #include "cuda_device.hpp"
 #include "cuda_elementwise.cuh"
+#include "cuda_index.cuh"
 #include "cuda_kernels.hpp"
 #include "cuda_types.cuh"
 
 namespace bp::cuda {
 namespace {
-
-// The device record of Note [Deferred index errors].
-struct IndexError {
-  int32_t flag;  // 0 none, 1 gather, 2 scatter_add
-  int32_t axis;
-  int64_t value;
-  int64_t position;  // row-major position in the index tensor
-  int64_t size;      // the valid range is [0, size)
-};
 
 // Shapes and row-major strides of up to kMaxDims dims, passed by value.
 struct Dims {
@@ -53,17 +46,6 @@ Dims dims_of(const bp_tensor_desc& t) {
   return d;
 }
 
-__device__ __forceinline__ void report(IndexError* rec, int32_t kind, int32_t axis, int64_t value,
-                                       int64_t position, int64_t size) {
-  if (!rec) return;
-  if (atomicCAS(&rec->flag, 0, kind) == 0) {
-    rec->axis = axis;
-    rec->value = value;
-    rec->position = position;
-    rec->size = size;
-  }
-}
-
 // out[i] = x[i with i_axis = index[i]]; out and index have index's shape (`id`).
 template <class S>
 __global__ void __launch_bounds__(kThreads)
@@ -74,7 +56,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t j = index[o];
     const int64_t size = xd.shape[axis];
     if (j < 0 || j >= size) {
-      report(rec, 1, axis, j, o, size);
+      report_index(rec, kIndexGather, axis, j, o, size);
       out[o] = store<S>(compute_of_t<S>(0));
       continue;
     }
@@ -124,7 +106,8 @@ __global__ void __launch_bounds__(kThreads)
           else
             acc += load(src[p]);
         } else if (j == 0 && (t < 0 || t >= od.shape[axis])) {
-          report(rec, 2, axis, t, p, od.shape[axis]);  // checked once, by the j == 0 thread
+          report_index(rec, kIndexScatterAdd, axis, t, p,
+                       od.shape[axis]);  // checked once, by the j == 0 thread
         }
       }
     }
@@ -157,26 +140,6 @@ __global__ void __launch_bounds__(kThreads)
 unsigned grid_for(const LaunchArgs& a, int64_t n) {
   const int64_t want = ceil_div(n, kThreads);
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(want, a.sm_count * 32)));
-}
-
-// The stream's error record (Note [Deferred index errors]), or nullptr while it captures.
-IndexError* error_record(const LaunchArgs& a) {
-  CudaStream& s = *a.s;
-  if (s.capture.load(std::memory_order_acquire)) return nullptr;
-  if (!s.index_error) {
-    std::lock_guard<std::mutex> lock(s.cudnn_mutex);  // any per-stream lock will do
-    if (!s.index_error) {
-      void* p = a.device->allocate_scratch(s, sizeof(IndexError));
-      const cudaError_t e = cudaMemsetAsync(p, 0, sizeof(IndexError), a.stream);
-      if (e != cudaSuccess) {
-        a.device->free_scratch(s, p, sizeof(IndexError));
-        BP_CUDA_CHECK(e);
-      }
-      s.index_error = p;
-    }
-  }
-  s.index_armed.store(true, std::memory_order_release);
-  return static_cast<IndexError*>(s.index_error);
 }
 
 int64_t axis_attr(const LaunchArgs& a, int32_t rank) {
@@ -216,7 +179,7 @@ void launch_gather(const LaunchArgs& a) {
   if (n == 0) return;
   gather_kernel<S><<<grid_for(a, n), kThreads, 0, a.stream>>>(
       data_ptr<const S>(X), data_ptr<const int64_t>(I), data_ptr<S>(a.out[0]), dims_of(X),
-      dims_of(I), static_cast<int>(axis), n, error_record(a));
+      dims_of(I), static_cast<int>(axis), n, index_error_record(a));
   BP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -246,7 +209,7 @@ void launch_scatter_add(const LaunchArgs& a) {
   scatter_add_kernel<S><<<grid_for(a, n), kThreads, 0, a.stream>>>(
       data_ptr<const S>(B), data_ptr<const int64_t>(I), data_ptr<const S>(Src),
       data_ptr<S>(a.out[0]), dims_of(B), dims_of(I), static_cast<int>(axis), n,
-      numel(I) ? error_record(a) : nullptr);
+      numel(I) ? index_error_record(a) : nullptr);
   BP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -316,6 +279,25 @@ LaunchFn index_fn(Op op, int32_t dtype) {
   }
 }
 
+IndexError* index_error_record(const LaunchArgs& a) {
+  CudaStream& s = *a.s;
+  if (s.capture.load(std::memory_order_acquire)) return nullptr;
+  if (!s.index_error) {
+    std::lock_guard<std::mutex> lock(s.cudnn_mutex);  // any per-stream lock will do
+    if (!s.index_error) {
+      void* p = a.device->allocate_scratch(s, sizeof(IndexError));
+      const cudaError_t e = cudaMemsetAsync(p, 0, sizeof(IndexError), a.stream);
+      if (e != cudaSuccess) {
+        a.device->free_scratch(s, p, sizeof(IndexError));
+        BP_CUDA_CHECK(e);
+      }
+      s.index_error = p;
+    }
+  }
+  s.index_armed.store(true, std::memory_order_release);
+  return static_cast<IndexError*>(s.index_error);
+}
+
 void check_index_errors(CudaStream& s) {
   if (!s.index_armed.exchange(false, std::memory_order_acq_rel)) return;
   use_device(s.index);
@@ -325,11 +307,19 @@ void check_index_errors(CudaStream& s) {
   BP_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   if (rec.flag == 0) return;
   BP_CUDA_CHECK(cudaMemsetAsync(s.index_error, 0, sizeof(IndexError), s.stream));
+  if (rec.flag == kIndexEmbedding || rec.flag == kIndexEmbeddingBackward)
+    bp::sdk::fail(
+        BP_ERROR_INVALID_ARGUMENT,
+        bp::sdk::format("cuda:%d: op '%s': index %lld at position %lld is out of range "
+                        "for a table of %lld rows (valid: 0 to %lld)",
+                        s.index, rec.flag == kIndexEmbedding ? "embedding" : "embedding_backward",
+                        static_cast<long long>(rec.value), static_cast<long long>(rec.position),
+                        static_cast<long long>(rec.size), static_cast<long long>(rec.size) - 1));
   bp::sdk::fail(
       BP_ERROR_INVALID_ARGUMENT,
       bp::sdk::format("cuda:%d: op '%s': index %lld at position %lld of the index "
                       "tensor is outside [0, %lld) along axis %d",
-                      s.index, rec.flag == 1 ? "gather" : "scatter_add",
+                      s.index, rec.flag == kIndexGather ? "gather" : "scatter_add",
                       static_cast<long long>(rec.value), static_cast<long long>(rec.position),
                       static_cast<long long>(rec.size), rec.axis));
 }

@@ -1,7 +1,7 @@
 // The kernel families of the CUDA backend and what a launch hands them.
 //
 // Each op family (elementwise binary/compare/unary/cast, reduction, matmul, random, convolution,
-// batch norm, pooling, axis ops, indexing) exposes a
+// batch norm, pooling, axis ops, indexing, the transformer family) exposes a
 // resolver that maps (op, dtype) to a LaunchFn, or nullptr when the pair is not supported. The
 // op table (cuda_ops.cpp) calls every resolver once per pair at init, so find_kernel and
 // list_ops agree by construction, and a launch is one indirect call with no lookups.
@@ -66,6 +66,12 @@ LaunchFn batchnorm_fn(Op op, int32_t dtype);  // batch_norm(_backward) (cuDNN)
 LaunchFn pooling_fn(Op op, int32_t dtype);    // max/avg/adaptive-avg pooling and backward
 LaunchFn axis_fn(Op op, int32_t dtype);       // softmax family, max_dim min_dim
 LaunchFn index_fn(Op op, int32_t dtype);      // gather scatter_add dropout
+// layer_norm(_backward) embedding(_backward) triu tril cumsum (cuda_transformer.cu)
+LaunchFn transformer_fn(Op op, int32_t dtype);
+// gelu silu and their backward, sin cos rsqrt (cuda_activation.cu)
+LaunchFn activation_fn(Op op, int32_t dtype);
+// scaled_dot_product_attention(_backward) (cuda_attention.cu)
+LaunchFn attention_fn(Op op, int32_t dtype);
 
 // Reports (BP_ERROR_INVALID_ARGUMENT) and clears the first out-of-range index that a gather or
 // scatter_add queued on `s` met, waiting for the stream when one may have (Note [Deferred

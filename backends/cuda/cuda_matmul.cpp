@@ -142,10 +142,7 @@ void Device::prepare_capture(CudaStream& s) {
   }
 }
 
-namespace {
-
-// Sets the stream and its workspace on the device's handle; the caller holds cublas_mutex().
-cublasHandle_t bind_stream(const LaunchArgs& a) {
+cublasHandle_t bind_cublas_stream(const LaunchArgs& a) {
   Device& dev = *a.device;
   cublasHandle_t h = static_cast<cublasHandle_t>(dev.cublas_handle());
   CudaStream& s = *a.s;
@@ -159,6 +156,8 @@ cublasHandle_t bind_stream(const LaunchArgs& a) {
   return h;
 }
 
+namespace {
+
 // One row-major product per batch element (Note [Row-major GEMM]): out = a b with a [M,K] (oa),
 // b [K,N] (ob), out [M,N] (oc, row-major); sa, sb, so batch strides.
 template <int D>
@@ -170,7 +169,7 @@ void gemm(const LaunchArgs& a, const Operand& oa, const Operand& ob, const Opera
   const Scale alpha = 1, beta = 0;
   constexpr cudaDataType_t type = GemmTypes<D>::kType;
   std::lock_guard<std::mutex> lock(a.device->cublas_mutex());
-  cublasHandle_t h = bind_stream(a);
+  cublasHandle_t h = bind_cublas_stream(a);
   const bool fits = std::max({M, N, K, ob.ld, oa.ld, oc.ld, batch}) <= INT_MAX;
   if (fits) {
     BP_CUBLAS_CHECK(blas().gemm_strided_batched(
@@ -277,7 +276,7 @@ bool try_lt(const LaunchArgs& a, const Operand& oa, const Operand& ob, const Ope
   BP_CUBLAS_CHECK(blas().lt_layout_create(&lb, type, b_n ? K : M, b_n ? M : K, oa.ld));
   BP_CUBLAS_CHECK(blas().lt_layout_create(&lc, type, N, M, oc.ld));
   std::lock_guard<std::mutex> lock(a.device->cublas_mutex());
-  cublasHandle_t h = bind_stream(a);  // also sets up this stream's workspace
+  cublasHandle_t h = bind_cublas_stream(a);  // also sets up this stream's workspace
   const size_t ws = a.s->cublas_workspace_bytes;
   BP_CUBLAS_CHECK(blas().lt_pref_create(&pref));
   BP_CUBLAS_CHECK(

@@ -94,21 +94,26 @@ LaunchFn resolve(Op op, int32_t dtype) {
       break;
     case Op::kLayerNorm:
     case Op::kLayerNormBackward:
+    case Op::kEmbedding:
+    case Op::kEmbeddingBackward:
+    case Op::kTriu:
+    case Op::kTril:
+    case Op::kCumsum:
+      fn = transformer_fn(op, dtype);
+      break;
     case Op::kGelu:
     case Op::kGeluBackward:
     case Op::kSilu:
     case Op::kSiluBackward:
-    case Op::kEmbedding:
-    case Op::kEmbeddingBackward:
-    case Op::kScaledDotProductAttention:
-    case Op::kScaledDotProductAttentionBackward:
-    case Op::kTriu:
-    case Op::kTril:
-    case Op::kCumsum:
     case Op::kSin:
     case Op::kCos:
     case Op::kRsqrt:
-      break;  // the transformer family (ABI 1.5): declared unsupported until its kernels land
+      fn = activation_fn(op, dtype);
+      break;
+    case Op::kScaledDotProductAttention:
+    case Op::kScaledDotProductAttentionBackward:
+      fn = attention_fn(op, dtype);
+      break;
     case Op::kCount:
       break;
   }

@@ -31,8 +31,6 @@ bp::sdk::OpTable make_op_table() {
     if (const CudaKernel* k = kernel_for(op, dtype)) {
       d.kernel = reinterpret_cast<bp_kernel*>(const_cast<CudaKernel*>(k));
       d.support = BP_SUPPORT_YES;
-    } else if (op >= BP_OP_LAYER_NORM) {
-      d.reason = "not yet implemented on cuda (the transformer family of ABI 1.5 runs on cpu)";
     }
   });
 }

@@ -310,6 +310,56 @@ void bench_conv(bp::Device& d, bool gpu) {
   }
 }
 
+// Note [Attention rows]
+//   scaled_dot_product_attention at GPT-2's head size (E = 64, 12 heads) on GPUs: batch 8 at
+//   L = S = 1024, batch 2 at 4096, with and without the causal mask, f32 (TF32 off) and bf16.
+//   "fwd" times the forward alone; "fwd+bwd" the forward and y.backward(dy) into leaves q, k, v
+//   (their gradients accumulate, as in training). TFLOP/s count 4 B H L S E for the forward's
+//   two products and 2.5 times that for the backward's five, halved under the causal mask.
+//   bench/torch_bench.py times torch.nn.functional.scaled_dot_product_attention the same way.
+void bench_attention(bp::Device& d, bool gpu) {
+  if (!gpu) return;
+  namespace F = bp::nn::functional;
+  struct Shape {
+    int64_t b, h, l;
+  };
+  constexpr Shape kShapes[] = {{8, 12, 1024}, {2, 12, 4096}};
+  constexpr int64_t kE = 64;
+  const int reps = g_quick ? 5 : 20;
+  bp::set_allow_tf32(false);
+  for (bp::DType dt : {bp::DType::f32, bp::DType::bf16}) {
+    for (const Shape& s : kShapes) {
+      for (bool causal : {false, true}) {
+        const std::string tail = " L=" + std::to_string(s.l) + (causal ? " causal " : " ") +
+                                 (dt == bp::DType::f32 ? "f32" : "bf16");
+        const double fwd = 4.0 * s.b * s.h * s.l * s.l * kE * (causal ? 0.5 : 1.0);
+        auto q = bp::randn({s.b, s.h, s.l, kE}, d, dt).requires_grad_();
+        auto k = bp::randn({s.b, s.h, s.l, kE}, d, dt).requires_grad_();
+        auto v = bp::randn({s.b, s.h, s.l, kE}, d, dt).requires_grad_();
+        auto dy = bp::randn({s.b, s.h, s.l, kE}, d, dt);
+        if (wanted("sdpa fwd" + tail)) {
+          bp::NoGradGuard no_grad;
+          const double ms = time_ms(
+              d,
+              [&] { auto y = F::scaled_dot_product_attention(q, k, v, bp::Tensor(), 0.0, causal); },
+              reps);
+          emit("sdpa fwd" + tail, d, fwd / ms / 1e9, "TFLOP/s");
+        }
+        if (wanted("sdpa fwd+bwd" + tail)) {
+          const double ms = time_ms(
+              d,
+              [&] {
+                auto y = F::scaled_dot_product_attention(q, k, v, bp::Tensor(), 0.0, causal);
+                y.backward(dy);
+              },
+              reps);
+          emit("sdpa fwd+bwd" + tail, d, 3.5 * fwd / ms / 1e9, "TFLOP/s");
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -339,6 +389,12 @@ int main(int argc, char** argv) try {
       bench_conv(*d, gpu);
     } catch (const bp::Error& e) {
       std::fprintf(stderr, "bp-bench: convolution rows on %s skipped: %s\n", d->str().c_str(),
+                   e.what());
+    }
+    try {  // likewise the transformer family
+      bench_attention(*d, gpu);
+    } catch (const bp::Error& e) {
+      std::fprintf(stderr, "bp-bench: attention rows on %s skipped: %s\n", d->str().c_str(),
                    e.what());
     }
   }

@@ -117,7 +117,23 @@ TEST(CudaPlugin, PropertiesAndListOps) {
                                                {"softmax", 4},
                                                {"log_softmax", 4},
                                                {"softmax_backward", 4},
-                                               {"log_softmax_backward", 4}};
+                                               {"log_softmax_backward", 4},
+                                               {"layer_norm", 4},
+                                               {"layer_norm_backward", 4},
+                                               {"gelu", 4},
+                                               {"gelu_backward", 4},
+                                               {"silu", 4},
+                                               {"silu_backward", 4},
+                                               {"embedding", 4},
+                                               {"embedding_backward", 4},
+                                               {"scaled_dot_product_attention", 4},
+                                               {"scaled_dot_product_attention_backward", 4},
+                                               {"triu", 8},
+                                               {"tril", 8},
+                                               {"cumsum", 6},
+                                               {"sin", 4},
+                                               {"cos", 4},
+                                               {"rsqrt", 4}};
   EXPECT_EQ(yes, expected);
   bp_kernel* k = nullptr;
   const Err unknown = error_of(api()->find_kernel(0, "no_such_op", BP_DTYPE_F32, &k));

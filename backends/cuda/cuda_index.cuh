@@ -1,0 +1,49 @@
+// The device record of out-of-range indices that gather, scatter_add, embedding and
+// embedding_backward share (Note [Deferred index errors] in cuda_index.cu).
+//
+// Internal to backends/cuda; include from .cu files only.
+#ifndef BACKPLANE_CUDA_INDEX_CUH_
+#define BACKPLANE_CUDA_INDEX_CUH_
+
+#include "cuda_kernels.hpp"
+
+#include <cstdint>
+
+namespace bp::cuda {
+
+// Which op met the bad index (IndexError::flag).
+enum IndexErrorKind : int32_t {
+  kIndexOk = 0,
+  kIndexGather = 1,
+  kIndexScatterAdd = 2,
+  kIndexEmbedding = 3,
+  kIndexEmbeddingBackward = 4,
+};
+
+struct IndexError {
+  int32_t flag;  // IndexErrorKind; 0 none
+  int32_t axis;
+  int64_t value;
+  int64_t position;  // row-major position in the index tensor
+  int64_t size;      // the valid range is [0, size)
+};
+
+// Keeps the first bad index of a stream; rec may be null (inside a graph capture).
+__device__ __forceinline__ void report_index(IndexError* rec, int32_t kind, int32_t axis,
+                                             int64_t value, int64_t position, int64_t size) {
+  if (!rec) return;
+  if (atomicCAS(&rec->flag, 0, kind) == 0) {
+    rec->axis = axis;
+    rec->value = value;
+    rec->position = position;
+    rec->size = size;
+  }
+}
+
+// The launch stream's record, allocated on first use and armed for the next synchronisation;
+// nullptr while the stream captures a graph.
+IndexError* index_error_record(const LaunchArgs& a);
+
+}  // namespace bp::cuda
+
+#endif  // BACKPLANE_CUDA_INDEX_CUH_
