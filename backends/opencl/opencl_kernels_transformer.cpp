@@ -9,8 +9,10 @@
 //     deviations from it: a row shifted far from zero keeps its variance, which E[x^2] - E[x]^2
 //     would lose), each a strided loop plus a local-memory tree.
 //   - layer_norm_backward: dx by one work-group per row (the sums of g and g xhat); dweight and
-//     dbias by one work-item per column adding the rows in order, so the sums are the same on
-//     every run.
+//     dbias in two passes without atomics: one work-item per (block of kRowBlock rows, column)
+//     sums its block into a temporary [blocks, N] in ACC, then one work-item per column adds the
+//     blocks in order and rounds once. The order is fixed, so the bits are the same on every
+//     run and device.
 //   - gelu, silu and their backward: one work-item per element (mode 0 exact gelu, 1 tanh gelu,
 //     2 silu).
 //   - embedding: one work-item per output element; an index outside [0, V) raises a flag (the
@@ -105,18 +107,37 @@ __kernel void bp_layer_norm_bwd_dx(__global T* dx, __global const T* dy, __globa
   }
 }
 
-__kernel void bp_layer_norm_bwd_dw(__global T* dw, __global T* db, __global const T* dy,
+/* dweight and dbias, pass 1: the sums over rows [blk rb, (blk + 1) rb) of column j, for every
+ * (blk, j), into pw and pb [nb, N]. */
+__kernel void bp_layer_norm_bwd_dw(__global ACC* pw, __global ACC* pb, __global const T* dy,
                                    __global const T* x, __global const SST* mean,
-                                   __global const SST* rstd, long M, long N, long dw_off,
-                                   long db_off, long dy_off, long x_off, long m_off, long r_off) {
-  long j = get_global_id(0);
-  if (j >= N) return;
+                                   __global const SST* rstd, long M, long N, long rb, long nb,
+                                   long dy_off, long x_off, long m_off, long r_off) {
+  long e = get_global_id(0);
+  if (e >= nb * N) return;
+  long blk = e / N, j = e - blk * N;
+  long m1 = min(M, (blk + 1) * rb);
   ACC sw = (ACC)0, sb = (ACC)0;
-  for (long m = 0; m < M; ++m) {
+  for (long m = blk * rb; m < m1; ++m) {
     ACC g = (ACC)LD(dy[dy_off + m * N + j]);
     ACC xhat = ((ACC)LD(x[x_off + m * N + j]) - (ACC)mean[m_off + m]) * (ACC)rstd[r_off + m];
     sw += g * xhat;
     sb += g;
+  }
+  pw[e] = sw;
+  pb[e] = sb;
+}
+
+/* Pass 2: the nb partial sums of column j, added in block order, rounded once. */
+__kernel void bp_layer_norm_bwd_dw_sum(__global T* dw, __global T* db, __global const ACC* pw,
+                                       __global const ACC* pb, long nb, long N, long dw_off,
+                                       long db_off) {
+  long j = get_global_id(0);
+  if (j >= N) return;
+  ACC sw = (ACC)0, sb = (ACC)0;
+  for (long b = 0; b < nb; ++b) {
+    sw += pw[b * N + j];
+    sb += pb[b * N + j];
   }
   dw[dw_off + j] = ST(sw);
   db[db_off + j] = ST(sb);
@@ -207,8 +228,13 @@ __kernel void bp_cumsum(__global T* out, __global const T* x, long outer, long l
 // Kernel slots of each op.
 enum Slot : size_t {
   kMain = 0,    // the op's kernel (layer_norm_backward: dx)
-  kSecond = 1,  // layer_norm_backward: dweight and dbias
+  kSecond = 1,  // layer_norm_backward: dweight and dbias, partial sums per row block
+  kThird = 2,   // layer_norm_backward: dweight and dbias, the blocks added in order
 };
+
+// Rows per block of layer_norm_backward's dweight and dbias sums: fixed, so the order of the
+// additions (and the bits) is the same on every device and run.
+constexpr int64_t kRowBlock = 64;
 
 const char* kernel_of(Op op) {
   switch (op) {
@@ -360,14 +386,23 @@ void launch_layer_norm_backward(bp_kernel& k, const LaunchContext& lc, const bp_
     enqueue_kernel(lc, k, kMain, 1, &global, &local);
   }
   if (!has_w || N == 0) return;
+  // Note [Transformer kernels]: row blocks of kRowBlock, then the blocks in order.
+  const int64_t nb = std::max<int64_t>((M + kRowBlock - 1) / kRowBlock, 1);
+  TempBuffer pw(lc, static_cast<uint64_t>(nb * N) * acc_size(k));
+  TempBuffer pb(lc, static_cast<uint64_t>(nb * N) * acc_size(k));
   size_t local = k.local_size[kSecond];
-  size_t global = grid_size(static_cast<uint64_t>(N), local);
+  size_t global = grid_size(static_cast<uint64_t>(nb * N), local);
   KernelArgs a(k.kernels[kSecond]);
-  a.mem(out[1].buffer).mem(out[2].buffer).mem(in[0].buffer).mem(x.buffer).mem(in[2].buffer);
-  a.mem(in[3].buffer);
-  for (int64_t v : {M, N, dw_off, db_off, dy_off, x_off, m_off, r_off})
+  a.mem(pw.buf).mem(pb.buf).mem(in[0].buffer).mem(x.buffer).mem(in[2].buffer).mem(in[3].buffer);
+  for (int64_t v : {M, N, kRowBlock, nb, dy_off, x_off, m_off, r_off})
     a.value(static_cast<cl_long>(v));
   enqueue_kernel(lc, k, kSecond, 1, &global, &local);
+  local = k.local_size[kThird];
+  global = grid_size(static_cast<uint64_t>(N), local);
+  KernelArgs f(k.kernels[kThird]);
+  f.mem(out[1].buffer).mem(out[2].buffer).mem(pw.buf).mem(pb.buf);
+  for (int64_t v : {nb, N, dw_off, db_off}) f.value(static_cast<cl_long>(v));
+  enqueue_kernel(lc, k, kThird, 1, &global, &local);
 }
 
 void launch_activation(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in,
@@ -575,9 +610,11 @@ void create_transformer_kernels(bp_kernel& k, cl_program program) {
   k.kernels = {main};
   k.local_size = {pick_local_size(main, *k.device, 256)};
   if (k.op == Op::kLayerNormBackward) {
-    cl_kernel second = create_kernel(k, program, "bp_layer_norm_bwd_dw");
-    k.kernels.push_back(second);
-    k.local_size.push_back(pick_local_size(second, *k.device, 256));
+    for (const char* name : {"bp_layer_norm_bwd_dw", "bp_layer_norm_bwd_dw_sum"}) {
+      cl_kernel kernel = create_kernel(k, program, name);
+      k.kernels.push_back(kernel);
+      k.local_size.push_back(pick_local_size(kernel, *k.device, 256));
+    }
   }
 }
 
