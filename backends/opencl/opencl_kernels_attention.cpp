@@ -4,9 +4,11 @@
 //   Correct and stable for rows of any length rather than fast: no score matrix is stored, and
 //   no float atomics are used, so the results are the same on every run. ACC is the
 //   accumulation type (double for f64, float otherwise), SST the type of lse (float for f16 and
-//   bf16, the dtype otherwise). LS work-items form a group; local memory holds the group's row
-//   of q (or k and v), a chunk of LS weights and the accumulators of the output row.
-//   - Forward, bp_attn_fwd, one work-group per query row (b, h, i): each work-item runs an
+//   bf16, the dtype otherwise). LS work-items form a group that serves RQ = kRows query rows
+//   (or key rows: every key row read from global memory serves RQ of them); local memory holds
+//   the group's rows of q (or k and v), a chunk of RQ x LS weights and the accumulators of the
+//   output rows. Below, "row" means each of the group's rows.
+//   - Forward, bp_attn_fwd, one work-group per RQ query rows (b, h, i): each work-item runs an
 //     online log-sum-exp over its keys j (a running maximum m and sum l, rescaled when m
 //     grows), and the group combines them (max, then the sum of l exp(m - M)), so lse_i = M +
 //     log(sum) is finite for any finite scores whatever the row's length. Then, in chunks of LS
@@ -14,10 +16,10 @@
 //     each work-item owns output columns e, adding the chunk's p_ij z_ij v_j[e] in order of j.
 //     With CAUSAL the keys are j <= i; a row without keys gives lse = -inf and out = 0.
 //   - Backward: bp_attn_delta computes D_i = dout_i . out_i per row; bp_attn_dq, one group per
-//     query row, recomputes p_ij from the saved lse and adds ds_ij k_j per chunk as the forward
-//     adds p v; bp_attn_dkdv, one group per key row (b, h, j), recomputes p_ij and ds_ij for the
-//     rows i in chunks and adds ds_ij q_i into dk_j and p_ij z_ij dout_i into dv_j. Each output
-//     element is written by one work-item: no atomics.
+//     RQ query rows, recomputes p_ij from the saved lse and adds ds_ij k_j per chunk as the
+//     forward adds p v; bp_attn_dkdv, one group per RQ key rows (b, h, j), recomputes p_ij and
+//     ds_ij for the rows i in chunks and adds ds_ij q_i into dk_j and p_ij z_ij dout_i into dv_j.
+//     Each output element is written by one work-item: no atomics.
 //   - Dropout: z_ij of Note [Op catalogue] from Philox word g = offset + ((b H + h) L + i) S + j
 //     (counter g / 4, word g % 4), kept when (w >> 8) >= ceil(p 2^24): the integer form of u >= p
 //     that the dropout op uses (Note [Dropout mask]), so every device drops the same weights.
@@ -56,58 +58,102 @@ ACC bp_keep(ulong seed, ulong offset, ulong element, uint threshold, ACC zscale)
   return (w >> 8) < threshold ? (ACC)0 : zscale;
 }
 
-ACC bp_dot_local(__local const ACC* a, __global const T* b, long n) {
-  ACC s = (ACC)0;
-  for (long e = 0; e < n; ++e) s += a[e] * (ACC)LD(b[e]);
-  return s;
+/* Rows [r0, r0 + nr) of a [rows, n] tensor into local memory (RQ rows, zeros past nr). */
+void bp_load_rows(__local ACC* dst, __global const T* src, long r0, int nr, long n) {
+  int lid = (int)get_local_id(0), LS = (int)get_local_size(0);
+  for (long t = lid; t < RQ * n; t += LS) {
+    long r = t / n;
+    dst[t] = r < nr ? (ACC)LD(src[r0 * n + t]) : (ACC)0;
+  }
 }
 
+/* d[r] = a[r] . b for the RQ rows of a (local, [RQ, n]) and one row b (global). */
+#define BP_DOTS(d, a, b, n)                                 \
+  {                                                         \
+    for (int r_ = 0; r_ < RQ; ++r_) d[r_] = (ACC)0;         \
+    for (long e_ = 0; e_ < (n); ++e_) {                     \
+      ACC bv_ = (ACC)LD((b)[e_]);                           \
+      for (int r_ = 0; r_ < RQ; ++r_) d[r_] += (a)[r_ * (n) + e_] * bv_; \
+    }                                                       \
+  }
+
+/* acc[r, e] += sum over t < cnt of w[r, t] src[t, e], for the e this work-item owns. */
+void bp_accumulate(__local ACC* acc, __local const ACC* w, __global const T* src, long cnt,
+                   long n) {
+  int lid = (int)get_local_id(0), LS = (int)get_local_size(0);
+  for (long e = lid; e < n; e += LS) {
+    ACC a[RQ];
+    for (int r = 0; r < RQ; ++r) a[r] = acc[r * n + e];
+    for (long t = 0; t < cnt; ++t) {
+      ACC sv = (ACC)LD(src[t * n + e]);
+      for (int r = 0; r < RQ; ++r) a[r] += w[r * LS + t] * sv;
+    }
+    for (int r = 0; r < RQ; ++r) acc[r * n + e] = a[r];
+  }
+}
+
+/* One work-group per RQ query rows i0 .. i0 + nr - 1 of one (b, h). */
 __kernel void bp_attn_fwd(__global T* out, __global SST* lse, __global const T* q,
                           __global const T* k, __global const T* v, long L, long S, long E,
                           long Ev, long o_off, long l_off, long q_off, long k_off, long v_off,
                           ACC scale, int causal, ulong seed, ulong offset, uint threshold,
                           ACC zscale, __local ACC* qs, __local ACC* ps, __local ACC* acc,
                           __local ACC* scratch) {
-  long row = get_group_id(0);
-  long bh = row / L, i = row - bh * L;
+  long per_bh = (L + RQ - 1) / RQ, g = get_group_id(0);
+  long bh = g / per_bh, i0 = (g - bh * per_bh) * RQ;
+  int nr = (int)min((long)RQ, L - i0);
   int lid = (int)get_local_id(0), LS = (int)get_local_size(0);
+  long row0 = bh * L + i0;
   __global const T* kb = k + k_off + bh * S * E;
   __global const T* vb = v + v_off + bh * S * Ev;
-  for (long e = lid; e < E; e += LS) qs[e] = (ACC)LD(q[q_off + row * E + e]);
-  for (long e = lid; e < Ev; e += LS) acc[e] = (ACC)0;
+  bp_load_rows(qs, q + q_off, row0, nr, E);
+  for (long t = lid; t < RQ * Ev; t += LS) acc[t] = (ACC)0;
   barrier(CLK_LOCAL_MEM_FENCE);
-  long jend = causal ? min(S, i + 1) : S;
-  ACC m = (ACC)(-INFINITY), l = (ACC)0;
-  for (long j = lid; j < jend; j += LS) {
-    ACC s = scale * bp_dot_local(qs, kb + j * E, E);
-    if (s > m) {
-      l = l * exp(m - s) + (ACC)1;
-      m = s;
-    } else {
-      l += exp(s - m);
+  long jmax = causal ? min(S, i0 + nr) : S;
+  ACC m[RQ], l[RQ], d[RQ], lse_r[RQ];
+  for (int r = 0; r < RQ; ++r) {
+    m[r] = (ACC)(-INFINITY);
+    l[r] = (ACC)0;
+  }
+  for (long j = lid; j < jmax; j += LS) {
+    BP_DOTS(d, qs, kb + j * E, E)
+    for (int r = 0; r < RQ; ++r) {
+      if (r >= nr || (causal && j > i0 + r)) continue;
+      ACC s = scale * d[r];
+      if (s > m[r]) {
+        l[r] = l[r] * exp(m[r] - s) + (ACC)1;
+        m[r] = s;
+      } else {
+        l[r] += exp(s - m[r]);
+      }
     }
   }
-  ACC M = bp_group_combine(m, 1, scratch);
-  ACC part = m == (ACC)(-INFINITY) ? (ACC)0 : l * exp(m - M);
-  ACC lsum = bp_group_combine(part, 0, scratch);
-  ACC lse_i = jend > 0 ? M + log(lsum) : (ACC)(-INFINITY);
-  for (long j0 = 0; j0 < jend; j0 += LS) {
+  for (int r = 0; r < RQ; ++r) {
+    ACC M = bp_group_combine(m[r], 1, scratch);
+    ACC part = m[r] == (ACC)(-INFINITY) ? (ACC)0 : l[r] * exp(m[r] - M);
+    ACC lsum = bp_group_combine(part, 0, scratch);
+    long jend = causal ? min(S, i0 + r + 1) : S;
+    lse_r[r] = r < nr && jend > 0 ? M + log(lsum) : (ACC)(-INFINITY);
+  }
+  for (long j0 = 0; j0 < jmax; j0 += LS) {
     long j = j0 + lid;
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (j < jend) {
-      ACC s = scale * bp_dot_local(qs, kb + j * E, E);
-      ps[lid] = exp(s - lse_i) * bp_keep(seed, offset, (ulong)(row * S + j), threshold, zscale);
+    if (j < jmax) {
+      BP_DOTS(d, qs, kb + j * E, E)
+      for (int r = 0; r < RQ; ++r) {
+        ACC p = (ACC)0;
+        if (r < nr && !(causal && j > i0 + r))
+          p = exp(scale * d[r] - lse_r[r]) *
+              bp_keep(seed, offset, (ulong)((row0 + r) * S + j), threshold, zscale);
+        ps[r * LS + lid] = p;
+      }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    long cnt = min((long)LS, jend - j0);
-    for (long e = lid; e < Ev; e += LS) {
-      ACC a = acc[e];
-      for (long t = 0; t < cnt; ++t) a += ps[t] * (ACC)LD(vb[(j0 + t) * Ev + e]);
-      acc[e] = a;
-    }
+    bp_accumulate(acc, ps, vb + j0 * Ev, min((long)LS, jmax - j0), Ev);
   }
-  for (long e = lid; e < Ev; e += LS) out[o_off + row * Ev + e] = ST(acc[e]);
-  if (lid == 0) lse[l_off + row] = (SST)lse_i;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (long t = lid; t < nr * Ev; t += LS) out[o_off + row0 * Ev + t] = ST(acc[t]);
+  if (lid < nr) lse[l_off + row0 + lid] = (SST)lse_r[lid];
 }
 
 __kernel void bp_attn_delta(__global ACC* delta, __global const T* out, __global const T* dout,
@@ -120,44 +166,55 @@ __kernel void bp_attn_delta(__global ACC* delta, __global const T* out, __global
   delta[r] = s;
 }
 
+/* One work-group per RQ query rows, as the forward. */
 __kernel void bp_attn_dq(__global T* dq, __global const T* q, __global const T* k,
                          __global const T* v, __global const T* dout, __global const SST* lse,
                          __global const ACC* delta, long L, long S, long E, long Ev, long dq_off,
                          long q_off, long k_off, long v_off, long g_off, long l_off, ACC scale,
                          int causal, ulong seed, ulong offset, uint threshold, ACC zscale,
                          __local ACC* qs, __local ACC* gs, __local ACC* ps, __local ACC* acc) {
-  long row = get_group_id(0);
-  long bh = row / L, i = row - bh * L;
+  long per_bh = (L + RQ - 1) / RQ, g = get_group_id(0);
+  long bh = g / per_bh, i0 = (g - bh * per_bh) * RQ;
+  int nr = (int)min((long)RQ, L - i0);
   int lid = (int)get_local_id(0), LS = (int)get_local_size(0);
+  long row0 = bh * L + i0;
   __global const T* kb = k + k_off + bh * S * E;
   __global const T* vb = v + v_off + bh * S * Ev;
-  for (long e = lid; e < E; e += LS) {
-    qs[e] = (ACC)LD(q[q_off + row * E + e]);
-    acc[e] = (ACC)0;
-  }
-  for (long e = lid; e < Ev; e += LS) gs[e] = (ACC)LD(dout[g_off + row * Ev + e]);
+  bp_load_rows(qs, q + q_off, row0, nr, E);
+  bp_load_rows(gs, dout + g_off, row0, nr, Ev);
+  for (long t = lid; t < RQ * E; t += LS) acc[t] = (ACC)0;
   barrier(CLK_LOCAL_MEM_FENCE);
-  ACC lse_i = (ACC)lse[l_off + row], D = delta[row];
-  long jend = lse_i == (ACC)(-INFINITY) ? 0 : causal ? min(S, i + 1) : S;
-  for (long j0 = 0; j0 < jend; j0 += LS) {
+  ACC lse_r[RQ], D[RQ], d[RQ], dg[RQ];
+  long jmax = 0;
+  for (int r = 0; r < RQ; ++r) {
+    lse_r[r] = r < nr ? (ACC)lse[l_off + row0 + r] : (ACC)(-INFINITY);
+    D[r] = r < nr ? delta[row0 + r] : (ACC)0;
+    if (lse_r[r] != (ACC)(-INFINITY)) jmax = causal ? min(S, i0 + r + 1) : S;
+  }
+  for (long j0 = 0; j0 < jmax; j0 += LS) {
     long j = j0 + lid;
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (j < jend) {
-      ACC p = exp(scale * bp_dot_local(qs, kb + j * E, E) - lse_i);
-      ACC z = bp_keep(seed, offset, (ulong)(row * S + j), threshold, zscale);
-      ps[lid] = p * (z * bp_dot_local(gs, vb + j * Ev, Ev) - D);
+    if (j < jmax) {
+      BP_DOTS(d, qs, kb + j * E, E)
+      BP_DOTS(dg, gs, vb + j * Ev, Ev)
+      for (int r = 0; r < RQ; ++r) {
+        ACC ds = (ACC)0;
+        if (lse_r[r] != (ACC)(-INFINITY) && !(causal && j > i0 + r)) {
+          ACC p = exp(scale * d[r] - lse_r[r]);
+          ACC z = bp_keep(seed, offset, (ulong)((row0 + r) * S + j), threshold, zscale);
+          ds = p * (z * dg[r] - D[r]);
+        }
+        ps[r * LS + lid] = ds;
+      }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    long cnt = min((long)LS, jend - j0);
-    for (long e = lid; e < E; e += LS) {
-      ACC a = acc[e];
-      for (long t = 0; t < cnt; ++t) a += ps[t] * (ACC)LD(kb[(j0 + t) * E + e]);
-      acc[e] = a;
-    }
+    bp_accumulate(acc, ps, kb + j0 * E, min((long)LS, jmax - j0), E);
   }
-  for (long e = lid; e < E; e += LS) dq[dq_off + row * E + e] = ST(scale * acc[e]);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (long t = lid; t < nr * E; t += LS) dq[dq_off + row0 * E + t] = ST(scale * acc[t]);
 }
 
+/* One work-group per RQ key rows j0 .. j0 + nk - 1 of one (b, h). */
 __kernel void bp_attn_dkdv(__global T* dk, __global T* dv, __global const T* q,
                            __global const T* k, __global const T* v, __global const T* dout,
                            __global const SST* lse, __global const ACC* delta, long L, long S,
@@ -166,55 +223,67 @@ __kernel void bp_attn_dkdv(__global T* dk, __global T* dv, __global const T* q,
                            ulong offset, uint threshold, ACC zscale, __local ACC* ks,
                            __local ACC* vs, __local ACC* dss, __local ACC* pzs, __local ACC* acck,
                            __local ACC* accv) {
-  long col = get_group_id(0);
-  long bh = col / S, j = col - bh * S;
+  long per_bh = (S + RQ - 1) / RQ, g = get_group_id(0);
+  long bh = g / per_bh, j0 = (g - bh * per_bh) * RQ;
+  int nk = (int)min((long)RQ, S - j0);
   int lid = (int)get_local_id(0), LS = (int)get_local_size(0);
+  long col0 = bh * S + j0;
   __global const T* qb = q + q_off + bh * L * E;
   __global const T* gb = dout + g_off + bh * L * Ev;
-  for (long e = lid; e < E; e += LS) {
-    ks[e] = (ACC)LD(k[k_off + col * E + e]);
-    acck[e] = (ACC)0;
-  }
-  for (long e = lid; e < Ev; e += LS) {
-    vs[e] = (ACC)LD(v[v_off + col * Ev + e]);
-    accv[e] = (ACC)0;
-  }
+  bp_load_rows(ks, k + k_off, col0, nk, E);
+  bp_load_rows(vs, v + v_off, col0, nk, Ev);
+  for (long t = lid; t < RQ * E; t += LS) acck[t] = (ACC)0;
+  for (long t = lid; t < RQ * Ev; t += LS) accv[t] = (ACC)0;
   barrier(CLK_LOCAL_MEM_FENCE);
-  long istart = causal ? min(j, L) : 0;
+  ACC d[RQ], dg[RQ];
+  long istart = causal ? min(j0, L) : 0;
   for (long i0 = istart; i0 < L; i0 += LS) {
     long i = i0 + lid;
     barrier(CLK_LOCAL_MEM_FENCE);
     if (i < L) {
       ACC lse_i = (ACC)lse[l_off + bh * L + i];
-      ACC ds = (ACC)0, pz = (ACC)0;
-      if (lse_i != (ACC)(-INFINITY)) {
-        ACC p = exp(scale * bp_dot_local(ks, qb + i * E, E) - lse_i);
-        ACC z = bp_keep(seed, offset, (ulong)((bh * L + i) * S + j), threshold, zscale);
-        pz = p * z;
-        ds = p * (z * bp_dot_local(vs, gb + i * Ev, Ev) - delta[bh * L + i]);
+      BP_DOTS(d, ks, qb + i * E, E)
+      BP_DOTS(dg, vs, gb + i * Ev, Ev)
+      ACC D = delta[bh * L + i];
+      for (int r = 0; r < RQ; ++r) {
+        ACC ds = (ACC)0, pz = (ACC)0;
+        if (r < nk && lse_i != (ACC)(-INFINITY) && !(causal && j0 + r > i)) {
+          ACC p = exp(scale * d[r] - lse_i);
+          ACC z =
+              bp_keep(seed, offset, (ulong)((bh * L + i) * S + j0 + r), threshold, zscale);
+          pz = p * z;
+          ds = p * (z * dg[r] - D);
+        }
+        dss[r * LS + lid] = ds;
+        pzs[r * LS + lid] = pz;
       }
-      dss[lid] = ds;
-      pzs[lid] = pz;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     long cnt = min((long)LS, L - i0);
-    for (long e = lid; e < E; e += LS) {
-      ACC a = acck[e];
-      for (long t = 0; t < cnt; ++t) a += dss[t] * (ACC)LD(qb[(i0 + t) * E + e]);
-      acck[e] = a;
-    }
-    for (long e = lid; e < Ev; e += LS) {
-      ACC a = accv[e];
-      for (long t = 0; t < cnt; ++t) a += pzs[t] * (ACC)LD(gb[(i0 + t) * Ev + e]);
-      accv[e] = a;
-    }
+    bp_accumulate(acck, dss, qb + i0 * E, cnt, E);
+    bp_accumulate(accv, pzs, gb + i0 * Ev, cnt, Ev);
   }
-  for (long e = lid; e < E; e += LS) dk[dk_off + col * E + e] = ST(scale * acck[e]);
-  for (long e = lid; e < Ev; e += LS) dv[dv_off + col * Ev + e] = ST(accv[e]);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (long t = lid; t < nk * E; t += LS) dk[dk_off + col0 * E + t] = ST(scale * acck[t]);
+  for (long t = lid; t < nk * Ev; t += LS) dv[dv_off + col0 * Ev + t] = ST(accv[t]);
 }
 )CLC";
 
 enum Slot : size_t { kFwd = 0, kDelta = 1, kDq = 2, kDkdv = 3 };
+
+// Query (or key) rows per work-group: each key (query) row read from global memory serves this
+// many rows (Note [Attention kernels]).
+constexpr uint64_t kRows = 4;
+
+// Work-groups per (b, h) over n rows.
+int64_t row_groups(int64_t n) {
+  return (n + static_cast<int64_t>(kRows) - 1) / static_cast<int64_t>(kRows);
+}
+
+// Bytes of kRows rows of n accumulators (at least one element).
+size_t rows_bytes(int64_t n, size_t es) {
+  return static_cast<size_t>(kRows) * static_cast<size_t>(std::max<int64_t>(n, 1)) * es;
+}
 
 int32_t stat_dtype(int32_t dtype) {
   return dtype == BP_DTYPE_F16 || dtype == BP_DTYPE_BF16 ? BP_DTYPE_F32 : dtype;
@@ -321,8 +390,8 @@ void launch_forward(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc*
   const int64_t rows = s.B * s.H * s.L;
   if (rows == 0) return;
   size_t local = k.local_size[kFwd];
-  check_local(k, s, static_cast<uint64_t>(s.E + s.Ev) + 2 * local);
-  size_t global = static_cast<size_t>(rows) * local;
+  check_local(k, s, kRows * static_cast<uint64_t>(s.E + s.Ev + local) + local);
+  size_t global = static_cast<size_t>(s.B * s.H * row_groups(s.L)) * local;
   std::lock_guard<std::mutex> lock(k.mutex);
   KernelArgs a(k.kernels[kFwd]);
   a.mem(out[0].buffer).mem(out[1].buffer).mem(in[0].buffer).mem(in[1].buffer).mem(in[2].buffer);
@@ -330,8 +399,8 @@ void launch_forward(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc*
     a.value(static_cast<cl_long>(v));
   common_args(k, a, at);
   const size_t es = acc_size(k);
-  a.local(std::max<int64_t>(s.E, 1) * es).local(local * es);
-  a.local(std::max<int64_t>(s.Ev, 1) * es).local(local * es);
+  a.local(rows_bytes(s.E, es)).local(kRows * local * es);
+  a.local(rows_bytes(s.Ev, es)).local(local * es);
   enqueue_kernel(lc, k, kFwd, 1, &global, &local);
 }
 
@@ -358,8 +427,8 @@ void launch_backward(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc
   const int64_t rows = s.B * s.H * s.L, cols = s.B * s.H * s.S;
   const size_t es = acc_size(k);
   const size_t lq = k.local_size[kDq], lkv = k.local_size[kDkdv];
-  check_local(k, s, static_cast<uint64_t>(2 * s.E + s.Ev) + lq);
-  check_local(k, s, static_cast<uint64_t>(2 * s.E + 2 * s.Ev) + 2 * lkv);
+  check_local(k, s, kRows * static_cast<uint64_t>(2 * s.E + s.Ev + lq));
+  check_local(k, s, kRows * static_cast<uint64_t>(2 * s.E + 2 * s.Ev + 2 * lkv));
   TempBuffer delta(lc, static_cast<uint64_t>(rows) * es);
   std::lock_guard<std::mutex> lock(k.mutex);
   if (rows > 0) {
@@ -370,7 +439,7 @@ void launch_backward(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc
     for (int64_t v : {rows, s.Ev, o_off, g_off}) a.value(static_cast<cl_long>(v));
     enqueue_kernel(lc, k, kDelta, 1, &global, &local);
 
-    global = static_cast<size_t>(rows) * lq;
+    global = static_cast<size_t>(s.B * s.H * row_groups(s.L)) * lq;
     KernelArgs d(k.kernels[kDq]);
     d.mem(out[0].buffer);
     for (int32_t j : {0, 1, 2, 4, 5}) d.mem(in[j].buffer);
@@ -378,12 +447,12 @@ void launch_backward(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc
     for (int64_t v : {s.L, s.S, s.E, s.Ev, dq_off, q_off, k_off, v_off, g_off, l_off})
       d.value(static_cast<cl_long>(v));
     common_args(k, d, at);
-    d.local(std::max<int64_t>(s.E, 1) * es).local(std::max<int64_t>(s.Ev, 1) * es);
-    d.local(lq * es).local(std::max<int64_t>(s.E, 1) * es);
+    d.local(rows_bytes(s.E, es)).local(rows_bytes(s.Ev, es));
+    d.local(kRows * lq * es).local(rows_bytes(s.E, es));
     enqueue_kernel(lc, k, kDq, 1, &global, &lq);
   }
   if (cols == 0) return;
-  size_t global = static_cast<size_t>(cols) * lkv;
+  size_t global = static_cast<size_t>(s.B * s.H * row_groups(s.S)) * lkv;
   KernelArgs d(k.kernels[kDkdv]);
   d.mem(out[1].buffer).mem(out[2].buffer);
   for (int32_t j : {0, 1, 2, 4, 5}) d.mem(in[j].buffer);
@@ -391,9 +460,8 @@ void launch_backward(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc
   for (int64_t v : {s.L, s.S, s.E, s.Ev, dk_off, dv_off, q_off, k_off, v_off, g_off, l_off})
     d.value(static_cast<cl_long>(v));
   common_args(k, d, at);
-  const size_t e1 = static_cast<size_t>(std::max<int64_t>(s.E, 1)) * es;
-  const size_t v1 = static_cast<size_t>(std::max<int64_t>(s.Ev, 1)) * es;
-  d.local(e1).local(v1).local(lkv * es).local(lkv * es).local(e1).local(v1);
+  const size_t e1 = rows_bytes(s.E, es), v1 = rows_bytes(s.Ev, es);
+  d.local(e1).local(v1).local(kRows * lkv * es).local(kRows * lkv * es).local(e1).local(v1);
   enqueue_kernel(lc, k, kDkdv, 1, &global, &lkv);
 }
 
@@ -403,6 +471,7 @@ std::string attention_source(int32_t dtype, bool fp64) {
   std::string s = kernel_prelude(dtype, fp64);
   s += dtype == BP_DTYPE_F64 ? "#define ACC double\n#define SST double\n"
                              : "#define ACC float\n#define SST float\n";
+  s += sdk::format("#define RQ %d\n", static_cast<int>(kRows));
   s += philox_source();
   s += kAttentionSource;
   return s;
