@@ -361,7 +361,7 @@ Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, co
     else
       s = s + mask;
   }
-  Tensor w = softmax(s, -1);
+  Tensor w = bp::softmax(s, -1);
   if (p > 0) w = dropout(w, p, true);
   return matmul(w, v);
 }
