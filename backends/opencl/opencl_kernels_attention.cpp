@@ -153,7 +153,7 @@ __kernel void bp_attn_fwd(__global T* out, __global SST* lse, __global const T* 
   }
   barrier(CLK_LOCAL_MEM_FENCE);
   for (long t = lid; t < nr * Ev; t += LS) out[o_off + row0 * Ev + t] = ST(acc[t]);
-  if (lid < nr) lse[l_off + row0 + lid] = (SST)lse_r[lid];
+  for (int r = lid; r < nr; r += LS) lse[l_off + row0 + r] = (SST)lse_r[r];
 }
 
 __kernel void bp_attn_delta(__global ACC* delta, __global const T* out, __global const T* dout,
