@@ -1,7 +1,8 @@
 // Kernels of the OpenCL backend: the op table (which (op, dtype) pairs exist and why the others
 // do not), the kernel handle bp_kernel, the OpenCL C source generators per op family, and the
 // launch code per family (opencl_kernels_{elementwise,reduction,matmul,random,conv,pool,norm,
-// index,softmax}.cpp) with the helpers they share (opencl_kernels_common.cpp).
+// index,softmax,transformer,attention}.cpp) with the helpers they share
+// (opencl_kernels_common.cpp).
 #pragma once
 
 #include "opencl_common.hpp"
@@ -42,7 +43,7 @@ inline bool is_binary(Op op) {
   return op >= Op::kAdd && op <= Op::kGe;
 }
 inline bool is_unary(Op op) {
-  return op >= Op::kNeg && op <= Op::kAbs;
+  return (op >= Op::kNeg && op <= Op::kAbs) || op == Op::kSin || op == Op::kCos || op == Op::kRsqrt;
 }
 
 // The whole source of program (dtype, family) for a device with `info`.
@@ -65,6 +66,11 @@ std::string pool_source(int32_t dtype, bool fp64);
 std::string norm_source(int32_t dtype, bool fp64);
 std::string index_source(int32_t dtype, bool fp64);
 std::string softmax_source(int32_t dtype, bool fp64);
+std::string transformer_source(int32_t dtype, bool fp64);
+std::string attention_source(int32_t dtype, bool fp64);
+// OpenCL C of bp_philox4x32_10(counter, seed) (Note [Philox stream]), shared by the random and
+// attention programs.
+const char* philox_source();
 
 // Note [Matmul tiling]: the output tile (TS x TS, WPT x WPT per work-item) the device's
 // work-group size and local memory allow for dtype; shared by matmul and the convolutions.
@@ -113,6 +119,8 @@ void create_pool_kernels(bp_kernel& k, cl_program program);
 void create_norm_kernels(bp_kernel& k, cl_program program);
 void create_index_kernels(bp_kernel& k, cl_program program);
 void create_softmax_kernels(bp_kernel& k, cl_program program);
+void create_transformer_kernels(bp_kernel& k, cl_program program);
+void create_attention_kernels(bp_kernel& k, cl_program program);
 
 // Where a launch goes: the device, the host's stream (may be NULL) and the queue to use.
 struct LaunchContext {
@@ -145,6 +153,14 @@ void launch_index(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* i
                   const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs);
 void launch_softmax(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
                     const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs);
+// The transformer family (Note [Op catalogue], minor 5): dense tensors the host has checked;
+// the launches check counts, dtypes, shapes and extents again.
+void launch_transformer(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in,
+                        int32_t num_in, const bp_tensor_desc* out, int32_t num_out,
+                        const sdk::Attrs& attrs);
+void launch_attention(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in,
+                      int32_t num_in, const bp_tensor_desc* out, int32_t num_out,
+                      const sdk::Attrs& attrs);
 
 // ---- Helpers shared by the launch code (opencl_kernels_common.cpp) ----
 

@@ -50,6 +50,21 @@ Family family_of(int32_t op) {
     case BP_OP_SOFTMAX_BACKWARD:
     case BP_OP_LOG_SOFTMAX_BACKWARD:
       return Family::kSoftmax;
+    case BP_OP_LAYER_NORM:
+    case BP_OP_LAYER_NORM_BACKWARD:
+    case BP_OP_GELU:
+    case BP_OP_GELU_BACKWARD:
+    case BP_OP_SILU:
+    case BP_OP_SILU_BACKWARD:
+    case BP_OP_EMBEDDING:
+    case BP_OP_EMBEDDING_BACKWARD:
+    case BP_OP_TRIU:
+    case BP_OP_TRIL:
+    case BP_OP_CUMSUM:
+      return Family::kTransformer;
+    case BP_OP_SCALED_DOT_PRODUCT_ATTENTION:
+    case BP_OP_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD:
+      return Family::kAttention;
     default:
       return Family::kElementwise;
   }
@@ -254,6 +269,10 @@ std::string program_source(int32_t dtype, Family family, const DeviceInfo& info)
       return index_source(dtype, info.fp64);
     case Family::kSoftmax:
       return softmax_source(dtype, info.fp64);
+    case Family::kTransformer:
+      return transformer_source(dtype, info.fp64);
+    case Family::kAttention:
+      return attention_source(dtype, info.fp64);
   }
   return "";
 }

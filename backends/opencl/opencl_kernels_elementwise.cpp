@@ -1,7 +1,7 @@
 // Elementwise kernels: fill, copy, cast, binary arithmetic (add sub mul div pow maximum
 // minimum), comparisons (eq ne lt le gt ge), where and unary math (neg exp log sqrt relu sigmoid
-// tanh abs). One program per dtype holds all of them; every kernel is a grid-stride loop over
-// the output's elements with strided (broadcast) indexing through bp_ix.
+// tanh abs sin cos rsqrt). One program per dtype holds all of them; every kernel is a grid-stride
+// loop over the output's elements with strided (broadcast) indexing through bp_ix.
 //
 // Note [Elementwise semantics]
 //   f16/bf16 compute in float and round once on store. Integer add/sub/mul/neg wrap (computed
@@ -126,6 +126,12 @@ const char* op_expression(Op op, int32_t dtype) {
       return "tanh(x)";
     case Op::kAbs:
       return fp ? "fabs(x)" : "(C)abs(x)";
+    case Op::kSin:
+      return "sin(x)";
+    case Op::kCos:
+      return "cos(x)";
+    case Op::kRsqrt:
+      return "rsqrt(x)";
     default:
       return nullptr;
   }

@@ -20,7 +20,7 @@
 namespace bp::opencl {
 namespace {
 
-constexpr const char* kRandomTemplate = R"CLC(
+constexpr const char* kPhiloxSource = R"CLC(
 uint4 bp_philox4x32_10(ulong counter, ulong seed) {
   uint c0 = (uint)counter, c1 = (uint)(counter >> 32), c2 = 0, c3 = 0;
   uint k0 = (uint)seed, k1 = (uint)(seed >> 32);
@@ -37,7 +37,9 @@ uint4 bp_philox4x32_10(ulong counter, ulong seed) {
   }
   return (uint4)(c0, c1, c2, c3);
 }
+)CLC";
 
+constexpr const char* kRandomTemplate = R"CLC(
 __kernel void bp_uniform(__global T* out, long base, ulong seed, ulong offset, A low, A high, long n) {
   ulong first = offset >> 2, count = ((offset + (ulong)n - 1) >> 2) - first + 1;
   ulong j = get_global_id(0);
@@ -104,6 +106,10 @@ __kernel void bp_dropout(__global T* y, __global const T* x, long y_off, long x_
 
 }  // namespace
 
+const char* philox_source() {
+  return kPhiloxSource;
+}
+
 std::string random_source(int32_t dtype) {
   bool f64 = dtype == BP_DTYPE_F64;
   std::string s = kernel_prelude(dtype, f64);
@@ -114,6 +120,7 @@ std::string random_source(int32_t dtype) {
     s += "#define A float\n#define BP_MINUS_TWO (-2.0f)\n"
          "#define BP_TWO_PI 6.283185307179586476925f\n";
   }
+  s += kPhiloxSource;
   s += kRandomTemplate;
   s += kDropoutSource;
   return s;

@@ -347,6 +347,12 @@ class OpenclBackend final : public sdk::Backend {
       case Family::kSoftmax:
         create_softmax_kernels(*k, program);
         break;
+      case Family::kTransformer:
+        create_transformer_kernels(*k, program);
+        break;
+      case Family::kAttention:
+        create_attention_kernels(*k, program);
+        break;
     }
     slot = std::move(k);
     return slot.get();
@@ -391,6 +397,12 @@ class OpenclBackend final : public sdk::Backend {
         break;
       case Family::kSoftmax:
         launch_softmax(*k, lc, in, num_in, out, num_out, attrs);
+        break;
+      case Family::kTransformer:
+        launch_transformer(*k, lc, in, num_in, out, num_out, attrs);
+        break;
+      case Family::kAttention:
+        launch_attention(*k, lc, in, num_in, out, num_out, attrs);
         break;
     }
     if (!s) BP_CL_CHECK(clFinish(lc.queue), op_label(*k) + ": launch without a stream");
@@ -513,15 +525,11 @@ class OpenclBackend final : public sdk::Backend {
     return e->stamp ? e->stamp->ns.load() : 0;
   }
 
-  // Every pair of every op's dtype domain up to minor 4's catalogue, but f64 on a device
-  // without doubles (Note [fp64] in opencl_device.cpp). Kernel handles are made per device on
-  // first find, so none is declared. The transformer family (minor 5) has no OpenCL kernels yet.
+  // Every pair of every op's dtype domain, but f64 on a device without doubles (Note [fp64] in
+  // opencl_device.cpp). Kernel handles are made per device on first find, so none is declared.
   static sdk::OpTable make_op_table(bool fp64) {
-    return sdk::OpTable("opencl", [fp64](int32_t op, int32_t dtype, bp_op_decl& decl) {
-      if (op >= BP_OP_LAYER_NORM) {
-        decl.reason =
-            "not yet implemented on opencl (the transformer family of ABI 1.5 runs on cpu)";
-      } else if (dtype == BP_DTYPE_F64 && !fp64) {
+    return sdk::OpTable("opencl", [fp64](int32_t, int32_t dtype, bp_op_decl& decl) {
+      if (dtype == BP_DTYPE_F64 && !fp64) {
         decl.reason = kNoFp64Reason;
       } else {
         decl.support = BP_SUPPORT_YES;

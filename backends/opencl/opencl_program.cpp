@@ -27,6 +27,10 @@ const char* family_name(Family f) {
       return "index";
     case Family::kSoftmax:
       return "softmax";
+    case Family::kTransformer:
+      return "transformer";
+    case Family::kAttention:
+      return "attention";
   }
   return "?";
 }

@@ -22,11 +22,13 @@ enum class Family : int32_t {
   kRandom = 3,  // uniform, normal, dropout
   kConv = 4,
   kPool = 5,
-  kNorm = 6,     // batch_norm and its backward
-  kIndex = 7,    // max_dim, min_dim, gather, scatter_add
-  kSoftmax = 8,  // softmax, log_softmax and their backward
+  kNorm = 6,         // batch_norm and its backward
+  kIndex = 7,        // max_dim, min_dim, gather, scatter_add
+  kSoftmax = 8,      // softmax, log_softmax and their backward
+  kTransformer = 9,  // layer_norm, gelu, silu, embedding (and backward ops), triu, tril, cumsum
+  kAttention = 10,   // scaled_dot_product_attention and its backward
 };
-inline constexpr int32_t kFamilyCount = 9;
+inline constexpr int32_t kFamilyCount = 11;
 const char* family_name(Family f);
 
 // Compiles `source` for device `dev` of context `ctx`. `what` names the program in messages

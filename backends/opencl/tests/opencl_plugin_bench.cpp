@@ -190,6 +190,60 @@ int main(int argc, char** argv) {
       std::printf("  max_pool2d_backward:   %8.3f ms  %7.1f GB/s\n", ms, 5.0 * img / ms / 1e6);
       g_api->mem_free(dev, s, ib, 0);
     }
+    // The transformer family at the character GPT's shapes (6 heads of 64, context 256): causal
+    // attention forward and backward, batch 16 on a GPU, 1 on a CPU device; layer_norm of its
+    // [batch x 256, 384] activations.
+    {
+      const bool gpu = p.kind == BP_DEVICE_KIND_GPU;
+      const int64_t B = gpu ? 16 : 1, H = 6, L = 256, E = 64;
+      const int reps = gpu ? 10 : 1;
+      const int64_t n = B * H * L * E;
+      std::vector<bp_buffer*> bufs(10, nullptr);
+      for (size_t i = 0; i < bufs.size(); ++i)
+        check(g_api->mem_alloc(dev, s, static_cast<uint64_t>(n) * 4, &bufs[i]), "alloc");
+      auto t4 = [&](size_t i) {
+        return desc(bufs[i], BP_DTYPE_F32, {B, H, L, E}, {H * L * E, L * E, E, 1});
+      };
+      bp_tensor_desc lse = desc(bufs[9], BP_DTYPE_F32, {B, H, L}, {H * L, L, 1});
+      for (size_t i : {0, 1, 2, 4})
+        launch(dev, s, "uniform", BP_DTYPE_F32, {}, {desc(bufs[i], BP_DTYPE_F32, {n}, {1})},
+               {attr_f("low", -1), attr_f("high", 1)});
+      std::vector<bp_attr> aa = {attr_i("causal", 1)};
+      const double flop = 2.0 * B * H * L * L * E;  // q k^T and p v, half of them masked
+      ms = time_ms(dev, s, reps, [&] {
+        launch(dev, s, "scaled_dot_product_attention", BP_DTYPE_F32, {t4(0), t4(1), t4(2)},
+               {t4(3), lse}, aa);
+      });
+      std::printf("  attention fwd f32 [%lld,6,256,64] causal: %8.3f ms  %7.2f TFLOP/s\n",
+                  static_cast<long long>(B), ms, flop / ms / 1e9);
+      ms = time_ms(dev, s, reps, [&] {
+        launch(dev, s, "scaled_dot_product_attention_backward", BP_DTYPE_F32,
+               {t4(0), t4(1), t4(2), t4(3), t4(4), lse}, {t4(5), t4(6), t4(7)}, aa);
+      });
+      std::printf("  attention bwd f32 [%lld,6,256,64] causal: %8.3f ms  %7.2f TFLOP/s\n",
+                  static_cast<long long>(B), ms, 2.5 * flop / ms / 1e9);
+      const int64_t M = B * L, D = 384;
+      bp_tensor_desc lx = desc(bufs[0], BP_DTYPE_F32, {M, D}, {D, 1});
+      bp_tensor_desc ly = desc(bufs[3], BP_DTYPE_F32, {M, D}, {D, 1});
+      bp_tensor_desc ldy = desc(bufs[4], BP_DTYPE_F32, {M, D}, {D, 1});
+      bp_tensor_desc lw = desc(bufs[1], BP_DTYPE_F32, {D}, {1});
+      bp_tensor_desc lb = desc(bufs[2], BP_DTYPE_F32, {D}, {1});
+      bp_tensor_desc lm = desc(bufs[5], BP_DTYPE_F32, {M}, {1});
+      bp_tensor_desc lr = desc(bufs[6], BP_DTYPE_F32, {M}, {1});
+      bp_tensor_desc ldw = desc(bufs[7], BP_DTYPE_F32, {D}, {1});
+      bp_tensor_desc ldb = desc(bufs[8], BP_DTYPE_F32, {D}, {1});
+      ms = time_ms(dev, s, reps, [&] {
+        launch(dev, s, "layer_norm", BP_DTYPE_F32, {lx, lw, lb}, {ly, lm, lr});
+      });
+      std::printf("  layer_norm f32 [%lld,384]:     %8.3f ms  %7.1f GB/s\n",
+                  static_cast<long long>(M), ms, 8.0 * M * D / ms / 1e6);
+      ms = time_ms(dev, s, reps, [&] {
+        launch(dev, s, "layer_norm_backward", BP_DTYPE_F32, {ldy, lx, lm, lr, lw}, {ly, ldw, ldb});
+      });
+      std::printf("  layer_norm_backward f32:      %8.3f ms  %7.1f GB/s\n", ms,
+                  16.0 * M * D / ms / 1e6);
+      for (bp_buffer* b : bufs) g_api->mem_free(dev, s, b, static_cast<uint64_t>(n) * 4);
+    }
     // Launch overhead: a 1-element add, many times.
     bp_tensor_desc one = desc(x, BP_DTYPE_F32, {1}, {1});
     check(g_api->stream_synchronize(s), "sync");

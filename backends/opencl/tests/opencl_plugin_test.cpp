@@ -89,23 +89,23 @@ const std::map<std::string, std::string>& expected_matrix() {
       {"log_softmax", "11110000"},
       {"softmax_backward", "11110000"},
       {"log_softmax_backward", "11110000"},
-      // Minor 5: no OpenCL kernels yet.
-      {"layer_norm", "00000000"},
-      {"layer_norm_backward", "00000000"},
-      {"gelu", "00000000"},
-      {"gelu_backward", "00000000"},
-      {"silu", "00000000"},
-      {"silu_backward", "00000000"},
-      {"embedding", "00000000"},
-      {"embedding_backward", "00000000"},
-      {"scaled_dot_product_attention", "00000000"},
-      {"scaled_dot_product_attention_backward", "00000000"},
-      {"triu", "00000000"},
-      {"tril", "00000000"},
-      {"cumsum", "00000000"},
-      {"sin", "00000000"},
-      {"cos", "00000000"},
-      {"rsqrt", "00000000"}};
+      // Minor 5, the transformer family.
+      {"layer_norm", "11110000"},
+      {"layer_norm_backward", "11110000"},
+      {"gelu", "11110000"},
+      {"gelu_backward", "11110000"},
+      {"silu", "11110000"},
+      {"silu_backward", "11110000"},
+      {"embedding", "11110000"},
+      {"embedding_backward", "11110000"},
+      {"scaled_dot_product_attention", "11110000"},
+      {"scaled_dot_product_attention_backward", "11110000"},
+      {"triu", "11111111"},
+      {"tril", "11111111"},
+      {"cumsum", "11111100"},
+      {"sin", "11110000"},
+      {"cos", "11110000"},
+      {"rsqrt", "11110000"}};
   return m;
 }
 
