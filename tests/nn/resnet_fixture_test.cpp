@@ -83,9 +83,11 @@ TEST(ResNetFixture, MatchesPyTorch) {
                 d->str().c_str(), static_cast<long long>(width),
                 rel_error(logits, file.at("logits_train")),
                 rel_error(loss.reshape({1}), file.at("loss")), worst, worst_key.c_str());
-    for (const auto& [k, b] : net.named_buffers())
-      if (file.count("after." + k))
+    for (const auto& [k, b] : net.named_buffers()) {
+      if (file.count("after." + k)) {
         EXPECT_LE(rel_error(b, file.at("after." + k)), 1e-4) << "running statistic " << k;
+      }
+    }
   }
   if (ran == 0) GTEST_SKIP() << "no device has conv2d and batch_norm_backward in f32";
 }

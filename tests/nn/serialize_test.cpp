@@ -182,10 +182,11 @@ TEST(SafetensorsFormat, ParsesFromMemory) {
 TEST(SafetensorsFormat, AHeaderOfAHundredThousandEntriesParses) {
   const int n = 100000;
   std::string header = "{";
-  for (int i = 0; i < n; ++i)
-    header += (i ? "," : "") + std::string("\"t") + std::to_string(i) +
-              "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" + std::to_string(4 * i) +
-              "," + std::to_string(4 * i + 4) + "]}";
+  for (int i = 0; i < n; ++i) {
+    if (i) header += ',';
+    header += "\"t" + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[" +
+              std::to_string(4 * i) + "," + std::to_string(4 * i + 4) + "]}";
+  }
   header += "}";
   auto h = bp::safetensors::parse_header(header, 4 * static_cast<uint64_t>(n), "100k");
   ASSERT_EQ(h.tensors.size(), static_cast<size_t>(n));

@@ -295,8 +295,8 @@ void rendezvous(Group& g, const std::string& where) {
         (seen[static_cast<size_t>(r)] ? joined : missing).push_back(r);
       throw RendezvousError(
           "rendezvous at " + where + ": rank(s) " + rank_list(missing) + " did not join within " +
-          std::to_string(g.timeout.count() / 1000.0).substr(0, 6) + " s (world size " +
-          std::to_string(g.size) + "; joined: " + rank_list(joined) + ")");
+          std::to_string(static_cast<double>(g.timeout.count()) / 1000.0).substr(0, 6) +
+          " s (world size " + std::to_string(g.size) + "; joined: " + rank_list(joined) + ")");
     }
   }
 }
