@@ -54,8 +54,8 @@ std::string utf8_text(nb::handle s, const char* what, const char* accepted);
 // An optional flag such as DLPack's `copy`: None (nullopt), True or False. TypeError naming `what`
 // and the value's type for anything else (a str such as 'maybe' is not a flag).
 std::optional<bool> optional_flag(nb::handle h, const char* what);
-// A pair of integers such as (device type, device id) or (major, minor). TypeError naming `what`,
-// the value and `expected` otherwise.
+// A pair of integers such as (device type, device id) or (major, minor): a tuple (or list) of two
+// ints that fit int64_t. TypeError naming `what`, the value and `expected` otherwise.
 std::pair<int64_t, int64_t> int_pair(nb::handle h, const char* what, const char* expected);
 // A shape from Python arguments: (2, 3), ((2, 3),) or ([2, 3],). ShapeError otherwise.
 Shape shape_from_args(const nb::args& args, const char* what);

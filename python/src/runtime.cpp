@@ -53,11 +53,20 @@ std::optional<bool> optional_flag(nb::handle h, const char* what) {
 }
 
 std::pair<int64_t, int64_t> int_pair(nb::handle h, const char* what, const char* expected) {
-  std::pair<int64_t, int64_t> v;
-  if (PyTuple_Check(h.ptr()) && PyTuple_GET_SIZE(h.ptr()) == 2 &&
-      PyLong_Check(PyTuple_GET_ITEM(h.ptr(), 0)) && PyLong_Check(PyTuple_GET_ITEM(h.ptr(), 1)) &&
-      nb::try_cast(h, v, false))
-    return v;
+  PyObject* o = h.ptr();
+  const bool tuple = PyTuple_Check(o), list = PyList_Check(o);
+  if ((tuple || list) && PySequence_Fast_GET_SIZE(o) == 2) {
+    PyObject* first = PySequence_Fast_GET_ITEM(o, 0);
+    PyObject* second = PySequence_Fast_GET_ITEM(o, 1);
+    if (PyLong_Check(first) && PyLong_Check(second)) {
+      int overflow = 0;
+      const long long a = PyLong_AsLongLongAndOverflow(first, &overflow);
+      if (!overflow) {
+        const long long b = PyLong_AsLongLongAndOverflow(second, &overflow);
+        if (!overflow) return {a, b};
+      }
+    }
+  }
   PyErr_Clear();
   std::string shown = nb::repr(h).c_str();
   if (shown.size() > 64) shown = shown.substr(0, 64) + "...";

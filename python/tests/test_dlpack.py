@@ -229,9 +229,9 @@ def test_bad_arguments_name_what_was_wrong_and_consume_nothing():
     with pytest.raises(ValueError, match=r"dl_device is \(1, 1099511627776\); DLPack device "
                                          r"types and ids are 32-bit"):
         t.__dlpack__(dl_device=(1, 2**40))
-    with pytest.raises(TypeError, match=r"max_version is \[1, 0\] \(list\); expected a tuple "
+    with pytest.raises(TypeError, match=r"max_version is '1.0' \(str\); expected a tuple "
                                         r"\(major, minor\)"):
-        t.__dlpack__(max_version=[1, 0])
+        t.__dlpack__(max_version="1.0")
 
     class BadDevice:
         def __init__(self, dev):
@@ -245,7 +245,7 @@ def test_bad_arguments_name_what_was_wrong_and_consume_nothing():
 
     for bad, shown in [("cpu", r"'cpu' \(str\)"), ((1,), r"\(1,\) \(tuple\)"),
                        ((1, "0"), r"\(1, '0'\) \(tuple\)"), (None, r"None \(NoneType\)")]:
-        with pytest.raises(TypeError, match=r"from_dlpack: BadDevice.__dlpack_device__\(\) "
+        with pytest.raises(TypeError, match=r"from_dlpack: \S*BadDevice\.__dlpack_device__\(\) "
                                             r"returned " + shown + r"; expected a tuple "
                                             r"\(device_type, device_id\)"):
             bp.from_dlpack(BadDevice(bad))
