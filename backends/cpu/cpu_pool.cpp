@@ -96,6 +96,24 @@ void max_pool_kernel(const Launch& l) {
                  });
 }
 
+// The backward ops' frame: each plane of dx is summed in `acc` (the compute type, zeroed) by
+// add(acc, plane, the plane's dy values), then stored once (Note [CPU pooling kernels]).
+// `unit_cost` is the work of one plane.
+template <class T, class Add>
+void backward_planes(const PoolShape& ps, const T* pdy, T* pdx, int64_t unit_cost, Add add) {
+  using C = compute_t<T>;
+  const int64_t hw = ps.H * ps.W, pq = ps.P * ps.Q;
+  parallel_units(ps.planes, unit_cost, Cost::kCheap, [&](int64_t b, int64_t e) {
+    std::vector<C> acc(static_cast<size_t>(hw));
+    for (int64_t pl = b; pl < e; ++pl) {
+      std::fill(acc.begin(), acc.end(), C(0));
+      add(acc, pl, pdy + pl * pq);
+      T* out = pdx + pl * hw;
+      for (int64_t i = 0; i < hw; ++i) out[i] = DType<T>::store(acc[static_cast<size_t>(i)]);
+    }
+  });
+}
+
 template <class T>
 void max_pool_backward_kernel(const Launch& l) {
   using C = compute_t<T>;
@@ -104,9 +122,7 @@ void max_pool_backward_kernel(const Launch& l) {
   const PoolShape ps = pool_shape(l, dx, dy, DType<T>::id, "dx", "dy", nullptr);
   check_dense(l, ind, 4, BP_DTYPE_I64, "indices");
   check_same_shape(l, ind, dy, "indices");
-  const T* pdy = data<T>(dy);
   const int64_t* pi = data<int64_t>(ind);
-  T* pdx = data<T>(dx);
   const int64_t hw = ps.H * ps.W, pq = ps.P * ps.Q;
   if (hw == 0) return;
   // An index outside the plane would write out of bounds: refuse it before writing anything.
@@ -117,24 +133,21 @@ void max_pool_backward_kernel(const Launch& l) {
                                       static_cast<long long>(pi[i]), static_cast<long long>(i),
                                       describe(ind).c_str(), static_cast<long long>(hw),
                                       describe(dx).c_str()));
-  parallel_units(ps.planes, hw + pq, Cost::kCheap, [&](int64_t b, int64_t e) {
-    std::vector<C> acc(static_cast<size_t>(hw));
-    for (int64_t pl = b; pl < e; ++pl) {
-      std::fill(acc.begin(), acc.end(), C(0));
-      const T* g = pdy + pl * pq;
-      const int64_t* ip = pi + pl * pq;
-      for (int64_t i = 0; i < pq; ++i) acc[static_cast<size_t>(ip[i])] += DType<T>::load(g[i]);
-      T* out = pdx + pl * hw;
-      for (int64_t i = 0; i < hw; ++i) out[i] = DType<T>::store(acc[static_cast<size_t>(i)]);
-    }
-  });
+  backward_planes(ps, data<T>(dy), data<T>(dx), hw + pq,
+                  [&](std::vector<C>& acc, int64_t pl, const T* g) {
+                    const int64_t* ip = pi + pl * pq;
+                    for (int64_t i = 0; i < pq; ++i)
+                      acc[static_cast<size_t>(ip[i])] += DType<T>::load(g[i]);
+                  });
 }
 
-// The window of output (p, q) of avg_pool2d and its divisor, as torch.nn.functional.avg_pool2d.
+// The window of output (p, q) of an average pooling, clipped to the input, and its divisor.
 struct AvgWindow {
-  int64_t h0, h1, w0, w1;  // clipped to the input
+  int64_t h0, h1, w0, w1;
   double divisor;
 };
+
+// avg_pool2d's window, as torch.nn.functional.avg_pool2d.
 AvgWindow avg_window(const Spatial& s, const PoolShape& ps, int64_t p, int64_t q) {
   int64_t h0 = p * s.stride_h - s.pad_h, w0 = q * s.stride_w - s.pad_w;
   int64_t h1 = std::min(h0 + s.kernel_h, ps.H + s.pad_h);
@@ -148,66 +161,6 @@ AvgWindow avg_window(const Spatial& s, const PoolShape& ps, int64_t p, int64_t q
   return {h0, h1, w0, w1, static_cast<double>(s.count_include_pad ? padded : inside)};
 }
 
-template <class T>
-void avg_pool_kernel(const Launch& l) {
-  using C = compute_t<T>;
-  check_arity(l, 1, 1);
-  const Spatial s = pool_attrs(l);
-  const bp_tensor_desc &x = l.inputs[0], &y = l.outputs[0];
-  const PoolShape ps = pool_shape(l, x, y, DType<T>::id, "input", "output", &s);
-  const T* px = data<T>(x);
-  T* py = data<T>(y);
-  if (ps.P * ps.Q == 0) return;
-  parallel_units(ps.planes, ps.P * ps.Q * s.kernel_h * s.kernel_w, Cost::kCheap,
-                 [&](int64_t b, int64_t e) {
-                   for (int64_t pl = b; pl < e; ++pl) {
-                     const T* xp = px + pl * ps.H * ps.W;
-                     T* yp = py + pl * ps.P * ps.Q;
-                     for (int64_t p = 0; p < ps.P; ++p)
-                       for (int64_t q = 0; q < ps.Q; ++q) {
-                         const AvgWindow w = avg_window(s, ps, p, q);
-                         C sum = C(0);
-                         for (int64_t h = w.h0; h < w.h1; ++h)
-                           for (int64_t c = w.w0; c < w.w1; ++c)
-                             sum += DType<T>::load(xp[h * ps.W + c]);
-                         yp[p * ps.Q + q] = DType<T>::store(sum / static_cast<C>(w.divisor));
-                       }
-                   }
-                 });
-}
-
-template <class T>
-void avg_pool_backward_kernel(const Launch& l) {
-  using C = compute_t<T>;
-  check_arity(l, 1, 1);
-  const Spatial s = pool_attrs(l);
-  const bp_tensor_desc &dy = l.inputs[0], &dx = l.outputs[0];
-  const PoolShape ps = pool_shape(l, dx, dy, DType<T>::id, "dx", "dy", &s);
-  const T* pdy = data<T>(dy);
-  T* pdx = data<T>(dx);
-  const int64_t hw = ps.H * ps.W, pq = ps.P * ps.Q;
-  if (hw == 0) return;
-  parallel_units(ps.planes, hw + pq * s.kernel_h * s.kernel_w, Cost::kCheap,
-                 [&](int64_t b, int64_t e) {
-                   std::vector<C> acc(static_cast<size_t>(hw));
-                   for (int64_t pl = b; pl < e; ++pl) {
-                     std::fill(acc.begin(), acc.end(), C(0));
-                     const T* g = pdy + pl * pq;
-                     for (int64_t p = 0; p < ps.P; ++p)
-                       for (int64_t q = 0; q < ps.Q; ++q) {
-                         const AvgWindow w = avg_window(s, ps, p, q);
-                         const C v = DType<T>::load(g[p * ps.Q + q]) / static_cast<C>(w.divisor);
-                         for (int64_t h = w.h0; h < w.h1; ++h)
-                           for (int64_t c = w.w0; c < w.w1; ++c)
-                             acc[static_cast<size_t>(h * ps.W + c)] += v;
-                       }
-                     T* out = pdx + pl * hw;
-                     for (int64_t i = 0; i < hw; ++i)
-                       out[i] = DType<T>::store(acc[static_cast<size_t>(i)]);
-                   }
-                 });
-}
-
 // Rows floor(p H / P) .. ceil((p + 1) H / P) - 1 of adaptive pooling.
 inline int64_t adaptive_begin(int64_t p, int64_t in, int64_t out) {
   return (p * in) / out;
@@ -216,9 +169,76 @@ inline int64_t adaptive_end(int64_t p, int64_t in, int64_t out) {
   return ((p + 1) * in + out - 1) / out;
 }
 
+// adaptive_avg_pool2d's window, divided by its size.
+AvgWindow adaptive_window(const PoolShape& ps, int64_t p, int64_t q) {
+  const int64_t h0 = adaptive_begin(p, ps.H, ps.P), h1 = adaptive_end(p, ps.H, ps.P);
+  const int64_t w0 = adaptive_begin(q, ps.W, ps.Q), w1 = adaptive_end(q, ps.W, ps.Q);
+  return {h0, h1, w0, w1, static_cast<double>((h1 - h0) * (w1 - w0))};
+}
+
+// Average pooling over the windows window(p, q) gives, forward: each output the sum of its
+// window divided by the divisor.
+template <class T, class WindowOf>
+void average_forward(const T* px, T* py, const PoolShape& ps, int64_t unit_cost, WindowOf window) {
+  using C = compute_t<T>;
+  parallel_units(ps.planes, unit_cost, Cost::kCheap, [&](int64_t b, int64_t e) {
+    for (int64_t pl = b; pl < e; ++pl) {
+      const T* xp = px + pl * ps.H * ps.W;
+      T* yp = py + pl * ps.P * ps.Q;
+      for (int64_t p = 0; p < ps.P; ++p)
+        for (int64_t q = 0; q < ps.Q; ++q) {
+          const AvgWindow w = window(p, q);
+          C sum = C(0);
+          for (int64_t h = w.h0; h < w.h1; ++h)
+            for (int64_t c = w.w0; c < w.w1; ++c) sum += DType<T>::load(xp[h * ps.W + c]);
+          yp[p * ps.Q + q] = DType<T>::store(sum / static_cast<C>(w.divisor));
+        }
+    }
+  });
+}
+
+// ... and backward: each dy value divided by the divisor is added to every element of its
+// window, in row-major (p, q) order.
+template <class T, class WindowOf>
+void average_backward(const T* pdy, T* pdx, const PoolShape& ps, int64_t unit_cost,
+                      WindowOf window) {
+  using C = compute_t<T>;
+  backward_planes(ps, pdy, pdx, unit_cost, [&](std::vector<C>& acc, int64_t, const T* g) {
+    for (int64_t p = 0; p < ps.P; ++p)
+      for (int64_t q = 0; q < ps.Q; ++q) {
+        const AvgWindow w = window(p, q);
+        const C v = DType<T>::load(g[p * ps.Q + q]) / static_cast<C>(w.divisor);
+        for (int64_t h = w.h0; h < w.h1; ++h)
+          for (int64_t c = w.w0; c < w.w1; ++c) acc[static_cast<size_t>(h * ps.W + c)] += v;
+      }
+  });
+}
+
+template <class T>
+void avg_pool_kernel(const Launch& l) {
+  check_arity(l, 1, 1);
+  const Spatial s = pool_attrs(l);
+  const bp_tensor_desc &x = l.inputs[0], &y = l.outputs[0];
+  const PoolShape ps = pool_shape(l, x, y, DType<T>::id, "input", "output", &s);
+  if (ps.P * ps.Q == 0) return;
+  average_forward(data<T>(x), data<T>(y), ps, ps.P * ps.Q * s.kernel_h * s.kernel_w,
+                  [&](int64_t p, int64_t q) { return avg_window(s, ps, p, q); });
+}
+
+template <class T>
+void avg_pool_backward_kernel(const Launch& l) {
+  check_arity(l, 1, 1);
+  const Spatial s = pool_attrs(l);
+  const bp_tensor_desc &dy = l.inputs[0], &dx = l.outputs[0];
+  const PoolShape ps = pool_shape(l, dx, dy, DType<T>::id, "dx", "dy", &s);
+  if (ps.H * ps.W == 0) return;
+  average_backward(data<T>(dy), data<T>(dx), ps,
+                   ps.H * ps.W + ps.P * ps.Q * s.kernel_h * s.kernel_w,
+                   [&](int64_t p, int64_t q) { return avg_window(s, ps, p, q); });
+}
+
 template <class T>
 void adaptive_avg_pool_kernel(const Launch& l) {
-  using C = compute_t<T>;
   check_arity(l, 1, 1);
   const bp_tensor_desc &x = l.inputs[0], &y = l.outputs[0];
   const PoolShape ps = pool_shape(l, x, y, DType<T>::id, "input", "output", nullptr);
@@ -226,54 +246,18 @@ void adaptive_avg_pool_kernel(const Launch& l) {
   if (ps.H * ps.W == 0)
     launch_error(l, bp::sdk::format("adaptive pooling of an empty image %s into %s",
                                     describe(x).c_str(), describe(y).c_str()));
-  const T* px = data<T>(x);
-  T* py = data<T>(y);
-  parallel_units(ps.planes, ps.H * ps.W + ps.P * ps.Q, Cost::kCheap, [&](int64_t b, int64_t e) {
-    for (int64_t pl = b; pl < e; ++pl) {
-      const T* xp = px + pl * ps.H * ps.W;
-      T* yp = py + pl * ps.P * ps.Q;
-      for (int64_t p = 0; p < ps.P; ++p) {
-        const int64_t h0 = adaptive_begin(p, ps.H, ps.P), h1 = adaptive_end(p, ps.H, ps.P);
-        for (int64_t q = 0; q < ps.Q; ++q) {
-          const int64_t w0 = adaptive_begin(q, ps.W, ps.Q), w1 = adaptive_end(q, ps.W, ps.Q);
-          C sum = C(0);
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) sum += DType<T>::load(xp[h * ps.W + w]);
-          yp[p * ps.Q + q] = DType<T>::store(sum / static_cast<C>((h1 - h0) * (w1 - w0)));
-        }
-      }
-    }
-  });
+  average_forward(data<T>(x), data<T>(y), ps, ps.H * ps.W + ps.P * ps.Q,
+                  [&](int64_t p, int64_t q) { return adaptive_window(ps, p, q); });
 }
 
 template <class T>
 void adaptive_avg_pool_backward_kernel(const Launch& l) {
-  using C = compute_t<T>;
   check_arity(l, 1, 1);
   const bp_tensor_desc &dy = l.inputs[0], &dx = l.outputs[0];
   const PoolShape ps = pool_shape(l, dx, dy, DType<T>::id, "dx", "dy", nullptr);
-  const int64_t hw = ps.H * ps.W, pq = ps.P * ps.Q;
-  if (ps.planes * hw == 0) return;
-  const T* pdy = data<T>(dy);
-  T* pdx = data<T>(dx);
-  parallel_units(ps.planes, hw + pq, Cost::kCheap, [&](int64_t b, int64_t e) {
-    std::vector<C> acc(static_cast<size_t>(hw));
-    for (int64_t pl = b; pl < e; ++pl) {
-      std::fill(acc.begin(), acc.end(), C(0));
-      const T* g = pdy + pl * pq;
-      for (int64_t p = 0; p < ps.P; ++p) {
-        const int64_t h0 = adaptive_begin(p, ps.H, ps.P), h1 = adaptive_end(p, ps.H, ps.P);
-        for (int64_t q = 0; q < ps.Q; ++q) {
-          const int64_t w0 = adaptive_begin(q, ps.W, ps.Q), w1 = adaptive_end(q, ps.W, ps.Q);
-          const C v = DType<T>::load(g[p * ps.Q + q]) / static_cast<C>((h1 - h0) * (w1 - w0));
-          for (int64_t h = h0; h < h1; ++h)
-            for (int64_t w = w0; w < w1; ++w) acc[static_cast<size_t>(h * ps.W + w)] += v;
-        }
-      }
-      T* out = pdx + pl * hw;
-      for (int64_t i = 0; i < hw; ++i) out[i] = DType<T>::store(acc[static_cast<size_t>(i)]);
-    }
-  });
+  if (ps.planes * ps.H * ps.W == 0) return;
+  average_backward(data<T>(dy), data<T>(dx), ps, ps.H * ps.W + ps.P * ps.Q,
+                   [&](int64_t p, int64_t q) { return adaptive_window(ps, p, q); });
 }
 
 }  // namespace

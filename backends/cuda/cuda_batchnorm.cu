@@ -147,6 +147,32 @@ bool not_supported(cudnnStatus_t st, int32_t dtype) {
          (st == CUDNN_STATUS_BAD_PARAM && dtype == BP_DTYPE_BF16);
 }
 
+// Runs `call(api, handle, one, zero, x descriptor, per-channel descriptor)`, a cuDNN batch-norm
+// call on x as [N, C, L, 1], under the stream's cuDNN lock, unless cuDNN rejected dtype D before.
+// True when cuDNN did the work; false when our own kernels are to run (from now on too, when
+// cuDNN turned D down just now). Other cuDNN errors throw.
+template <int D, class Call>
+bool cudnn_batch_norm(const LaunchArgs& a, int64_t N, int64_t C, int64_t L, Call call) {
+  if (g_own_kernels[D].load(std::memory_order_relaxed)) return false;
+  const CudnnApi& api = cudnn();
+  const TensorDesc xd(cudnn_dtype(D), N, C, L, 1);
+  TensorDesc pdesc;
+  BP_CUDNN_CHECK(api.cudnnCreateTensorDescriptor(&pdesc.d));
+  BP_CUDNN_CHECK(api.cudnnDeriveBNTensorDescriptor(pdesc.d, xd.d, CUDNN_BATCHNORM_SPATIAL));
+  const float f1 = 1.0f, f0 = 0.0f;
+  const double d1 = 1.0, d0 = 0.0;
+  const void* one = D == BP_DTYPE_F64 ? static_cast<const void*>(&d1) : &f1;
+  const void* zero = D == BP_DTYPE_F64 ? static_cast<const void*>(&d0) : &f0;
+  std::lock_guard<std::mutex> lock(a.s->cudnn_mutex);
+  const cudnnStatus_t st = call(api, cudnn_handle(*a.s), one, zero, xd.d, pdesc.d);
+  if (!not_supported(st, D)) {
+    BP_CUDNN_CHECK(st);
+    return true;
+  }
+  g_own_kernels[D].store(true, std::memory_order_relaxed);
+  return false;
+}
+
 template <int D>
 using param_t = std::conditional_t<D == BP_DTYPE_F64, double, float>;
 
@@ -211,32 +237,19 @@ void launch_batch_norm(const LaunchArgs& a) {
   P* rm = data_ptr<P>(a.in[3]);
   P* rv = data_ptr<P>(a.in[4]);
   S* y = data_ptr<S>(Y);
-  if (!g_own_kernels[D].load(std::memory_order_relaxed)) {
-    const CudnnApi& api = cudnn();
-    const cudnnDataType_t type = cudnn_dtype(D);
-    const TensorDesc xd(type, N, C, L, 1);
-    TensorDesc pdesc;
-    BP_CUDNN_CHECK(api.cudnnCreateTensorDescriptor(&pdesc.d));
-    BP_CUDNN_CHECK(api.cudnnDeriveBNTensorDescriptor(pdesc.d, xd.d, CUDNN_BATCHNORM_SPATIAL));
-    const float f1 = 1.0f, f0 = 0.0f;
-    const double d1 = 1.0, d0 = 0.0;
-    const void* one = D == BP_DTYPE_F64 ? static_cast<const void*>(&d1) : &f1;
-    const void* zero = D == BP_DTYPE_F64 ? static_cast<const void*>(&d0) : &f0;
-    std::lock_guard<std::mutex> lock(a.s->cudnn_mutex);
-    cudnnHandle_t h = cudnn_handle(*a.s);
-    const cudnnStatus_t st =
-        training ? api.cudnnBatchNormalizationForwardTraining(
-                       h, CUDNN_BATCHNORM_SPATIAL, one, zero, xd.d, x, xd.d, y, pdesc.d, w, b,
-                       momentum, rm, rv, eps, data_ptr<P>(a.out[1]), data_ptr<P>(a.out[2]))
-                 : api.cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, one,
-                                                               zero, xd.d, x, xd.d, y, pdesc.d, w,
-                                                               b, rm, rv, eps);
-    if (!not_supported(st, D)) {
-      BP_CUDNN_CHECK(st);
-      return;
-    }
-    g_own_kernels[D].store(true, std::memory_order_relaxed);
-  }
+  if (cudnn_batch_norm<D>(
+          a, N, C, L,
+          [&](const CudnnApi& api, cudnnHandle_t h, const void* one, const void* zero,
+              cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t pd) {
+            return training
+                       ? api.cudnnBatchNormalizationForwardTraining(
+                             h, CUDNN_BATCHNORM_SPATIAL, one, zero, xd, x, xd, y, pd, w, b,
+                             momentum, rm, rv, eps, data_ptr<P>(a.out[1]), data_ptr<P>(a.out[2]))
+                       : api.cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL,
+                                                                     one, zero, xd, x, xd, y, pd, w,
+                                                                     b, rm, rv, eps);
+          }))
+    return;
   if (training) {
     bn_train_kernel<S, P><<<static_cast<unsigned>(C), kBnThreads, 0, a.stream>>>(
         x, w, b, rm, rv, y, data_ptr<P>(a.out[1]), data_ptr<P>(a.out[2]), N, C, L, eps, momentum);
@@ -282,28 +295,15 @@ void launch_batch_norm_backward(const LaunchArgs& a) {
   S* dx = data_ptr<S>(a.out[0]);
   P* dw = data_ptr<P>(a.out[1]);
   P* db = data_ptr<P>(a.out[2]);
-  if (!g_own_kernels[D].load(std::memory_order_relaxed)) {
-    const CudnnApi& api = cudnn();
-    const cudnnDataType_t type = cudnn_dtype(D);
-    const TensorDesc xd(type, N, C, L, 1);
-    TensorDesc pdesc;
-    BP_CUDNN_CHECK(api.cudnnCreateTensorDescriptor(&pdesc.d));
-    BP_CUDNN_CHECK(api.cudnnDeriveBNTensorDescriptor(pdesc.d, xd.d, CUDNN_BATCHNORM_SPATIAL));
-    const float f1 = 1.0f, f0 = 0.0f;
-    const double d1 = 1.0, d0 = 0.0;
-    const void* one = D == BP_DTYPE_F64 ? static_cast<const void*>(&d1) : &f1;
-    const void* zero = D == BP_DTYPE_F64 ? static_cast<const void*>(&d0) : &f0;
-    std::lock_guard<std::mutex> lock(a.s->cudnn_mutex);
-    cudnnHandle_t h = cudnn_handle(*a.s);
-    const cudnnStatus_t st =
-        api.cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, one, zero, one, zero, xd.d,
-                                            x, xd.d, dy, xd.d, dx, pdesc.d, w, dw, db, eps, sm, si);
-    if (!not_supported(st, D)) {
-      BP_CUDNN_CHECK(st);
-      return;
-    }
-    g_own_kernels[D].store(true, std::memory_order_relaxed);
-  }
+  if (cudnn_batch_norm<D>(
+          a, N, C, L,
+          [&](const CudnnApi& api, cudnnHandle_t h, const void* one, const void* zero,
+              cudnnTensorDescriptor_t xd, cudnnTensorDescriptor_t pd) {
+            return api.cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, one, zero, one,
+                                                       zero, xd, x, xd, dy, xd, dx, pd, w, dw, db,
+                                                       eps, sm, si);
+          }))
+    return;
   bn_backward_kernel<S, P><<<static_cast<unsigned>(C), kBnThreads, 0, a.stream>>>(
       dy, x, w, sm, si, dx, dw, db, N, C, L);
   BP_CUDA_CHECK(cudaGetLastError());

@@ -444,62 +444,66 @@ std::unique_ptr<ConvPlan> make_plan(const LaunchArgs& a, cudnnHandle_t h, ConvKi
   int found = 0;
   const char* what = "";
   bool ok = false;
+  // Fills perf[] with cuDNN's candidates, timed on the real buffers in benchmark mode (`run_find`
+  // with a scratch workspace) or from its heuristics (`run_get`), and takes the first usable one.
+  auto choose = [&](auto* perf, const char* name, auto run_find, auto run_get) {
+    if (find) {
+      Workspace ws(a, kFindWorkspace);
+      run_find(ws);
+    } else {
+      run_get();
+    }
+    if (const auto* p = pick(perf, found)) {
+      plan->algo = p->algo;
+      chosen = p->mathType;
+      ok = true;
+    }
+    what = name;
+  };
   switch (kind) {
     case ConvKind::kForward: {
       cudnnConvolutionFwdAlgoPerf_t perf[kMax];
-      if (find) {
-        Workspace ws(a, kFindWorkspace);
-        BP_CUDNN_CHECK(api.cudnnFindConvolutionForwardAlgorithmEx(
-            h, plan->x->d, data.x, plan->w->d, data.w, cd, plan->y->d, const_cast<void*>(data.y),
-            kMax, &found, perf, ws.get(), ws.size()));
-      } else {
-        BP_CUDNN_CHECK(api.cudnnGetConvolutionForwardAlgorithm_v7(h, plan->x->d, plan->w->d, cd,
-                                                                  plan->y->d, kMax, &found, perf));
-      }
-      if (const auto* p = pick(perf, found)) {
-        plan->algo = p->algo;
-        chosen = p->mathType;
-        ok = true;
-      }
-      what = "forward";
+      choose(
+          perf, "forward",
+          [&](Workspace& ws) {
+            BP_CUDNN_CHECK(api.cudnnFindConvolutionForwardAlgorithmEx(
+                h, plan->x->d, data.x, plan->w->d, data.w, cd, plan->y->d,
+                const_cast<void*>(data.y), kMax, &found, perf, ws.get(), ws.size()));
+          },
+          [&] {
+            BP_CUDNN_CHECK(api.cudnnGetConvolutionForwardAlgorithm_v7(
+                h, plan->x->d, plan->w->d, cd, plan->y->d, kMax, &found, perf));
+          });
       break;
     }
     case ConvKind::kBackwardData: {
       cudnnConvolutionBwdDataAlgoPerf_t perf[kMax];
-      if (find) {
-        Workspace ws(a, kFindWorkspace);
-        BP_CUDNN_CHECK(api.cudnnFindConvolutionBackwardDataAlgorithmEx(
-            h, plan->w->d, data.w, plan->y->d, data.y, cd, plan->x->d, const_cast<void*>(data.x),
-            kMax, &found, perf, ws.get(), ws.size()));
-      } else {
-        BP_CUDNN_CHECK(api.cudnnGetConvolutionBackwardDataAlgorithm_v7(
-            h, plan->w->d, plan->y->d, cd, plan->x->d, kMax, &found, perf));
-      }
-      if (const auto* p = pick(perf, found)) {
-        plan->algo = p->algo;
-        chosen = p->mathType;
-        ok = true;
-      }
-      what = "backward data";
+      choose(
+          perf, "backward data",
+          [&](Workspace& ws) {
+            BP_CUDNN_CHECK(api.cudnnFindConvolutionBackwardDataAlgorithmEx(
+                h, plan->w->d, data.w, plan->y->d, data.y, cd, plan->x->d,
+                const_cast<void*>(data.x), kMax, &found, perf, ws.get(), ws.size()));
+          },
+          [&] {
+            BP_CUDNN_CHECK(api.cudnnGetConvolutionBackwardDataAlgorithm_v7(
+                h, plan->w->d, plan->y->d, cd, plan->x->d, kMax, &found, perf));
+          });
       break;
     }
     case ConvKind::kBackwardFilter: {
       cudnnConvolutionBwdFilterAlgoPerf_t perf[kMax];
-      if (find) {
-        Workspace ws(a, kFindWorkspace);
-        BP_CUDNN_CHECK(api.cudnnFindConvolutionBackwardFilterAlgorithmEx(
-            h, plan->x->d, data.x, plan->y->d, data.y, cd, plan->w->d, const_cast<void*>(data.w),
-            kMax, &found, perf, ws.get(), ws.size()));
-      } else {
-        BP_CUDNN_CHECK(api.cudnnGetConvolutionBackwardFilterAlgorithm_v7(
-            h, plan->x->d, plan->y->d, cd, plan->w->d, kMax, &found, perf));
-      }
-      if (const auto* p = pick(perf, found)) {
-        plan->algo = p->algo;
-        chosen = p->mathType;
-        ok = true;
-      }
-      what = "backward filter";
+      choose(
+          perf, "backward filter",
+          [&](Workspace& ws) {
+            BP_CUDNN_CHECK(api.cudnnFindConvolutionBackwardFilterAlgorithmEx(
+                h, plan->x->d, data.x, plan->y->d, data.y, cd, plan->w->d,
+                const_cast<void*>(data.w), kMax, &found, perf, ws.get(), ws.size()));
+          },
+          [&] {
+            BP_CUDNN_CHECK(api.cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+                h, plan->x->d, plan->y->d, cd, plan->w->d, kMax, &found, perf));
+          });
       break;
     }
   }

@@ -262,8 +262,14 @@ Pool make_pool(const LaunchArgs& a, const bp_tensor_desc& big, const bp_tensor_d
   return g;
 }
 
-bool fits32(int64_t a, int64_t b) {
-  return a < INT_MAX && b < INT_MAX;
+// Calls launch(I{}) with I = uint32_t when both element counts fit 32-bit index arithmetic,
+// else with I = uint64_t: the kernels index in I.
+template <class F>
+void with_index_type(int64_t a, int64_t b, F launch) {
+  if (a < INT_MAX && b < INT_MAX)
+    launch(uint32_t{});
+  else
+    launch(uint64_t{});
 }
 
 template <int D>
@@ -280,12 +286,10 @@ void launch_max_pool(const LaunchArgs& a) {
   const S* x = data_ptr<const S>(a.in[0]);
   S* y = data_ptr<S>(a.out[0]);
   int64_t* ind = data_ptr<int64_t>(a.out[1]);
-  if (fits32(n, numel(a.in[0])))
-    max_pool_kernel<S, uint32_t>
-        <<<grid(a, n), kThreads, 0, a.stream>>>(x, y, ind, g, static_cast<uint32_t>(n));
-  else
-    max_pool_kernel<S, uint64_t>
-        <<<grid(a, n), kThreads, 0, a.stream>>>(x, y, ind, g, static_cast<uint64_t>(n));
+  with_index_type(n, numel(a.in[0]), [&](auto i) {
+    using I = decltype(i);
+    max_pool_kernel<S, I><<<grid(a, n), kThreads, 0, a.stream>>>(x, y, ind, g, static_cast<I>(n));
+  });
   BP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -307,12 +311,11 @@ void launch_max_pool_backward(const LaunchArgs& a) {
   const S* dy = data_ptr<const S>(a.in[0]);
   const int64_t* ind = data_ptr<const int64_t>(a.in[1]);
   S* dx = data_ptr<S>(a.out[0]);
-  if (fits32(n, numel(a.in[0])))
-    max_pool_backward_kernel<S, uint32_t>
-        <<<grid(a, n), kThreads, 0, a.stream>>>(dy, ind, dx, g, static_cast<uint32_t>(n));
-  else
-    max_pool_backward_kernel<S, uint64_t>
-        <<<grid(a, n), kThreads, 0, a.stream>>>(dy, ind, dx, g, static_cast<uint64_t>(n));
+  with_index_type(n, numel(a.in[0]), [&](auto i) {
+    using I = decltype(i);
+    max_pool_backward_kernel<S, I>
+        <<<grid(a, n), kThreads, 0, a.stream>>>(dy, ind, dx, g, static_cast<I>(n));
+  });
   BP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -328,22 +331,13 @@ void launch_avg_pool(const LaunchArgs& a) {
   if (n == 0) return;
   const S* x = data_ptr<const S>(a.in[0]);
   S* y = data_ptr<S>(a.out[0]);
-  const bool small = fits32(n, numel(a.in[0]));
-  if constexpr (kAdaptive) {
-    if (small)
-      adaptive_avg_kernel<S, uint32_t>
-          <<<grid(a, n), kThreads, 0, a.stream>>>(x, y, g, static_cast<uint32_t>(n));
+  with_index_type(n, numel(a.in[0]), [&](auto i) {
+    using I = decltype(i);
+    if constexpr (kAdaptive)
+      adaptive_avg_kernel<S, I><<<grid(a, n), kThreads, 0, a.stream>>>(x, y, g, static_cast<I>(n));
     else
-      adaptive_avg_kernel<S, uint64_t>
-          <<<grid(a, n), kThreads, 0, a.stream>>>(x, y, g, static_cast<uint64_t>(n));
-  } else {
-    if (small)
-      avg_pool_kernel<S, uint32_t>
-          <<<grid(a, n), kThreads, 0, a.stream>>>(x, y, g, static_cast<uint32_t>(n));
-    else
-      avg_pool_kernel<S, uint64_t>
-          <<<grid(a, n), kThreads, 0, a.stream>>>(x, y, g, static_cast<uint64_t>(n));
-  }
+      avg_pool_kernel<S, I><<<grid(a, n), kThreads, 0, a.stream>>>(x, y, g, static_cast<I>(n));
+  });
   BP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -362,22 +356,15 @@ void launch_avg_pool_backward(const LaunchArgs& a) {
   }
   const S* dy = data_ptr<const S>(a.in[0]);
   S* dx = data_ptr<S>(a.out[0]);
-  const bool small = fits32(n, numel(a.in[0]));
-  if constexpr (kAdaptive) {
-    if (small)
-      adaptive_avg_backward_kernel<S, uint32_t>
-          <<<grid(a, n), kThreads, 0, a.stream>>>(dy, dx, g, static_cast<uint32_t>(n));
+  with_index_type(n, numel(a.in[0]), [&](auto i) {
+    using I = decltype(i);
+    if constexpr (kAdaptive)
+      adaptive_avg_backward_kernel<S, I>
+          <<<grid(a, n), kThreads, 0, a.stream>>>(dy, dx, g, static_cast<I>(n));
     else
-      adaptive_avg_backward_kernel<S, uint64_t>
-          <<<grid(a, n), kThreads, 0, a.stream>>>(dy, dx, g, static_cast<uint64_t>(n));
-  } else {
-    if (small)
-      avg_pool_backward_kernel<S, uint32_t>
-          <<<grid(a, n), kThreads, 0, a.stream>>>(dy, dx, g, static_cast<uint32_t>(n));
-    else
-      avg_pool_backward_kernel<S, uint64_t>
-          <<<grid(a, n), kThreads, 0, a.stream>>>(dy, dx, g, static_cast<uint64_t>(n));
-  }
+      avg_pool_backward_kernel<S, I>
+          <<<grid(a, n), kThreads, 0, a.stream>>>(dy, dx, g, static_cast<I>(n));
+  });
   BP_CUDA_CHECK(cudaGetLastError());
 }
 

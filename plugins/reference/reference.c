@@ -60,7 +60,8 @@ enum {
   F_BIG_STRUCT = 1 << 18,    /* the table declares struct_size 1 GiB */
   F_NULL_ALLOC = 1 << 19,    /* mem_alloc of more than 0 bytes gives NULL and no error */
   F_BAD_NAME = 1 << 20,      /* the device name is not UTF-8 and holds a terminal escape */
-  F_INIT_EXIT = 1 << 21      /* init calls exit(3) */
+  F_INIT_EXIT = 1 << 21,     /* init calls exit(3) */
+  F_SIDE_SYNC = 1 << 22      /* stream_synchronize fails on every stream but the first one */
 };
 
 static const struct {
@@ -87,7 +88,8 @@ static const struct {
                {"big_struct", F_BIG_STRUCT},
                {"null_alloc", F_NULL_ALLOC},
                {"bad_name", F_BAD_NAME},
-               {"init_exit", F_INIT_EXIT}};
+               {"init_exit", F_INIT_EXIT},
+               {"side_sync_fails", F_SIDE_SYNC}};
 #define NUM_FAULTS (sizeof kFaults / sizeof kFaults[0])
 
 static unsigned g_faults;
@@ -174,6 +176,7 @@ typedef struct stream_entry {
   int inside;     /* stream_scratch: launches inside the scratch section (atomic) */
 } stream_entry;
 static stream_entry g_streams[MAX_STREAMS];
+static bp_stream* g_first_stream; /* side_sync_fails: the first stream created (the default) */
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static stream_entry* entry_of(bp_stream* s) { /* under g_mu; NULL when not live */
@@ -187,6 +190,7 @@ static bp_error* track_stream(bp_stream* s) {
   stream_entry* e;
   pthread_mutex_lock(&g_mu);
   e = entry_of(NULL);
+  if (!g_first_stream) g_first_stream = s;
   if (e) {
     e->stream = s;
     e->scratch = NULL;
@@ -213,6 +217,7 @@ static bp_error* ref_stream_destroy(bp_stream* s) {
     scratch = e->scratch;
     e->stream = NULL;
   }
+  if (s == g_first_stream) g_first_stream = NULL;
   pthread_mutex_unlock(&g_mu);
   free(scratch);
   return base()->stream_destroy(s);
@@ -324,6 +329,22 @@ static bp_error* ref_stream_synchronize(bp_stream* s) {
     free(due[i].buf);
   }
   return base()->stream_synchronize(s);
+}
+
+/* side_sync_fails: the first stream the host creates is the device's default stream; every
+ * later one (the graph pool's, a user's) fails to synchronise, as after a device error seen on
+ * that stream, while the default stream keeps working. */
+static bp_error* ref_stream_synchronize_side(bp_stream* s) {
+  int first;
+  pthread_mutex_lock(&g_mu);
+  first = s == g_first_stream;
+  pthread_mutex_unlock(&g_mu);
+  if (!first)
+    return template_error(BP_ERROR_DEVICE, TEMPLATE_NAME
+                          ":0: stream_synchronize: simulated device error on a "
+                          "stream other than the default one (fault "
+                          "side_sync_fails)");
+  return on(F_NATIVE) ? ref_stream_synchronize(s) : base()->stream_synchronize(s);
 }
 
 /* ---- Memory ------------------------------------------------------------------------------- */
@@ -624,6 +645,7 @@ static void build_table(void) {
     g_api.stream_import = ref_stream_import;
     g_api.stream_synchronize = ref_stream_synchronize;
   }
+  if (on(F_SIDE_SYNC)) g_api.stream_synchronize = ref_stream_synchronize_side;
   if (on(F_MINOR0)) { /* an ABI 1.0 table ends before list_ops: the host probes find_kernel */
     g_api.abi_minor = 0;
     g_api.struct_size = BP_API_MINOR1_OFFSET;

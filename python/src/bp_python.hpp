@@ -15,6 +15,11 @@
 
 #include <nanobind/nanobind.h>
 
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+
 namespace bp::python {
 
 namespace nb = nanobind;
@@ -43,6 +48,16 @@ Device& as_device(nb::handle h);
 // A dtype argument: None (`fallback`), a backplane dtype, a name ("float32", "f32", "int64"),
 // a NumPy dtype or scalar type, a torch dtype. DTypeError naming the accepted forms otherwise.
 DType as_dtype(nb::handle h, DType fallback = DType::f32);
+// The UTF-8 bytes of the Python str `s`. A str holding a lone surrogate (such as '\udcff', which
+// os.fsdecode makes of undecodable bytes) has no UTF-8 form: ValueError naming `what`, the
+// position of the surrogate and the accepted form (`accepted`), never nanobind's bare cast error.
+std::string utf8_text(nb::handle s, const char* what, const char* accepted);
+// An optional flag such as DLPack's `copy`: None (nullopt), True or False. TypeError naming `what`
+// and the value's type for anything else (a str such as 'maybe' is not a flag).
+std::optional<bool> optional_flag(nb::handle h, const char* what);
+// A pair of integers such as (device type, device id) or (major, minor): a tuple (or list) of two
+// ints that fit int64_t. TypeError naming `what`, the value and `expected` otherwise.
+std::pair<int64_t, int64_t> int_pair(nb::handle h, const char* what, const char* expected);
 // A shape from Python arguments: (2, 3), ((2, 3),) or ([2, 3],). ShapeError otherwise.
 Shape shape_from_args(const nb::args& args, const char* what);
 Shape shape_from_sequence(nb::handle seq, const char* what);

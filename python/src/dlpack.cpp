@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,19 @@ Device& device_of(int32_t type, int32_t id) {
                          std::to_string(id) +
                          ") is not supported; Backplane imports host memory (kDLCPU, "
                          "kDLCUDAHost) and CUDA memory (kDLCUDA, kDLCUDAManaged)");
+}
+
+// A (DLPack device type, device id) pair given to us: `h` as two integers that fit int32_t.
+// TypeError / ValueError naming `what` and the accepted form otherwise.
+std::pair<int32_t, int32_t> dl_pair(nb::handle h, const std::string& what) {
+  auto [type, id] = int_pair(h, what.c_str(),
+                             "a tuple (device_type, device_id) of two integers, such as (1, 0) "
+                             "for the host or (2, 0) for the first CUDA device");
+  if (type < INT32_MIN || type > INT32_MAX || id < INT32_MIN || id > INT32_MAX)
+    throw nb::value_error((what + " (" + std::to_string(type) + ", " + std::to_string(id) +
+                           "); DLPack device types and ids are 32-bit integers")
+                              .c_str());
+  return {static_cast<int32_t>(type), static_cast<int32_t>(id)};
 }
 
 // (DLPack device type, device id) of a tensor. UnsupportedError (with the backend's reason)
@@ -281,12 +295,13 @@ bool order_for_consumer(const Tensor& t, nb::handle stream, void** consumer_out)
 nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_version,
                          nb::handle dl_device, nb::handle copy) {
   Tensor t = nb::cast<const Tensor&>(self);
+  const std::optional<bool> copy_flag = optional_flag(copy, "__dlpack__: copy");
   bool copied = false;
   if (!dl_device.is_none()) {
-    auto want = nb::cast<std::pair<int32_t, int32_t>>(dl_device);
+    auto want = dl_pair(dl_device, "__dlpack__: dl_device is");
     auto have = dl_device_of(t);
     if (want != have) {
-      if (!copy.is_none() && !nb::cast<bool>(copy))
+      if (copy_flag == false)
         buffer_error("__dlpack__: dl_device " + std::string(nb::repr(dl_device).c_str()) +
                      " differs from the tensor's device " + t.device().str() +
                      " and copy=False forbids a copy");
@@ -297,7 +312,7 @@ nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_vers
       copied = true;
     }
   }
-  if (!copied && !copy.is_none() && nb::cast<bool>(copy)) {
+  if (!copied && copy_flag == true) {
     t = t.clone();
     copied = true;
   }
@@ -309,7 +324,8 @@ nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_vers
   bool versioned = false;
   uint32_t minor = DLPACK_MINOR_VERSION;
   if (!max_version.is_none()) {
-    auto mv = nb::cast<std::pair<int64_t, int64_t>>(max_version);
+    auto mv = int_pair(max_version, "__dlpack__: max_version is",
+                       "a tuple (major, minor) of two integers, such as (1, 1)");
     if (mv.first >= 1) {
       versioned = true;
       if (mv.first == 1 && mv.second < static_cast<int64_t>(minor))
@@ -368,7 +384,7 @@ std::function<void()> releaser(M* m) {
 }
 
 template <typename M>
-Tensor import_managed(M* m, bool read_only, nb::handle copy) {
+Tensor import_managed(M* m, bool read_only, std::optional<bool> copy) {
   DLTensor& dl = m->dl_tensor;
   DType dtype;
   try {
@@ -409,8 +425,8 @@ Tensor import_managed(M* m, bool read_only, nb::handle copy) {
     if (m->deleter) m->deleter(m);
     throw;
   }
-  bool want_copy = !copy.is_none() && nb::cast<bool>(copy);
-  if (read_only && !copy.is_none() && !want_copy)
+  const bool want_copy = copy == true;
+  if (read_only && copy == false)
     buffer_error(
         "from_dlpack: the producer marked the memory read-only and copy=False; "
         "Backplane tensors are writable (pass copy=None or True)");
@@ -418,7 +434,7 @@ Tensor import_managed(M* m, bool read_only, nb::handle copy) {
   return t;
 }
 
-Tensor import_capsule(nb::handle cap, nb::handle copy) {
+Tensor import_capsule(nb::handle cap, std::optional<bool> copy) {
   PyObject* c = cap.ptr();
   if (PyCapsule_IsValid(c, kVersioned)) {
     auto* m = static_cast<DLManagedTensorVersioned*>(PyCapsule_GetPointer(c, kVersioned));
@@ -463,7 +479,11 @@ nb::object consumer_stream(Device& dev) {
   return nb::int_(reinterpret_cast<intptr_t>(s));
 }
 
-Tensor from_dlpack(nb::handle obj, nb::handle device_arg, nb::handle copy) {
+Tensor from_dlpack(nb::handle obj, nb::handle device_arg, nb::handle copy_arg) {
+  // Every argument is checked before the producer is asked for a capsule, so a refusal
+  // consumes nothing.
+  const std::optional<bool> copy = optional_flag(copy_arg, "from_dlpack: copy");
+  Device* want = device_arg.is_none() ? nullptr : &as_device(device_arg);
   if (PyCapsule_CheckExact(obj.ptr())) return import_capsule(obj, copy);
   nb::object dlpack = nb::getattr(obj, "__dlpack__", nb::none());
   if (dlpack.is_none())
@@ -474,7 +494,9 @@ Tensor from_dlpack(nb::handle obj, nb::handle device_arg, nb::handle copy) {
   nb::object stream = nb::none();
   nb::object dlpack_device = nb::getattr(obj, "__dlpack_device__", nb::none());
   if (!dlpack_device.is_none()) {
-    auto dd = nb::cast<std::pair<int32_t, int32_t>>(dlpack_device());
+    auto dd =
+        dl_pair(dlpack_device(), "from_dlpack: " + std::string(nb::type_name(obj.type()).c_str()) +
+                                     ".__dlpack_device__() returned");
     stream = consumer_stream(device_of(dd.first, dd.second));
   }
   // __dlpack__(stream=stream, max_version=(1, 1)) by vectorcall; names and version made once
@@ -494,14 +516,11 @@ Tensor from_dlpack(nb::handle obj, nb::handle device_arg, nb::handle copy) {
     cap = dlpack(nb::arg("stream") = stream);
   }
   Tensor t = import_capsule(cap, copy);
-  if (!device_arg.is_none()) {
-    Device& want = as_device(device_arg);
-    if (&want != &t.device()) {
-      if (!copy.is_none() && !nb::cast<bool>(copy))
-        buffer_error("from_dlpack: the data is on " + t.device().str() + ", device=" + want.str() +
-                     " needs a copy and copy=False forbids it");
-      t = t.copy_to(want);
-    }
+  if (want && want != &t.device()) {
+    if (copy == false)
+      buffer_error("from_dlpack: the data is on " + t.device().str() + ", device=" + want->str() +
+                   " needs a copy and copy=False forbids it");
+    t = t.copy_to(*want);
   }
   return t;
 }

@@ -2,18 +2,86 @@
 // argument conversions every binding file uses.
 #include "bp_python.hpp"
 
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cstdio>
 #include <string>
 
 namespace bp::python {
+
+std::string utf8_text(nb::handle s, const char* what, const char* accepted) {
+  Py_ssize_t n = 0;
+  if (const char* p = PyUnicode_AsUTF8AndSize(s.ptr(), &n))
+    return std::string(p, static_cast<size_t>(n));
+  PyErr_Clear();
+  const Py_ssize_t len = PyUnicode_GetLength(s.ptr());
+  Py_ssize_t at = 0;
+  Py_UCS4 bad = 0;
+  for (Py_ssize_t i = 0; i < len; ++i) {
+    const Py_UCS4 c = PyUnicode_ReadChar(s.ptr(), i);
+    if (c >= 0xD800 && c <= 0xDFFF) {
+      at = i;
+      bad = c;
+      break;
+    }
+  }
+  PyErr_Clear();
+  // The text as ASCII with escapes (the surrogate as \udcff), at most 64 characters of it.
+  std::string shown;
+  if (PyObject* b = PyUnicode_AsEncodedString(s.ptr(), "ascii", "backslashreplace")) {
+    shown.assign(PyBytes_AS_STRING(b), static_cast<size_t>(PyBytes_GET_SIZE(b)));
+    Py_DECREF(b);
+  }
+  PyErr_Clear();
+  if (shown.size() > 64) shown = shown.substr(0, 64) + "...";
+  char code[16];
+  std::snprintf(code, sizeof code, "U+%04X", static_cast<unsigned>(bad));
+  throw nb::value_error((std::string(what) + " '" + shown +
+                         "' is not valid Unicode: a lone surrogate (" + code + ") at position " +
+                         std::to_string(at) + " has no UTF-8 form; " + accepted)
+                            .c_str());
+}
+
+std::optional<bool> optional_flag(nb::handle h, const char* what) {
+  if (h.is_none()) return std::nullopt;
+  if (PyBool_Check(h.ptr())) return h.ptr() == Py_True;
+  throw nb::type_error((std::string(what) + " must be True, False or None, got " +
+                        nb::repr(h).c_str() + " (" + nb::type_name(h.type()).c_str() + ")")
+                           .c_str());
+}
+
+std::pair<int64_t, int64_t> int_pair(nb::handle h, const char* what, const char* expected) {
+  PyObject* o = h.ptr();
+  const bool tuple = PyTuple_Check(o), list = PyList_Check(o);
+  if ((tuple || list) && PySequence_Fast_GET_SIZE(o) == 2) {
+    PyObject* first = PySequence_Fast_GET_ITEM(o, 0);
+    PyObject* second = PySequence_Fast_GET_ITEM(o, 1);
+    if (PyLong_Check(first) && PyLong_Check(second)) {
+      int overflow = 0;
+      const long long a = PyLong_AsLongLongAndOverflow(first, &overflow);
+      if (!overflow) {
+        const long long b = PyLong_AsLongLongAndOverflow(second, &overflow);
+        if (!overflow) return {a, b};
+      }
+    }
+  }
+  PyErr_Clear();
+  std::string shown = nb::repr(h).c_str();
+  if (shown.size() > 64) shown = shown.substr(0, 64) + "...";
+  throw nb::type_error((std::string(what) + " " + shown + " (" + nb::type_name(h.type()).c_str() +
+                        "); expected " + expected)
+                           .c_str());
+}
 
 Device& as_device(nb::handle h) {
   if (h.is_none()) return default_device();
   Device* d = nullptr;
   if (nb::try_cast<Device*>(h, d, false) && d) return *d;
-  if (PyUnicode_Check(h.ptr())) return device(nb::cast<std::string>(h));
+  if (PyUnicode_Check(h.ptr()))
+    return device(
+        utf8_text(h, "device string", "a device string is ASCII, such as 'cpu:0' or 'cuda:1'"));
   // torch.device, cupy devices with a str() of "cuda:1", ...
   if (nb::hasattr(h, "type") && nb::hasattr(h, "index")) return device(nb::str(h).c_str());
   throw DeviceError(
@@ -26,7 +94,8 @@ DType as_dtype(nb::handle h, DType fallback) {
   if (h.is_none()) return fallback;
   DType t;
   if (nb::try_cast<DType>(h, t, false)) return t;
-  if (PyUnicode_Check(h.ptr())) return dtype_from_name(nb::cast<std::string>(h));
+  if (PyUnicode_Check(h.ptr()))
+    return dtype_from_name(utf8_text(h, "dtype name", "a dtype name is ASCII, such as 'float32'"));
   std::string name;
   // NumPy dtypes and scalar types (numpy.float32, numpy.dtype('int64')), Python's float/int/
   // bool types through NumPy's names for them, torch dtypes ("torch.float32").
@@ -38,7 +107,11 @@ DType as_dtype(nb::handle h, DType fallback) {
       PyObject* nm = PyObject_GetAttrString(dt, "name");
       Py_DECREF(dt);
       if (nm) {
-        name = nb::cast<std::string>(nb::handle(nm));
+        if (PyUnicode_Check(nm)) {
+          Py_ssize_t n = 0;
+          if (const char* p = PyUnicode_AsUTF8AndSize(nm, &n))
+            name.assign(p, static_cast<size_t>(n));
+        }
         Py_DECREF(nm);
       }
     }

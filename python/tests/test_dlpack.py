@@ -208,3 +208,59 @@ def test_opencl_tensors_cannot_be_exported(dev):
         t.__dlpack__()
     with pytest.raises(NotImplementedError):
         t.__dlpack_device__()
+
+
+def test_bad_arguments_name_what_was_wrong_and_consume_nothing():
+    a = np.arange(3.0)
+    with pytest.raises(TypeError, match=r"from_dlpack: copy must be True, False or None, "
+                                        r"got 'maybe' \(str\)"):
+        bp.from_dlpack(a, copy="maybe")
+    cap = bp.arange(3).__dlpack__()
+    with pytest.raises(TypeError, match=r"copy must be True, False or None, got 1 \(int\)"):
+        bp.from_dlpack(cap, copy=1)
+    assert capsule_name(cap) == "dltensor", "a refused import must not consume the capsule"
+    assert bp.from_dlpack(cap).tolist() == [0, 1, 2]
+    t = bp.ones(2)
+    with pytest.raises(TypeError, match=r"__dlpack__: copy must be True, False or None"):
+        t.__dlpack__(copy="yes")
+    with pytest.raises(TypeError, match=r"__dlpack__: dl_device is 'cpu' \(str\); expected a "
+                                        r"tuple \(device_type, device_id\) of two integers"):
+        t.__dlpack__(dl_device="cpu")
+    with pytest.raises(ValueError, match=r"dl_device is \(1, 1099511627776\); DLPack device "
+                                         r"types and ids are 32-bit"):
+        t.__dlpack__(dl_device=(1, 2**40))
+    with pytest.raises(TypeError, match=r"max_version is '1.0' \(str\); expected a tuple "
+                                        r"\(major, minor\)"):
+        t.__dlpack__(max_version="1.0")
+
+    class BadDevice:
+        def __init__(self, dev):
+            self.dev = dev
+
+        def __dlpack_device__(self):
+            return self.dev
+
+        def __dlpack__(self, **kwargs):
+            raise AssertionError("must not be asked for data")
+
+    for bad, shown in [("cpu", r"'cpu' \(str\)"), ((1,), r"\(1,\) \(tuple\)"),
+                       ((1, "0"), r"\(1, '0'\) \(tuple\)"), (None, r"None \(NoneType\)")]:
+        with pytest.raises(TypeError, match=r"from_dlpack: \S*BadDevice\.__dlpack_device__\(\) "
+                                            r"returned " + shown + r"; expected a tuple "
+                                            r"\(device_type, device_id\)"):
+            bp.from_dlpack(BadDevice(bad))
+
+
+def test_a_device_string_with_a_lone_surrogate_is_a_value_error():
+    for spec, pos in [("\udcff", 0), ("cpu:\udcff", 4)]:
+        with pytest.raises(ValueError, match=r"device string '.*\\udcff' is not valid Unicode: "
+                                             r"a lone surrogate \(U\+DCFF\) at position "
+                                             + str(pos) + r" has no UTF-8 form; a device string "
+                                             r"is ASCII, such as 'cpu:0'"):
+            bp.device(spec)
+    with pytest.raises(ValueError, match=r"device string"):
+        bp.ones(2, device="cpu\ud800")
+    with pytest.raises(ValueError, match=r"device string"):
+        bp.from_dlpack(np.arange(3.0), device="\udcff")
+    with pytest.raises(ValueError, match=r"dtype name 'float\\udcff' is not valid Unicode"):
+        bp.zeros(2, dtype="float\udcff")

@@ -41,7 +41,9 @@ def test_refused_ops_raise_capture_error_and_keep_the_capture(device, mode, rng)
         for fn, fragment in [(lambda: y.numpy(), "cannot be captured"),
                              (lambda: y.sum().item(), "cannot be captured"),
                              (lambda: bp.synchronize(), "synchronize"),
-                             (lambda: bp.randn(4, device=device), "randn")]:
+                             (lambda: bp.randn(4, device=device), "randn"),
+                             (lambda: bp.Graph().begin_capture(device, mode),
+                              "while another capture is open on this device")]:
             with pytest.raises(bp.CaptureError, match=fragment):
                 fn()
             assert g.capturing

@@ -266,6 +266,12 @@ TEST(InitErrors, MalformedRendezvousAndRankVariables) {
       expect({}, std::string("BACKPLANE_DIST_TIMEOUT='") + v +
                      "' is not a number of seconds from 0.001 to 31536000");
     }
+    env.set("BACKPLANE_DIST_TIMEOUT", "30");
+    for (const char* v : {"yes", "true", "00", " 1"}) {  // "yes" once meant on, silently
+      env.set("BACKPLANE_DIST_CHECK", v);
+      expect({}, std::string("BACKPLANE_DIST_CHECK='") + v +
+                     "' is not 0 (no per-call descriptor check) or 1 (the check, the default)");
+    }
   }
   try {  // once silently Gloo
     d::init_process_group({.rank = 0,

@@ -3,8 +3,12 @@
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
 
+#include <grp.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -103,6 +107,70 @@ TEST_F(ConfigTest, MissingExplicitFile) {
         << e.what();
   }
 }
+// What Config::load() says in a child process running as a user that is not root (root searches
+// every folder): nobody (uid 65534) when the test runs as root. The child's exit status: 0 when
+// the load threw IOError containing `fragment`, else 1 (its message on stderr).
+int load_error_as_unprivileged_user(const std::string& fragment) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    if (::geteuid() == 0 && (::setresgid(65534, 65534, 65534) != 0 ||
+                             ::setgroups(0, nullptr) != 0 || ::setresuid(65534, 65534, 65534) != 0))
+      ::_exit(3);
+    try {
+      (void)bp::Config::load();
+      std::fprintf(stderr, "no error\n");
+    } catch (const bp::IOError& e) {
+      std::fprintf(stderr, "%s\n", e.what());
+      ::_exit(std::string(e.what()).find(fragment) != std::string::npos ? 0 : 1);
+    } catch (...) {
+      std::fprintf(stderr, "an exception other than IOError\n");
+    }
+    ::_exit(1);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+// Once "does not exist" for a file that exists in a folder this user may not search (EACCES was
+// taken for absence), and "line 0: File could not be opened" for an unreadable file.
+TEST_F(ConfigTest, ExplicitFileThatCannotBeReachedSaysWhy) {
+  const fs::path dir = fs::temp_directory_path() / ("bp-cfg-closed-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const fs::path file = dir / "config.toml";
+  std::ofstream(file) << "device = \"cpu:0\"\n";
+  // A folder without search permission for the user: its file cannot even be looked up.
+  fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_write);
+  setenv("BACKPLANE_CONFIG", file.c_str(), 1);
+  EXPECT_EQ(load_error_as_unprivileged_user(
+                "config file " + file.string() +
+                " (from BACKPLANE_CONFIG) cannot be reached: permission denied: this user may not "
+                "search the folder " +
+                dir.string()),
+            0);
+  // A file this user may not read, in a folder everyone may search.
+  fs::permissions(dir, fs::perms::owner_all | fs::perms::group_exec | fs::perms::others_exec);
+  fs::permissions(file, fs::perms::none);
+  EXPECT_EQ(load_error_as_unprivileged_user("config file " + file.string() +
+                                            " cannot be opened for reading: Permission denied"),
+            0);
+  // A loop of symbolic links, for every user.
+  const fs::path loop = dir / "loop.toml";
+  fs::create_symlink(loop, loop);
+  setenv("BACKPLANE_CONFIG", loop.c_str(), 1);
+  try {
+    (void)bp::Config::load();
+    ADD_FAILURE() << "a symbolic link loop was accepted";
+  } catch (const bp::IOError& e) {
+    EXPECT_NE(std::string(e.what()).find("config file " + loop.string() +
+                                         " (from BACKPLANE_CONFIG) cannot be reached: Too many "
+                                         "levels of symbolic links"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 // A config path that exists but is not a regular file is an IOError saying what it is, never a
 // silent empty configuration (issue 17) and never a blocked read (a FIFO).
 TEST_F(ConfigTest, PathThatIsNotARegularFile) {

@@ -79,8 +79,8 @@ class BP_API IOError : public Error {
 
 // Work that cannot be captured in a graph (a host read, a synchronisation, an allocation
 // outside the graph's pool, a copy from pageable memory, ...) queued while a capture is open
-// on the device (graph.hpp). The message names the op and the device; the op did nothing and
-// the capture stays open.
+// on the device, or a second capture begun on it (graph.hpp). The message names the op and the
+// device; the op did nothing and the capture stays open.
 class BP_API CaptureError : public Error {
  public:
   using Error::Error;

@@ -74,10 +74,11 @@ class BP_API Graph {
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
 
-  // Starts capturing what the calling thread queues on `device`'s default stream. Throws Error
-  // when this graph already holds a capture or a capture is open on the device (one at a time
-  // per device; the message names the thread that holds it), PluginError when the backend
-  // refuses.
+  // Starts capturing what the calling thread queues on `device`'s default stream. Throws
+  // CaptureError when a capture is open on the device (graphs are not nested: one capture at a
+  // time per device; the message names the thread that holds it; the open capture is not
+  // touched), Error when this graph already holds a capture or a graph, PluginError when the
+  // backend refuses.
   void begin_capture(Device& device, GraphMode mode = GraphMode::automatic);
   // Ends the capture; the graph is then ready to replay. Throws Error without an open capture or
   // on a thread other than the capturing one (naming both), PluginError when the backend could not

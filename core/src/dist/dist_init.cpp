@@ -295,8 +295,8 @@ void rendezvous(Group& g, const std::string& where) {
         (seen[static_cast<size_t>(r)] ? joined : missing).push_back(r);
       throw RendezvousError(
           "rendezvous at " + where + ": rank(s) " + rank_list(missing) + " did not join within " +
-          std::to_string(g.timeout.count() / 1000.0).substr(0, 6) + " s (world size " +
-          std::to_string(g.size) + "; joined: " + rank_list(joined) + ")");
+          std::to_string(static_cast<double>(g.timeout.count()) / 1000.0).substr(0, 6) +
+          " s (world size " + std::to_string(g.size) + "; joined: " + rank_list(joined) + ")");
     }
   }
 }
@@ -356,6 +356,10 @@ void init_process_group(const InitOptions& options) {
   g->local_rank = info.local_rank >= 0 ? info.local_rank : info.rank;
   g->timeout = timeout_from(options);
   const char* chk = env("BACKPLANE_DIST_CHECK");
+  if (chk && *chk && std::strcmp(chk, "0") != 0 && std::strcmp(chk, "1") != 0)
+    throw RendezvousError(std::string("BACKPLANE_DIST_CHECK='") + std::string(chk).substr(0, 64) +
+                          "' is not 0 (no per-call descriptor check) or 1 (the check, the "
+                          "default)");
   g->check = options.check_collectives && !(chk && std::strcmp(chk, "0") == 0);
   std::string backend = options.backend;
   if (backend.empty())

@@ -450,12 +450,12 @@ void Graph::begin_capture(Device& device, GraphMode mode) {
       if (auto* o = p ? dynamic_cast<CaptureState*>(p.operator->()) : nullptr)
         who = o->mine() ? "this thread" : detail::thread_name(o->owner_tid);
     }
-    throw Error(device.str() +
-                ": Graph::begin_capture while another capture is open on this "
-                "device (begun by " +
-                who +
-                "; one capture at a time per device; end or abort "
-                "the other first)");
+    throw CaptureError(device.str() +
+                       ": Graph::begin_capture while another capture is open on this "
+                       "device (begun by " +
+                       who +
+                       "; one capture at a time per device; end or abort "
+                       "the other first)");
   }
   if (c->native) {
     if (bp_error* e = ds.plugin.graph.begin_capture(c->run)) {

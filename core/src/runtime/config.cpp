@@ -3,10 +3,15 @@
 
 #include <backplane/errors.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <toml++/toml.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
 
 namespace bp::detail {
 
@@ -47,12 +52,23 @@ constexpr size_t kMaxConfigBytes = 1u << 20, kMaxConfigLine = 64u << 10;
 constexpr int kMaxDottedParts = 64;
 
 std::string read_bounded(const std::string& file) {
-  std::ifstream f(file, std::ios::binary);
-  if (!f) throw IOError("config file " + file + ": cannot be opened for reading");
+  const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throw IOError(
+        "config file " + file + " cannot be opened for reading: " + std::strerror(errno) +
+        (errno == EACCES ? " (this user may not read it; check its mode and owner)" : ""));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   std::string text;
   char buf[65536];
-  while (f.read(buf, sizeof buf) || f.gcount() > 0) {
-    text.append(buf, static_cast<size_t>(f.gcount()));
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw IOError("config file " + file + " cannot be read: " + std::strerror(errno));
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
     if (text.size() > kMaxConfigBytes)
       throw IOError("config file " + file + " is larger than " + std::to_string(kMaxConfigBytes) +
                     " bytes; a Backplane config has a few keys");
@@ -214,10 +230,40 @@ const char* kind_of(std::filesystem::file_type t) {
   }
 }
 
+// Why `path` cannot be examined (stat failed with `err`, neither ENOENT nor ENOTDIR): for a
+// folder on the path this user may not search, that folder; otherwise the system's reason.
+std::string unreachable_reason(const std::string& path, int err) {
+  if (err == EACCES) {
+    // The first folder along the path that this user cannot search (enter).
+    std::filesystem::path so_far;
+    for (const auto& part : std::filesystem::path(path).parent_path()) {
+      so_far /= part;
+      if (::access(so_far.c_str(), X_OK) != 0)
+        return "permission denied: this user may not search the folder " + so_far.string() +
+               " (it lacks the x permission for this user), so whether the file exists cannot "
+               "be known";
+    }
+    return "permission denied: a folder on the path may not be searched by this user";
+  }
+  return std::strerror(err);
+}
+
 // True when `path` exists (following symbolic links). A path that exists but is not a regular
 // file is an IOError saying what it is: reading a folder or /dev/zero as TOML would otherwise
-// pass silently as an empty configuration, and a FIFO would block.
-bool config_exists(const std::string& path, const char* origin) {
+// pass silently as an empty configuration, and a FIFO would block. A path that cannot be
+// examined (a folder on it this user may not search, a loop of symbolic links) is an IOError
+// saying why when `named` (BACKPLANE_CONFIG); an implicit place that cannot be examined is
+// passed over, as one without a file (a HOME of mode 000 stops no program).
+bool config_exists(const std::string& path, const char* origin, bool named = false) {
+  struct ::stat raw;
+  if (::stat(path.c_str(), &raw) != 0) {
+    const int err = errno;
+    if (err == ENOENT || err == ENOTDIR || !named) return false;
+    throw IOError("config file " + path + origin +
+                  " cannot be reached: " + unreachable_reason(path, err) +
+                  "; unset BACKPLANE_CONFIG or point it at a TOML "
+                  "file this user can read");
+  }
   std::error_code ec;
   std::filesystem::file_status st = std::filesystem::status(path, ec);
   if (ec || !std::filesystem::exists(st)) return false;
@@ -232,7 +278,7 @@ bool config_exists(const std::string& path, const char* origin) {
 std::string config_file_path() {
   std::string explicit_path = env("BACKPLANE_CONFIG");
   if (!explicit_path.empty()) {
-    if (!config_exists(explicit_path, " (from BACKPLANE_CONFIG)"))
+    if (!config_exists(explicit_path, " (from BACKPLANE_CONFIG)", true))
       throw IOError("config file " + explicit_path +
                     " (from BACKPLANE_CONFIG) does not exist; unset BACKPLANE_CONFIG or point it "
                     "at a TOML file");

@@ -361,27 +361,23 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   if (autograd::needs_grad({&a, &b})) record(GradKind::matmul, out, {a, b}, {a, b});
   return out;
 }
-Tensor exp(const Tensor& a) {
-  return unary_op(Op::exp, GradKind::exp, a);
-}
-Tensor log(const Tensor& a) {
-  return unary_op(Op::log, GradKind::log, a);
-}
-Tensor sqrt(const Tensor& a) {
-  return unary_op(Op::sqrt, GradKind::sqrt, a);
-}
-Tensor relu(const Tensor& a) {
-  return unary_op(Op::relu, GradKind::relu, a);
-}
-Tensor sigmoid(const Tensor& a) {
-  return unary_op(Op::sigmoid, GradKind::sigmoid, a);
-}
-Tensor tanh(const Tensor& a) {
-  return unary_op(Op::tanh, GradKind::tanh, a);
-}
-Tensor abs(const Tensor& a) {
-  return unary_op(Op::abs, GradKind::abs, a);
-}
+// The differentiable unary ops: bp::NAME(a) and Tensor::NAME(), with Op::NAME and
+// GradKind::NAME.
+#define BP_UNARY_WITH_GRAD(NAME)                  \
+  Tensor NAME(const Tensor& a) {                  \
+    return unary_op(Op::NAME, GradKind::NAME, a); \
+  }                                               \
+  Tensor Tensor::NAME() const {                   \
+    return bp::NAME(*this);                       \
+  }
+BP_UNARY_WITH_GRAD(exp)
+BP_UNARY_WITH_GRAD(log)
+BP_UNARY_WITH_GRAD(sqrt)
+BP_UNARY_WITH_GRAD(relu)
+BP_UNARY_WITH_GRAD(sigmoid)
+BP_UNARY_WITH_GRAD(tanh)
+BP_UNARY_WITH_GRAD(abs)
+#undef BP_UNARY_WITH_GRAD
 
 Tensor sin(const Tensor& a) {
   return unary_op(Op::sin, GradKind::sin, a);
@@ -391,28 +387,6 @@ Tensor cos(const Tensor& a) {
 }
 Tensor rsqrt(const Tensor& a) {
   return unary_op(Op::rsqrt, GradKind::rsqrt, a);
-}
-
-Tensor Tensor::exp() const {
-  return bp::exp(*this);
-}
-Tensor Tensor::log() const {
-  return bp::log(*this);
-}
-Tensor Tensor::sqrt() const {
-  return bp::sqrt(*this);
-}
-Tensor Tensor::abs() const {
-  return bp::abs(*this);
-}
-Tensor Tensor::relu() const {
-  return bp::relu(*this);
-}
-Tensor Tensor::sigmoid() const {
-  return bp::sigmoid(*this);
-}
-Tensor Tensor::tanh() const {
-  return bp::tanh(*this);
 }
 Tensor Tensor::pow(double e) const {
   return bp::pow(*this, e);
