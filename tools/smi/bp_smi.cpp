@@ -191,6 +191,16 @@ void print_published() {
                     mib(d.at("reserved").get<uint64_t>()).c_str(), age);
         ++shown;
       }
+      // Note [Fallback policy] in runtime.hpp: what the process ran as a fallback.
+      if (j.contains("fallbacks"))
+        for (const auto& f : j.at("fallbacks"))
+          std::printf(
+              "  %-8ld   fallback: %s %s (%s) x%llu, %llu bytes copied, %.3f ms: %s\n", pid,
+              f.at("device").get<std::string>().c_str(), f.at("op").get<std::string>().c_str(),
+              f.at("dtype").get<std::string>().c_str(),
+              static_cast<unsigned long long>(f.at("count").get<uint64_t>()),
+              static_cast<unsigned long long>(f.at("bytes_copied").get<uint64_t>()),
+              f.at("seconds").get<double>() * 1e3, f.at("action").get<std::string>().c_str());
     } catch (const std::exception&) {
       continue;  // being replaced, or not ours
     }
