@@ -298,9 +298,11 @@ namespace {
 //   probing each plugin in a child and then loading it again here opens every plugin twice, and
 //   opening one can cost 0.1 s (PoCL maps LLVM). So the listing first runs once, in one child
 //   process without probes, its stdout and stderr kept in memory files: when that child exits,
+//   having finished its listing (a flag in memory shared with bp-smi, set just before it exits),
 //   whatever its status, its output is bp-smi's. Only when it is killed by a signal (a plugin's
-//   init crashed) or has not finished within the probe time (one hangs) does bp-smi list again
-//   here, probing each plugin, which names the one that crashed or hung. A user's
+//   init crashed), ends without finishing (a plugin's init called exit(), or a sanitizer's
+//   report ended it) or has not finished within the probe time (one hangs) does bp-smi list
+//   again here, probing each plugin, which names the one that crashed, exited or hung. A user's
 //   BACKPLANE_PROBE_PLUGINS and --watch keep the probing path.
 bool copy_out(int from, int to) {
   if (::lseek(from, 0, SEEK_SET) != 0) return false;
@@ -321,11 +323,15 @@ bool copy_out(int from, int to) {
 std::optional<int> list_in_one_pass(bool json, double seconds) {
   const int out = ::memfd_create("bp-smi-stdout", MFD_CLOEXEC);
   const int err = ::memfd_create("bp-smi-stderr", MFD_CLOEXEC);
+  void* shared =
+      ::mmap(nullptr, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  auto* finished = shared == MAP_FAILED ? nullptr : static_cast<volatile int*>(shared);
   auto close_both = [&] {
     if (out >= 0) ::close(out);
     if (err >= 0) ::close(err);
+    if (finished) ::munmap(shared, sizeof(int));
   };
-  if (out < 0 || err < 0) {
+  if (out < 0 || err < 0 || !finished) {
     close_both();
     return std::nullopt;
   }
@@ -348,6 +354,7 @@ std::optional<int> list_in_one_pass(bool json, double seconds) {
     }
     std::fflush(stdout);
     std::fflush(stderr);
+    *finished = 1;
     ::_exit(rc);  // nothing of the plugins is torn down: the parent has the answer
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
@@ -369,7 +376,8 @@ std::optional<int> list_in_one_pass(bool json, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::optional<int> rc;
-  if (WIFEXITED(status) && copy_out(out, STDOUT_FILENO) && copy_out(err, STDERR_FILENO))
+  if (WIFEXITED(status) && *finished && copy_out(out, STDOUT_FILENO) &&
+      copy_out(err, STDERR_FILENO))
     rc = WEXITSTATUS(status);
   close_both();
   return rc;
