@@ -61,7 +61,9 @@ enum {
   F_NULL_ALLOC = 1 << 19,    /* mem_alloc of more than 0 bytes gives NULL and no error */
   F_BAD_NAME = 1 << 20,      /* the device name is not UTF-8 and holds a terminal escape */
   F_INIT_EXIT = 1 << 21,     /* init calls exit(3) */
-  F_SIDE_SYNC = 1 << 22      /* stream_synchronize fails on every stream but the first one */
+  F_SIDE_SYNC = 1 << 22,     /* stream_synchronize fails on every stream but the first one */
+  F_NO_CONV = 1 << 23,       /* conv2d and its backward ops are not implemented (UNSUPPORTED) */
+  F_ASYNC_FAIL = 1 << 24     /* mul f32 succeeds but leaves an error for the next stream sync */
 };
 
 static const struct {
@@ -89,7 +91,9 @@ static const struct {
                {"null_alloc", F_NULL_ALLOC},
                {"bad_name", F_BAD_NAME},
                {"init_exit", F_INIT_EXIT},
-               {"side_sync_fails", F_SIDE_SYNC}};
+               {"side_sync_fails", F_SIDE_SYNC},
+               {"no_conv", F_NO_CONV},
+               {"async_fail", F_ASYNC_FAIL}};
 #define NUM_FAULTS (sizeof kFaults / sizeof kFaults[0])
 
 static unsigned g_faults;
@@ -174,6 +178,7 @@ typedef struct stream_entry {
   bp_stream* stream;
   float* scratch; /* stream_scratch: created on first use and used without a lock */
   int inside;     /* stream_scratch: launches inside the scratch section (atomic) */
+  int pending;    /* async_fail: a mul failed "on the device"; the next sync reports it */
 } stream_entry;
 static stream_entry g_streams[MAX_STREAMS];
 static bp_stream* g_first_stream; /* side_sync_fails: the first stream created (the default) */
@@ -195,6 +200,7 @@ static bp_error* track_stream(bp_stream* s) {
     e->stream = s;
     e->scratch = NULL;
     e->inside = 0;
+    e->pending = 0;
   }
   pthread_mutex_unlock(&g_mu);
   if (e) return NULL;
@@ -344,6 +350,25 @@ static bp_error* ref_stream_synchronize_side(bp_stream* s) {
                           ":0: stream_synchronize: simulated device error on a "
                           "stream other than the default one (fault "
                           "side_sync_fails)");
+  return on(F_NATIVE) ? ref_stream_synchronize(s) : base()->stream_synchronize(s);
+}
+
+/* async_fail: the error a device reports at the next synchronisation after the op that caused it
+ * (a fault in a kernel); reported once. */
+static bp_error* async_stream_synchronize(bp_stream* s) {
+  stream_entry* e;
+  int pending = 0;
+  pthread_mutex_lock(&g_mu);
+  e = entry_of(s);
+  if (e) {
+    pending = e->pending;
+    e->pending = 0;
+  }
+  pthread_mutex_unlock(&g_mu);
+  if (pending)
+    return template_error(BP_ERROR_INTERNAL, TEMPLATE_NAME
+                          ":0: simulated asynchronous fault of a mul launched earlier on this "
+                          "stream (fault async_fail)");
   return on(F_NATIVE) ? ref_stream_synchronize(s) : base()->stream_synchronize(s);
 }
 
@@ -532,6 +557,13 @@ static bp_error* ref_launch(bp_kernel* k, bp_stream* s, const bp_tensor_desc* in
       scratch_add(k, s, in, nin, out, attrs, nattrs, &err))
     return err;
   err = base()->launch(k, s, in, nin, out, nout, attrs, nattrs);
+  if (!err && on(F_ASYNC_FAIL) && k->op == BP_OP_MUL) {
+    stream_entry* e;
+    pthread_mutex_lock(&g_mu);
+    e = entry_of(s);
+    if (e) e->pending = 1;
+    pthread_mutex_unlock(&g_mu);
+  }
   if (err || nout != 1 || (n = template_numel(out)) == 0) return err;
   y = (float*)(out->buffer->data + out->offset);
   if (on(F_WRONG_ADD) && k->op == BP_OP_ADD)
@@ -574,6 +606,66 @@ static bp_error* xfail_list_ops(int32_t device, const bp_op_support** out, int32
 static bp_error* ref_init_xfail(void) {
   bp_error* err = ref_init();
   if (!err) bp_op_table_build(&g_xfail_ops, xfail_resolve, NULL);
+  return err;
+}
+
+/* no_conv: the template's op table without the convolutions, so that a host has to decompose
+ * them (im2col and matmul); the template has no matmul either. */
+static bp_op_table g_no_conv_ops;
+static int is_conv(int32_t op) {
+  return op == BP_OP_CONV2D || op == BP_OP_CONV2D_BACKWARD_INPUT ||
+         op == BP_OP_CONV2D_BACKWARD_WEIGHT;
+}
+static void no_conv_resolve(void* user, int32_t op, int32_t dtype, bp_op_decl* d) {
+  bp_kernel* k = NULL;
+  bp_error* err;
+  (void)user;
+  d->reason = "switched off by the no_conv fault (reference backend)";
+  if (is_conv(op)) return;
+  err = base()->find_kernel_id(0, op, dtype, &k);
+  if (err) {
+    d->reason = TEMPLATE_UNSUPPORTED_REASON;
+    template_error_free(err);
+    return;
+  }
+  d->kernel = k;
+  d->support = BP_SUPPORT_YES;
+}
+static bp_error* no_conv_list_ops(int32_t device, const bp_op_support** out, int32_t* count) {
+  bp_error* err = template_check_device(device, "list_ops");
+  if (err) return err;
+  *out = g_no_conv_ops.list;
+  *count = BP_OP_TABLE_SIZE;
+  return NULL;
+}
+static bp_error* no_conv_find_kernel_id(int32_t device, int32_t op, int32_t dtype,
+                                        bp_kernel** out) {
+  const char* reason = "";
+  int32_t code;
+  bp_error* err = template_check_device(device, "find_kernel");
+  if (err) return err;
+  code = bp_op_table_find(&g_no_conv_ops, op, dtype, out, &reason);
+  if (code != 0)
+    return template_error(code,
+                          TEMPLATE_NAME ":0: no kernel for op '%s' (number %d) with dtype %s: %s",
+                          bp_op_name(op), (int)op, bp_dtype_name(dtype), reason);
+  return NULL;
+}
+static bp_error* no_conv_find_kernel(int32_t device, const char* op, int32_t dtype,
+                                     bp_kernel** out) {
+  const char* reason = "";
+  int32_t code;
+  bp_error* err = template_check_device(device, "find_kernel");
+  if (err) return err;
+  code = bp_op_table_find_name(&g_no_conv_ops, op, dtype, out, &reason);
+  if (code != 0)
+    return template_error(code, TEMPLATE_NAME ":0: no kernel for op '%s' with dtype %s: %s",
+                          op ? op : "(NULL)", bp_dtype_name(dtype), reason);
+  return NULL;
+}
+static bp_error* ref_init_no_conv(void) {
+  bp_error* err = ref_init();
+  if (!err) bp_op_table_build(&g_no_conv_ops, no_conv_resolve, NULL);
   return err;
 }
 
@@ -632,11 +724,17 @@ static void build_table(void) {
   if (on(F_CRASH)) g_api.memset = ref_memset;
   if (on(F_HANG | F_OVERFLOW)) g_api.copy_d2d = ref_copy_d2d;
   if (on(F_PROPS)) g_api.device_properties = ref_device_properties;
-  if (on(F_WRONG_ADD | F_OVERFLOW | F_XFAIL | F_STREAM_SCRATCH | F_WRONG_CONV))
+  if (on(F_WRONG_ADD | F_OVERFLOW | F_XFAIL | F_STREAM_SCRATCH | F_WRONG_CONV | F_ASYNC_FAIL))
     g_api.launch = ref_launch;
   if (on(F_XFAIL)) {
     /* find_kernel (by name) stays the template's: the same kernels, whatever their support */
     g_api.list_ops = xfail_list_ops;
+  }
+  if (on(F_NO_CONV) && !on(F_XFAIL)) {
+    g_api.init = ref_init_no_conv;
+    g_api.list_ops = no_conv_list_ops;
+    g_api.find_kernel_id = no_conv_find_kernel_id;
+    g_api.find_kernel = no_conv_find_kernel;
   }
   if (on(F_NATIVE)) {
     g_api.buffer_native = ref_buffer_native;
@@ -646,6 +744,7 @@ static void build_table(void) {
     g_api.stream_synchronize = ref_stream_synchronize;
   }
   if (on(F_SIDE_SYNC)) g_api.stream_synchronize = ref_stream_synchronize_side;
+  if (on(F_ASYNC_FAIL)) g_api.stream_synchronize = async_stream_synchronize;
   if (on(F_MINOR0)) { /* an ABI 1.0 table ends before list_ops: the host probes find_kernel */
     g_api.abi_minor = 0;
     g_api.struct_size = BP_API_MINOR1_OFFSET;

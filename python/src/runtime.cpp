@@ -310,6 +310,37 @@ void register_runtime(nb::module_& m) {
     }
     return "off";
   });
+  // Note [Fallback policy] in runtime.hpp.
+  m.def(
+      "set_fallback_policy",
+      [](const std::string& policy) {
+        if (policy == "error")
+          set_fallback_policy(FallbackPolicy::error);
+        else if (policy == "warn")
+          set_fallback_policy(FallbackPolicy::warn);
+        else if (policy == "allow")
+          set_fallback_policy(FallbackPolicy::allow);
+        else
+          throw Error("set_fallback_policy: policy must be 'error', 'warn' or 'allow', got '" +
+                      policy + "'");
+      },
+      nb::arg("policy"));
+  m.def("fallback_stats", []() {
+    nb::list out;
+    for (const FallbackStats& f : fallback_stats()) {
+      nb::dict d;
+      d["device"] = f.device;
+      d["op"] = f.op;
+      d["dtype"] = f.dtype;
+      d["action"] = f.action;
+      d["count"] = f.count;
+      d["bytes_copied"] = f.bytes_copied;
+      d["seconds"] = f.seconds;
+      out.append(d);
+    }
+    return out;
+  });
+  m.def("fallback_table", []() { return fallback_table(); });
   m.def("load_report", []() {
     nb::list out;
     for (const PluginReport& r : load_report()) {

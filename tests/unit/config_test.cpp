@@ -44,9 +44,10 @@ class ConfigTest : public ::testing::Test {
       EXPECT_NE(msg.find(fragment), std::string::npos) << msg;
     }
   }
-  static constexpr const char* kVars[] = {"BACKPLANE_CONFIG", "BACKPLANE_DEVICE",
-                                          "BACKPLANE_PLUGINS", "BACKPLANE_ALLOW_TF32",
-                                          "BACKPLANE_SYNC_DEBUG"};
+  static constexpr const char* kVars[] = {"BACKPLANE_CONFIG",          "BACKPLANE_DEVICE",
+                                          "BACKPLANE_PLUGINS",         "BACKPLANE_ALLOW_TF32",
+                                          "BACKPLANE_SYNC_DEBUG",      "BACKPLANE_FALLBACK",
+                                          "BACKPLANE_FALLBACK_REPORT", "BACKPLANE_LAUNCH_BLOCKING"};
   fs::path path_;
 };
 
@@ -76,6 +77,53 @@ TEST_F(ConfigTest, EnvironmentBeatsFile) {
   EXPECT_EQ(c.allow, (std::vector<std::string>{"cuda", "opencl"}));
   EXPECT_FALSE(c.allow_tf32);
   EXPECT_EQ(c.sync_debug, "error");
+}
+
+// Note [Fallback policy]: the policy, per-op overrides, the report and launch blocking.
+TEST_F(ConfigTest, FallbackKeysAndTheirVariables) {
+  write("[fallback]\npolicy = \"error\"\n[fallback.ops]\nconv2d = \"allow\"\nmatmul = \"warn\"\n");
+  bp::Config c = bp::Config::load();
+  EXPECT_EQ(c.fallback, "error");
+  EXPECT_EQ(c.fallback_ops, (std::vector<std::pair<std::string, std::string>>{{"conv2d", "allow"},
+                                                                              {"matmul", "warn"}}));
+  EXPECT_FALSE(c.fallback_report);
+  EXPECT_FALSE(c.launch_blocking);
+  setenv("BACKPLANE_FALLBACK", "allow", 1);
+  setenv("BACKPLANE_FALLBACK_REPORT", "1", 1);
+  setenv("BACKPLANE_LAUNCH_BLOCKING", "1", 1);
+  c = bp::Config::load();
+  EXPECT_EQ(c.fallback, "allow");        // the variable beats fallback.policy
+  EXPECT_EQ(c.fallback_ops.size(), 2u);  // and leaves the per-op settings
+  EXPECT_TRUE(c.fallback_report);
+  EXPECT_TRUE(c.launch_blocking);
+}
+
+TEST_F(ConfigTest, BadFallbackValuesNameTheAcceptedOnes) {
+  expect_error("[fallback]\npolicy = \"sometimes\"\n",
+               "line 2, key 'fallback.policy': fallback policy 'sometimes' is not one of error, "
+               "warn, allow");
+  expect_error("[fallback.ops]\nconv2d = \"quiet\"\n",
+               "key 'fallback.ops.conv2d': fallback policy 'quiet' is not one of error, warn, "
+               "allow");
+  expect_error("[fallback.ops]\nconv3d = \"warn\"\n",
+               "key 'fallback.ops.conv3d': 'conv3d' is not an op of the catalogue");
+  expect_error("[fallback]\npolicy = 1\n", "key 'fallback.policy': expected \"error\"");
+  expect_error("[fallback]\nmode = \"warn\"\n", "key 'fallback.mode': unknown key");
+  unsetenv("BACKPLANE_CONFIG");
+  auto env_error = [](const char* var, const char* value, const std::string& fragment) {
+    setenv(var, value, 1);
+    try {
+      bp::Config::load();
+      ADD_FAILURE() << var << "=" << value << " accepted";
+    } catch (const bp::IOError& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+    unsetenv(var);
+  };
+  env_error("BACKPLANE_FALLBACK", "fast",
+            "BACKPLANE_FALLBACK: fallback policy 'fast' is not one of error, warn, allow");
+  env_error("BACKPLANE_LAUNCH_BLOCKING", "yes", "BACKPLANE_LAUNCH_BLOCKING='yes' is not 0 or 1");
+  env_error("BACKPLANE_FALLBACK_REPORT", "2", "BACKPLANE_FALLBACK_REPORT='2' is not 0 or 1");
 }
 
 TEST_F(ConfigTest, SyntaxErrorNamesFileAndLine) {

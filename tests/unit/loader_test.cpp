@@ -450,16 +450,65 @@ TEST(Registry, UnsupportedOpIsNamed) {
         << msg;
   }
   bp::Registry reg(paths({fixture("fixture")}));
+  // Note [Fallback policy]: under error the op is refused, naming what a fallback would do.
+  bp::set_fallback_policy(bp::FallbackPolicy::error);
   try {
     bp::full({2}, 1.0, reg.device("fixture:0"), bp::DType::f64);  // in fill's domain only
-    FAIL() << "the fixture has no f64 fill";
+    ADD_FAILURE() << "the fixture has no f64 fill";
   } catch (const bp::UnsupportedError& e) {
-    EXPECT_NE(std::string(e.what()).find("op 'fill' with dtype f64 is not implemented on "
-                                         "fixture:0 (backend fixture); devices that have it: "
-                                         "cpu:0"),
+    EXPECT_NE(std::string(e.what()).find("op 'fill' (f64) is not implemented on fixture:0 "
+                                         "(backend fixture); its fallback (a run on cpu:0, its "
+                                         "operands copied there and back) is refused"),
               std::string::npos)
         << e.what();
   }
+  // Under allow it runs on cpu:0 and the values come back to fixture:0.
+  bp::set_fallback_policy(bp::FallbackPolicy::allow);
+  bp::Tensor t = bp::full({2}, 1.5, reg.device("fixture:0"), bp::DType::f64);
+  bp::set_fallback_policy(bp::FallbackPolicy::warn);
+  EXPECT_EQ(t.device().str(), "fixture:0");
+  EXPECT_EQ(t.to_vector<double>(), (std::vector<double>{1.5, 1.5}));
+}
+
+// Note [Loading on demand]: a registry opens a plugin when a device of its type is asked for,
+// and all of them when something lists everything.
+TEST(Registry, PluginsLoadWhenTheirTypeIsAskedFor) {
+  bp::Registry reg(paths({fixture("fixture"), fixture("oldminor")}));
+  EXPECT_TRUE(reg.loaded_devices().empty());
+  EXPECT_EQ(reg.device("fixture:0").str(), "fixture:0");
+  ASSERT_EQ(reg.loaded_devices().size(), 1u);
+  EXPECT_EQ(reg.loaded_devices()[0]->str(), "fixture:0");
+  EXPECT_EQ(reg.num_devices("cpu"), 1);
+  EXPECT_EQ(reg.loaded_devices().size(), 2u);  // oldminor is not opened yet
+  EXPECT_TRUE(has_device(reg, "oldminor:0"));  // devices() lists (and opens) every plugin
+  EXPECT_EQ(reg.loaded_devices().size(), reg.devices().size());
+}
+
+TEST(Registry, AManifestNamesTheTypeOfAFileNamedOtherwise) {
+  fs::path tmp = fs::temp_directory_path() / ("bp-manifest-" + std::to_string(::getpid()));
+  fs::create_directories(tmp);
+  fs::copy_file(fixture("fixture"), tmp / "libbackplane-acme.so",
+                fs::copy_options::overwrite_existing);
+  const fs::path manifest = tmp / "libbackplane-acme.so.manifest";
+  std::ofstream(manifest) << "# what this plugin serves\ndevice_type = \"fixture\"\n";
+  {
+    bp::Registry reg(paths({tmp.string()}));
+    EXPECT_EQ(reg.num_devices("fixture"), 1);
+    ASSERT_EQ(reg.loaded_devices().size(), 1u);  // the cpu plugin was not opened
+    EXPECT_EQ(reg.loaded_devices()[0]->str(), "fixture:0");
+  }
+  std::ofstream(manifest) << "device_type = fixture\n";  // not a string
+  {
+    bp::Registry reg(paths({tmp.string()}));
+    EXPECT_EQ(reg.num_devices("fixture"), 1);  // found on the slower path
+    const bp::PluginReport* r = line(reg, "libbackplane-acme.so");
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->status, bp::PluginReport::Status::loaded) << r->reason;
+    EXPECT_NE(r->reason.find(manifest.string() + " line 1: expected device_type = \"<type>\""),
+              std::string::npos)
+        << r->reason;
+  }
+  fs::remove_all(tmp);
 }
 
 // The Trainer and any code choosing "the first GPU" go by the device kind the plugin declares.

@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
@@ -23,6 +25,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -191,6 +194,16 @@ void print_published() {
                     mib(d.at("reserved").get<uint64_t>()).c_str(), age);
         ++shown;
       }
+      // Note [Fallback policy] in runtime.hpp: what the process ran as a fallback.
+      if (j.contains("fallbacks"))
+        for (const auto& f : j.at("fallbacks"))
+          std::printf(
+              "  %-8ld   fallback: %s %s (%s) x%llu, %llu bytes copied, %.3f ms: %s\n", pid,
+              f.at("device").get<std::string>().c_str(), f.at("op").get<std::string>().c_str(),
+              f.at("dtype").get<std::string>().c_str(),
+              static_cast<unsigned long long>(f.at("count").get<uint64_t>()),
+              static_cast<unsigned long long>(f.at("bytes_copied").get<uint64_t>()),
+              f.at("seconds").get<double>() * 1e3, f.at("action").get<std::string>().c_str());
     } catch (const std::exception&) {
       continue;  // being replaced, or not ours
     }
@@ -278,6 +291,100 @@ int print_table() {
 
 }  // namespace
 
+namespace {
+
+// Note [bp-smi in one pass]
+//   bp-smi survives any plugin (Note [Plugin probes] in core/src/runtime/registry.cpp), but
+//   probing each plugin in a child and then loading it again here opens every plugin twice, and
+//   opening one can cost 0.1 s (PoCL maps LLVM). So the listing first runs once, in one child
+//   process without probes, its stdout and stderr kept in memory files: when that child exits,
+//   having finished its listing (a flag in memory shared with bp-smi, set just before it exits),
+//   whatever its status, its output is bp-smi's. Only when it is killed by a signal (a plugin's
+//   init crashed), ends without finishing (a plugin's init called exit(), or a sanitizer's
+//   report ended it) or has not finished within the probe time (one hangs) does bp-smi list
+//   again here, probing each plugin, which names the one that crashed, exited or hung. A user's
+//   BACKPLANE_PROBE_PLUGINS and --watch keep the probing path.
+bool copy_out(int from, int to) {
+  if (::lseek(from, 0, SEEK_SET) != 0) return false;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(from, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return n == 0;
+    for (ssize_t off = 0; off < n;) {
+      ssize_t w = ::write(to, buf + off, static_cast<size_t>(n - off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      off += w;
+    }
+  }
+}
+
+std::optional<int> list_in_one_pass(bool json, double seconds) {
+  const int out = ::memfd_create("bp-smi-stdout", MFD_CLOEXEC);
+  const int err = ::memfd_create("bp-smi-stderr", MFD_CLOEXEC);
+  void* shared =
+      ::mmap(nullptr, sizeof(int), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  auto* finished = shared == MAP_FAILED ? nullptr : static_cast<volatile int*>(shared);
+  auto close_both = [&] {
+    if (out >= 0) ::close(out);
+    if (err >= 0) ::close(err);
+    if (finished) ::munmap(shared, sizeof(int));
+  };
+  if (out < 0 || err < 0 || !finished) {
+    close_both();
+    return std::nullopt;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    close_both();
+    return std::nullopt;
+  }
+  if (pid == 0) {
+    ::dup2(out, STDOUT_FILENO);
+    ::dup2(err, STDERR_FILENO);
+    ::unsetenv("BACKPLANE_PROBE_PLUGINS");
+    int rc = 1;
+    try {
+      rc = json ? print_json() : print_table();
+    } catch (const bp::Error& e) {
+      std::fprintf(stderr, "bp-smi: %s\n", e.what());
+    }
+    std::fflush(stdout);
+    std::fflush(stderr);
+    *finished = 1;
+    ::_exit(rc);  // nothing of the plugins is torn down: the parent has the answer
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  int status = 0;
+  for (;;) {
+    const pid_t r = ::waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) {
+      close_both();
+      return std::nullopt;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      ::kill(pid, SIGKILL);
+      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      close_both();
+      return std::nullopt;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::optional<int> rc;
+  if (WIFEXITED(status) && *finished && copy_out(out, STDOUT_FILENO) &&
+      copy_out(err, STDERR_FILENO))
+    rc = WEXITSTATUS(status);
+  close_both();
+  return rc;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   bool json = false;
   double watch_seconds = 0;  // 0: no --watch
@@ -315,8 +422,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bp-smi: --json and --watch do not go together; pick one\n");
     return 2;
   }
-  // bp-smi survives any plugin: each is loaded first in a child process (Note [Plugin probes]
-  // in core/src/runtime/registry.cpp); the environment may choose another time.
+  // bp-smi survives any plugin: Note [bp-smi in one pass]; the environment may choose another
+  // probe time.
+  const char* chosen = std::getenv("BACKPLANE_PROBE_PLUGINS");
+  if (watch_seconds == 0 && !(chosen && *chosen))
+    if (std::optional<int> rc = list_in_one_pass(json, 10.0)) return *rc;
   ::setenv("BACKPLANE_PROBE_PLUGINS", "10", 0);
   try {
     if (watch_seconds > 0) return watch(watch_seconds);

@@ -69,7 +69,8 @@ struct OpSummary {
 // Rows sorted by total device time (largest first), like torch.profiler's key_averages().
 BP_API std::vector<OpSummary> key_averages();
 // key_averages() as a text table: name, calls, device total, mean and share, host total and mean;
-// `row_limit` > 0 keeps that many rows (the total line always covers all of them).
+// `row_limit` > 0 keeps that many rows (the total line always covers all of them). When any op
+// fell back (Note [Fallback policy] in runtime.hpp), bp::fallback_table() follows.
 BP_API std::string table(size_t row_limit = 0);
 
 // RAII session: start() at construction, stop() at destruction, then save(trace_path) when a

@@ -29,6 +29,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace bp {
@@ -80,12 +81,18 @@ BP_API DeviceSpec parse_device_string(std::string_view spec);
 //     allow_tf32 = false
 //     [debug]
 //     sync = "warn"                     # "off", "warn" or "error"
+//     [fallback]
+//     policy = "warn"                   # "error", "warn" or "allow" (Note [Fallback policy])
+//     [fallback.ops]
+//     conv2d = "error"                  # per op of the catalogue
 //
 //   Environment beats file: BACKPLANE_DEVICE, BACKPLANE_PLUGINS (allow list),
-//   BACKPLANE_ALLOW_TF32 (0/1), BACKPLANE_SYNC_DEBUG. An unknown key, a wrong type (a number for
-//   a boolean, an empty device string) or a syntax error is an IOError naming the file, the line
-//   and the key; so is a file over 1 MiB, a line over 64 KiB or a key of more than 64 dotted
-//   parts (checked before the TOML parser sees the file, whose recursion they would overflow).
+//   BACKPLANE_ALLOW_TF32 (0/1), BACKPLANE_SYNC_DEBUG, BACKPLANE_FALLBACK (beats fallback.policy,
+//   not fallback.ops), BACKPLANE_FALLBACK_REPORT (0/1), BACKPLANE_LAUNCH_BLOCKING (0/1). An unknown
+//   key, a wrong type (a number for a boolean, an empty device string) or a syntax error is an
+//   IOError naming the file, the line and the key; so is a file over 1 MiB, a line over 64 KiB or a
+//   key of more than 64 dotted parts (checked before the TOML parser sees the file, whose recursion
+//   they would overflow).
 //
 //   Trust: what a program loads comes only from places the user chose. A ./backplane.toml is
 //   found implicitly, in whatever folder a program starts (a cloned repository, a download), so
@@ -100,6 +107,12 @@ struct Config {
   std::vector<std::string> allow, deny;
   bool allow_tf32 = false;
   std::string sync_debug;  // "", "warn" or "error"
+  // Note [Fallback policy]: "" (the default, warn), "error", "warn" or "allow", and per-op
+  // overrides (op name, policy) in file order.
+  std::string fallback;
+  std::vector<std::pair<std::string, std::string>> fallback_ops;
+  bool fallback_report = false;  // BACKPLANE_FALLBACK_REPORT=1: a table at exit
+  bool launch_blocking = false;  // BACKPLANE_LAUNCH_BLOCKING=1
 
   // Reads the config file and the environment now (Note [Config precedence]). Throws IOError
   // for a bad file or value.
@@ -131,7 +144,9 @@ struct RegistryOptions {
 // A set of loaded plugins and their devices (Note [Registries]). Thread-safe.
 class BP_API Registry {
  public:
-  // Loads the plugins the options name, now. A plugin that fails never stops the others; its
+  // Lists the candidate plugins the options name; opens none of them (Note [Loading on demand] in
+  // registry.cpp: a plugin is opened when a device of its type is first asked for, and every one
+  // by report(), devices() and devices(kind)). A plugin that fails never stops the others; its
   // line in report() says why.
   explicit Registry(RegistryOptions options);
   ~Registry();
@@ -141,10 +156,13 @@ class BP_API Registry {
   // The process default (RegistryOptions::from_environment()), loaded on first use.
   static Registry& process_default();
 
-  // The report of every candidate file, in search order.
+  // The report of every candidate file, in search order (loads every plugin first).
   const std::vector<PluginReport>& report() const;
-  // Every device of every loaded plugin, plugins in search order.
+  // Every device of every plugin, plugins in search order (loads every plugin first).
   std::vector<Device*> devices() const;
+  // The devices of the plugins loaded so far (Note [Loading on demand] in registry.cpp); loads
+  // nothing.
+  std::vector<Device*> loaded_devices() const;
   // Every device of a kind (DeviceProperties::kind), in the order of devices().
   std::vector<Device*> devices(DeviceKind kind) const;
   // Resolves a device string. Throws DeviceError listing the devices that exist, or quoting
@@ -180,9 +198,10 @@ BP_API PluginAbiVersion plugin_abi_version();
 
 // ---- The process default registry (Note [Registries]) ----
 
-// Loads plugins (once). Safe to call from several threads.
+// Loads every plugin (once); without it each loads when a device of its type is first asked for
+// (Note [Loading on demand]). Safe to call from several threads.
 BP_API void load_plugins();
-// The report of every candidate file, in search order.
+// The report of every candidate file, in search order (loads every plugin first).
 BP_API std::vector<PluginReport> load_report();
 // Loads one plugin file with the same checks as the registry, without registering its
 // devices (used by bp-conformance --plugin). The library stays loaded for the process.
@@ -210,5 +229,41 @@ BP_API bool allow_tf32();
 enum class SyncDebug { off, warn, error };
 BP_API void set_sync_debug(SyncDebug mode);
 BP_API SyncDebug sync_debug();
+
+// Note [Fallback policy]
+//   An op that a device's plugin lacks (its find_kernel answered UNSUPPORTED, asked once per op
+//   and dtype and cached) is not silently slow: libbackplane either runs the op's decomposition
+//   into ops that plugin has (composites written once in core: linear as matmul, add and relu;
+//   matmul as mul and sum; conv2d and its backward ops by im2col and matmul; sumsq and norm;
+//   softmax and log_softmax), else runs the op on a device of another plugin that has it,
+//   copying its operands there and back (Note [Fallback by copy] in fallback.cpp), else throws
+//   UnsupportedError naming the op, dtype and device. A plugin that claims an op and then fails
+//   it gives its own error, never a fallback. The policy decides whether the first two may
+//   happen:
+//     error  every fallback is an UnsupportedError saying what would have been done;
+//     warn   (the default) allowed, with one warning on stderr per op, dtype, device and action;
+//     allow  allowed silently.
+//   BACKPLANE_FALLBACK or the config file's fallback.policy sets it, set_fallback_policy beats
+//   both, and fallback.ops.<op> in the config file sets it for one op (beating all of them).
+//   Inside a graph capture a fallback is always an error (CaptureError), whatever the policy.
+//   Every fallback is counted per device, op, dtype and action (count, bytes copied, time):
+//   fallback_stats(), the profiler's table, bp-smi, and a table on stderr at exit with
+//   BACKPLANE_FALLBACK_REPORT=1.
+enum class FallbackPolicy { error, warn, allow };
+BP_API void set_fallback_policy(FallbackPolicy policy);
+// The policy that applies to `op` now.
+BP_API FallbackPolicy fallback_policy(Op op);
+struct FallbackStats {
+  std::string device, op, dtype;
+  // "decomposition into mul and sum", "a run on cpu:0, its operands copied there and back"
+  std::string action;
+  uint64_t count = 0, bytes_copied = 0;
+  double seconds = 0;  // host time from the policy check to the end of the fallback
+};
+// The counters of every fallback of this process so far, sorted by device, op, dtype, action.
+BP_API std::vector<FallbackStats> fallback_stats();
+BP_API void reset_fallback_stats();
+// fallback_stats() as a text table (what BACKPLANE_FALLBACK_REPORT=1 prints at exit).
+BP_API std::string fallback_table();
 
 }  // namespace bp

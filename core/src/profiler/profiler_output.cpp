@@ -3,6 +3,8 @@
 #include "profiler/profiler_internal.hpp"
 #include "runtime/files.hpp"
 
+#include <backplane/runtime.hpp>
+
 #include <nlohmann/json.hpp>
 
 #include <unistd.h>
@@ -286,6 +288,8 @@ std::string table(size_t row_limit) {
   out += std::string(width + 74, '-') + "\n";
   row("Total", std::to_string(total_calls), format_us(total_dev), "", "100.0%",
       format_us(total_host), "");
+  // Note [Fallback policy]: the ops that ran as a decomposition or on another device.
+  if (!fallback_stats().empty()) out += "\n" + fallback_table();
   return out;
 }
 

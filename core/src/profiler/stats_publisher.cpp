@@ -57,7 +57,7 @@ std::string command_name() {
 
 void publish_once(Registry& reg, const std::string& name) {
   nlohmann::json devs = nlohmann::json::array();
-  for (Device* d : reg.devices()) {
+  for (Device* d : reg.loaded_devices()) {
     MemoryStats m = d->memory_stats();
     devs.push_back({{"device", d->str()},
                     {"allocated", m.allocated},
@@ -66,12 +66,22 @@ void publish_once(Registry& reg, const std::string& name) {
                     {"num_allocs", m.num_allocs},
                     {"total_allocs", m.total_allocs}});
   }
+  nlohmann::json fallbacks = nlohmann::json::array();  // Note [Fallback policy]
+  for (const FallbackStats& f : fallback_stats())
+    fallbacks.push_back({{"device", f.device},
+                         {"op", f.op},
+                         {"dtype", f.dtype},
+                         {"action", f.action},
+                         {"count", f.count},
+                         {"bytes_copied", f.bytes_copied},
+                         {"seconds", f.seconds}});
   nlohmann::json j = {
       {"pid", static_cast<int64_t>(::getpid())},
       {"command", name},
       {"time",
        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count()},
-      {"devices", std::move(devs)}};
+      {"devices", std::move(devs)},
+      {"fallbacks", std::move(fallbacks)}};
   const std::string& name_in_dir = published_file();
   std::string tmp = name_in_dir + ".tmp";
   std::string text = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -1,6 +1,7 @@
 // Reading the configuration (Note [Config precedence] in runtime.hpp).
 #include "runtime/config_internal.hpp"
 
+#include <backplane/abi/op_list.h>
 #include <backplane/errors.hpp>
 
 #include <fcntl.h>
@@ -39,6 +40,21 @@ std::vector<std::string> string_list(const std::string& file, const toml::node& 
     out.push_back(*s);
   }
   return out;
+}
+
+// Note [Fallback policy] in runtime.hpp: "error", "warn" or "allow".
+std::string fallback_mode(const std::string& where, const std::string& v) {
+  if (v == "error" || v == "warn" || v == "allow") return v;
+  throw IOError(where + ": fallback policy '" + v.substr(0, 64) +
+                "' is not one of error, warn, allow");
+}
+
+bool is_op_name(const std::string& name) {
+#define BP_X(n, ...) \
+  if (name == #n) return true;
+  BP_OP_CATALOGUE(BP_X)
+#undef BP_X
+  return false;
 }
 
 std::string sync_mode(const std::string& where, const std::string& v) {
@@ -152,6 +168,35 @@ void read_file(Config& c, const std::string& file, bool implicit) {
       auto v = node.value_exact<std::string>();
       if (!v || v->empty()) bad_key(file, node, key, "expected a device string such as \"cpu:0\"");
       c.default_device = *v;
+    } else if (key == "fallback") {
+      const toml::table* t = node.as_table();
+      if (!t) bad_key(file, node, key, "expected a table [fallback]");
+      auto where = [&](const toml::node& n, const std::string& k) {
+        return "config file " + file + ", line " + std::to_string(n.source().begin.line) +
+               ", key '" + k + "'";
+      };
+      for (auto&& [sk, sn] : *t) {
+        std::string sub = "fallback." + std::string(sk.str());
+        if (sub == "fallback.policy") {
+          auto v = sn.value_exact<std::string>();
+          if (!v) bad_key(file, sn, sub, "expected \"error\", \"warn\" or \"allow\"");
+          c.fallback = fallback_mode(where(sn, sub), *v);
+        } else if (sub == "fallback.ops") {
+          const toml::table* ops = sn.as_table();
+          if (!ops) bad_key(file, sn, sub, "expected a table [fallback.ops] of op = \"policy\"");
+          for (auto&& [ok, on] : *ops) {
+            std::string op(ok.str()), full = sub + "." + op;
+            if (!is_op_name(op))
+              bad_key(file, on, full,
+                      "'" + op + "' is not an op of the catalogue (conv2d, matmul, relu, ...)");
+            auto v = on.value_exact<std::string>();
+            if (!v) bad_key(file, on, full, "expected \"error\", \"warn\" or \"allow\"");
+            c.fallback_ops.emplace_back(op, fallback_mode(where(on, full), *v));
+          }
+        } else {
+          bad_key(file, sn, sub, "unknown key; known keys are fallback.policy, fallback.ops.<op>");
+        }
+      }
     } else if (key == "plugins" || key == "matmul" || key == "debug") {
       const toml::table* t = node.as_table();
       if (!t) bad_key(file, node, key, "expected a table [" + key + "]");
@@ -190,7 +235,7 @@ void read_file(Config& c, const std::string& file, bool implicit) {
     } else {
       bad_key(file, node, key,
               "unknown key; known keys are device, plugins.paths, plugins.allow, plugins.deny, "
-              "matmul.allow_tf32, debug.sync");
+              "matmul.allow_tf32, debug.sync, fallback.policy, fallback.ops.<op>");
     }
   }
 }
@@ -307,6 +352,18 @@ Config load_config() {
   }
   if (std::string v = env("BACKPLANE_SYNC_DEBUG"); !v.empty())
     c.sync_debug = sync_mode("BACKPLANE_SYNC_DEBUG", v);
+  if (std::string v = env("BACKPLANE_FALLBACK"); !v.empty())
+    c.fallback = fallback_mode("BACKPLANE_FALLBACK", v);
+  if (std::string v = env("BACKPLANE_LAUNCH_BLOCKING"); !v.empty()) {
+    if (v != "0" && v != "1")
+      throw IOError("BACKPLANE_LAUNCH_BLOCKING='" + v.substr(0, 64) + "' is not 0 or 1");
+    c.launch_blocking = v == "1";
+  }
+  if (std::string v = env("BACKPLANE_FALLBACK_REPORT"); !v.empty()) {
+    if (v != "0" && v != "1")
+      throw IOError("BACKPLANE_FALLBACK_REPORT='" + v.substr(0, 64) + "' is not 0 or 1");
+    c.fallback_report = v == "1";
+  }
   return c;
 }
 

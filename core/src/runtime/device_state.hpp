@@ -240,14 +240,6 @@ inline bp_stream* handle(const Stream& s) {
 // of minor 0 and 1 get attribute arrays of their own layout).
 void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> inputs,
             std::span<const bp_tensor_desc> outputs, std::span<const bp_attr> attrs);
-// The per-op path (Note [Per-op hot path]): the kernel for (op, dtype) from the device's
-// cache, launched on its default stream.
-inline void launch(Device& dev, Op op, DType dtype, std::span<const bp_tensor_desc> inputs,
-                   std::span<const bp_tensor_desc> outputs, std::span<const bp_attr> attrs = {}) {
-  DeviceState& s = state(dev);
-  launch(s.kernel(op, dtype), s.stream_handle(), inputs, outputs, attrs);
-}
-
 // Throws DTypeError naming the op, the dtype and the op's domain (Note [Dtype domains] in
 // plugin_abi.h).
 [[noreturn]] void throw_domain_error(Op op, DType dtype);
@@ -257,6 +249,26 @@ inline void check_domain(Op op, DType dtype) {
   if (!bp_op_in_domain(static_cast<int32_t>(op), static_cast<int32_t>(dtype))) [[unlikely]]
     throw_domain_error(op, dtype);
 }
+// The launch of an op `dev`'s plugin lacks: copies the operands' bytes to a device of another
+// plugin that has the op, runs it there and copies the outputs back, under the fallback policy
+// (Note [Fallback by copy] in fallback.cpp). UnsupportedError naming the op, dtype, device and
+// "devices that have it: none" when no device has it, or when the policy is error.
+void launch_elsewhere(Device& dev, Op op, DType dtype, std::span<const bp_tensor_desc> in,
+                      std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs);
+// The per-op path (Note [Per-op hot path]): the kernel for (op, dtype) from the device's
+// cache, launched on its default stream; an op the plugin lacks goes to launch_elsewhere.
+inline void launch(Device& dev, Op op, DType dtype, std::span<const bp_tensor_desc> inputs,
+                   std::span<const bp_tensor_desc> outputs, std::span<const bp_attr> attrs = {}) {
+  DeviceState& s = state(dev);
+  Kernel* k = s.kernels[DeviceState::slot(op, dtype)].load(std::memory_order_acquire);
+  if (!k) [[unlikely]] {
+    check_domain(op, dtype);
+    k = s.try_resolve(op, dtype);
+    if (!k) return launch_elsewhere(dev, op, dtype, inputs, outputs, attrs);
+  }
+  launch(*k, s.stream_handle(), inputs, outputs, attrs);
+}
+
 // True when `dev`'s plugin takes attribute ALPHA on add and sub (minor >= 2).
 inline bool takes_alpha(const Device& dev) {
   return state(dev).plugin.has_minor2;

@@ -1,5 +1,6 @@
 // Device, Allocator, Buffer, Stream, Event and Kernel over a plugin's C table (device.hpp),
 // with their state in DeviceState (device_state.hpp).
+#include "runtime/fallback.hpp"
 #include "runtime/interceptor.hpp"
 #include "runtime/observer.hpp"
 #include "runtime/registry.hpp"
@@ -207,6 +208,7 @@ Kernel& DeviceState::resolve_kernel(Op op, DType dtype) {
   check_domain(op, dtype);  // Note [Dtype domains]: a pair outside it is never asked for
   if (Kernel* k = try_resolve(op, dtype)) return *k;
   std::string others;
+  plugin.registry->load_all();
   for (Device* d : plugin.registry->devices()) {
     if (&state(*d).plugin == &plugin) continue;  // same backend
     if (d->supports(op, dtype)) others += (others.empty() ? "" : ", ") + d->str();
@@ -316,15 +318,51 @@ void launch_unobserved(const Kernel& k, bp_stream* stream, std::span<const bp_te
   launch_body(k, stream, in, out, attrs);
 }
 
+// Note [Launch blocking]
+//   BACKPLANE_LAUNCH_BLOCKING=1 (read once) makes every eager launch wait for its own stream, so
+//   that an error the device reports while running the op (an asynchronous fault, an illegal
+//   address) surfaces as an exception from the op that caused it, naming the op, its dtype, its
+//   device and its operands' shapes, rather than at a later synchronisation. Launches taken by a
+//   graph capture (an interceptor) are not waited for: they have not run. For debugging: each
+//   op then costs a round trip to the device.
+namespace {
+std::string shapes_of(std::span<const bp_tensor_desc> ds) {
+  std::string out;
+  for (const bp_tensor_desc& d : ds) {
+    out += out.empty() ? "[" : ", [";
+    for (int i = 0; i < d.rank; ++i) {
+      if (i) out += ',';
+      out += std::to_string(d.shape[i]);
+    }
+    out += ']';
+  }
+  return out.empty() ? "none" : out;
+}
+
+[[gnu::noinline]] void wait_for_launch(const Kernel& k, bp_stream* stream,
+                                       std::span<const bp_tensor_desc> in,
+                                       std::span<const bp_tensor_desc> out) {
+  DeviceState& s = state(k.device());
+  if (bp_error* err = s.api->stream_synchronize(stream))
+    throw_plugin_error(s.api, err,
+                       k.device().str() + ": op " + std::string(op_name(k.op())) + " (" +
+                           std::string(dtype_name(k.dtype())) + ", inputs " + shapes_of(in) +
+                           ", outputs " + shapes_of(out) +
+                           ") failed while running (BACKPLANE_LAUNCH_BLOCKING=1)");
+}
+}  // namespace
+
 void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
             std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
   if (intercepted_launch(state(k.device()), k, stream, in, out, attrs)) [[unlikely]]
     return;
   if (observing()) [[unlikely]] {  // Note [Profiler cost when off] in profiler.hpp
     observer_hooks().launch(k, stream, in, out, attrs);
-    return;
+  } else {
+    launch_body(k, stream, in, out, attrs);
   }
-  launch_body(k, stream, in, out, attrs);
+  if (launch_blocking()) [[unlikely]]
+    wait_for_launch(k, stream, in, out);
 }
 
 }  // namespace detail

@@ -41,6 +41,7 @@
 //   go first in that case.
 #include "runtime/registry.hpp"
 #include "runtime/config_internal.hpp"
+#include "runtime/fallback.hpp"
 #include "runtime/files.hpp"
 
 #include <dlfcn.h>
@@ -363,7 +364,24 @@ RegistryOptions options_from(const Config& c) {
 
 // ---- RegistryState ---------------------------------------------------------------------------
 
-void RegistryState::register_plugin(PluginReport& r, const bp_plugin_api* a) {
+// Note [Loading on demand]
+//   Opening a plugin costs what its library and its dependencies cost to map and initialise (the
+//   CUDA runtime and a driver probe, an OpenCL ICD loader that opens every vendor's library), so
+//   a registry opens none when it is made. Its constructor only lists the candidate files of the
+//   search order, applies the allow and deny lists, and learns from each file name
+//   (libbackplane-<type>.so) or from a manifest beside it (<file>.manifest holding
+//   `device_type = "npu"`, for files named otherwise) which device type it announces. A plugin
+//   is opened when a device of its type is first asked for (device, try_device, num_devices,
+//   all_devices, is_available; the default device too), and every candidate is opened when
+//   something lists everything: devices(), report(), load_report(), load_plugins(), bp-smi,
+//   bp-conformance. Within a type the search order still decides: the first candidate that
+//   loads wins and later ones are skipped unopened. A candidate whose type is unknown is opened
+//   with any type asked for; a type that no candidate announces opens all of them (a plugin
+//   whose file name does not say its type is still found, on that slower path).
+//   Threads: loading is serialised by load_mu; `candidates` never grows after construction and
+//   each candidate's plugin pointer is published once with release order, so lookups of loaded
+//   plugins (plugin_for_type, devices) take no lock.
+void RegistryState::register_plugin(Candidate& c, PluginReport& r, const bp_plugin_api* a) {
   auto p = std::make_unique<Plugin>();
   p->path = r.path;
   p->api = a;
@@ -381,37 +399,112 @@ void RegistryState::register_plugin(PluginReport& r, const bp_plugin_api* a) {
     p->graph = {a->graph_begin_capture, a->graph_end_capture, a->graph_instantiate, a->graph_launch,
                 a->graph_destroy};
   p->no_devices_reason = r.device_count == 0 ? r.reason : "";
-  Plugin& plugin = *p;
-  plugins.push_back(std::move(p));
   try {
     for (int i = 0; i < r.device_count; ++i)
-      plugin.devices.push_back(Access::make_device(std::make_unique<DeviceState>(plugin, i)));
+      p->devices.push_back(Access::make_device(std::make_unique<DeviceState>(*p, i)));
   } catch (const Error& e) {
-    plugin.devices.clear();
+    p->devices.clear();
     r.status = PluginReport::Status::failed;
     r.decision = "failed";
     r.reason = std::string("reading device properties failed: ") + e.what();
     r.device_count = 0;
-    plugin.no_devices_reason = r.reason;
+    p->no_devices_reason = r.reason;
   }
+  c.plugin.store(p.get(), std::memory_order_release);
+  owned.push_back(std::move(p));
+}
+
+void RegistryState::load_candidate(Candidate& c) {
+  if (c.done.load(std::memory_order_relaxed)) return;
+  PluginReport& line = report[c.line];
+  auto skip = [&](std::string reason) {
+    line.status = PluginReport::Status::skipped;
+    line.decision = "skipped";
+    line.reason = std::move(reason);
+    c.done.store(true, std::memory_order_release);
+  };
+  for (const Candidate& o : candidates) {
+    const Plugin* p = o.plugin.load(std::memory_order_acquire);
+    if (!p || &o == &c) continue;
+    if (!c.name.empty() && p->api->name && c.name == p->api->name)
+      return skip("shadowed by " + p->path + " (earlier in the search order)");
+    if (!c.type.empty() && c.type == p->api->device_type)
+      return skip("device type '" + c.type + "' is already served by another plugin (" + p->path +
+                  ")");
+  }
+  if (options.probe_seconds > 0) {  // Note [Plugin probes]
+    std::string why = probe_in_child(c.path, options.probe_seconds);
+    if (!why.empty()) {
+      line.status = PluginReport::Status::failed;
+      line.decision = "failed";
+      line.reason = std::move(why);
+      c.done.store(true, std::memory_order_release);
+      return;
+    }
+  }
+  const bp_plugin_api* api = nullptr;
+  PluginReport r = load_library(c.path, &api);
+  if (r.status == PluginReport::Status::loaded) {
+    if (plugin_for_type(r.device_type)) {
+      r.status = PluginReport::Status::skipped;
+      r.decision = "skipped";
+      r.reason = "device type '" + r.device_type + "' is already served by another plugin";
+    } else {
+      register_plugin(c, r, api);
+    }
+    // Note [Exit]: after this plugin and its dependencies were loaded.
+    std::atexit(finish_queued_work_at_exit);
+  }
+  if (!c.manifest_error.empty())
+    r.reason +=
+        (r.reason.empty() ? "manifest ignored: " : "; manifest ignored: ") + c.manifest_error;
+  line = std::move(r);
+  c.done.store(true, std::memory_order_release);
+}
+
+void RegistryState::ensure_type(std::string_view type) {
+  if (all_loaded.load(std::memory_order_acquire)) return;
+  auto may_serve = [&](const Candidate& c) { return c.type.empty() || c.type == type; };
+  bool pending = false;
+  for (const Candidate& c : candidates)
+    pending = pending || (!c.done.load(std::memory_order_acquire) && may_serve(c));
+  if (!pending && plugin_for_type(type)) return;
+  {
+    std::lock_guard<std::mutex> lock(load_mu);
+    for (Candidate& c : candidates)
+      if (may_serve(c)) load_candidate(c);
+  }
+  if (!plugin_for_type(type)) load_all();
+}
+
+void RegistryState::load_all() {
+  if (all_loaded.load(std::memory_order_acquire)) return;
+  std::lock_guard<std::mutex> lock(load_mu);
+  for (Candidate& c : candidates) load_candidate(c);
+  all_loaded.store(true, std::memory_order_release);
 }
 
 std::vector<Device*> RegistryState::devices() const {
   std::vector<Device*> out;
-  for (const auto& p : plugins)
-    for (const auto& d : p->devices) out.push_back(d.get());
+  for (const Candidate& c : candidates)
+    if (const Plugin* p = c.plugin.load(std::memory_order_acquire))
+      for (const auto& d : p->devices) out.push_back(d.get());
   return out;
 }
 
 Plugin* RegistryState::plugin_for_type(std::string_view type) const {
-  for (const auto& p : plugins)
-    if (p->api->device_type == type && !p->devices.empty()) return p.get();
-  for (const auto& p : plugins)
-    if (p->api->device_type == type) return p.get();
-  return nullptr;
+  Plugin* without_devices = nullptr;
+  for (const Candidate& c : candidates) {
+    Plugin* p = c.plugin.load(std::memory_order_acquire);
+    if (!p || p->api->device_type != type) continue;
+    if (!p->devices.empty()) return p;
+    if (!without_devices) without_devices = p;
+  }
+  return without_devices;
 }
 
-const PluginReport* RegistryState::report_for_type(std::string_view type) const {
+const PluginReport* RegistryState::report_for_type(std::string_view type) {
+  std::lock_guard<std::mutex> lock(load_mu);
   const PluginReport* best = nullptr;
   for (const auto& r : report) {
     if (r.device_type == type || r.name == type) {
@@ -423,7 +516,9 @@ const PluginReport* RegistryState::report_for_type(std::string_view type) const 
 
 std::vector<std::string> RegistryState::known_types() const {
   std::vector<std::string> out;
-  for (const auto& p : plugins) out.push_back(p->api->device_type);
+  for (const Candidate& c : candidates)
+    if (const Plugin* p = c.plugin.load(std::memory_order_acquire))
+      out.push_back(p->api->device_type);
   return out;
 }
 
@@ -431,6 +526,43 @@ std::string RegistryState::device_list() const {
   std::string out;
   for (Device* d : devices()) out += (out.empty() ? "" : ", ") + d->str();
   return out.empty() ? "none" : out;
+}
+
+std::string manifest_device_type(const std::string& path, std::string& why) {
+  const std::string file = path + ".manifest";
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec)) return "";
+  std::ifstream in(file);
+  std::string text, type;
+  int n = 0;
+  while (std::getline(in, text)) {
+    ++n;
+    if (n > 64 || text.size() > 4096) {
+      why = file + ": longer than a manifest may be (64 lines of 4 KiB)";
+      return "";
+    }
+    size_t hash = text.find('#');
+    if (hash != std::string::npos) text.resize(hash);
+    auto trim = [](std::string v) {
+      const char* ws = " \t\r";
+      size_t b = v.find_first_not_of(ws), e = v.find_last_not_of(ws);
+      return b == std::string::npos ? std::string() : v.substr(b, e - b + 1);
+    };
+    text = trim(text);
+    if (text.empty()) continue;
+    size_t eq = text.find('=');
+    std::string key = eq == std::string::npos ? text : trim(text.substr(0, eq));
+    std::string value = eq == std::string::npos ? "" : trim(text.substr(eq + 1));
+    if (key != "device_type" || value.size() < 3 || value.front() != '"' || value.back() != '"' ||
+        !valid_type(value.substr(1, value.size() - 2).c_str())) {
+      why = file + " line " + std::to_string(n) +
+            ": expected device_type = \"<type>\" (lower-case [a-z][a-z0-9_]*), got '" +
+            text.substr(0, 80) + "'";
+      return "";
+    }
+    type = value.substr(1, value.size() - 2);
+  }
+  return type;
 }
 
 }  // namespace bp::detail
@@ -490,7 +622,7 @@ Registry::Registry(RegistryOptions options)
     r.reason = std::move(reason);
     st.report.push_back(std::move(r));
   };
-  std::set<std::string> types;
+  // Note [Loading on demand]: nothing is opened here.
   for (const auto& path : candidates) {
     std::string name = detail::name_from_file(path);
     auto listed = [&](const std::vector<std::string>& l) {
@@ -504,40 +636,26 @@ Registry::Registry(RegistryOptions options)
       skip(path, name, "in the deny list (plugins.deny)");
       continue;
     }
-    if (!name.empty()) {
-      auto prev = std::find_if(st.plugins.begin(), st.plugins.end(),
-                               [&](const auto& p) { return p->api->name && name == p->api->name; });
-      if (prev != st.plugins.end()) {
-        skip(path, name, "shadowed by " + (*prev)->path + " (earlier in the search order)");
-        continue;
-      }
-    }
-    if (opt.probe_seconds > 0) {  // Note [Plugin probes]
-      std::string why = detail::probe_in_child(path, opt.probe_seconds);
-      if (!why.empty()) {
-        PluginReport r;
-        r.path = path;
-        r.name = name;
-        r.status = PluginReport::Status::failed;
-        r.decision = "failed";
-        r.reason = std::move(why);
-        st.report.push_back(std::move(r));
-        continue;
-      }
-    }
-    const bp_plugin_api* api = nullptr;
-    PluginReport r = detail::load_library(path, &api);
-    if (r.status == PluginReport::Status::loaded) {
-      if (types.count(r.device_type)) {
-        r.status = PluginReport::Status::skipped;
-        r.decision = "skipped";
-        r.reason = "device type '" + r.device_type + "' is already served by another plugin";
-      } else {
-        st.register_plugin(r, api);
-        if (r.status == PluginReport::Status::loaded) types.insert(r.device_type);
-      }
-    }
-    st.report.push_back(r);
+    std::string manifest_error;
+    std::string type = detail::manifest_device_type(path, manifest_error);
+    if (type.empty() && manifest_error.empty()) type = name;
+    detail::Candidate& c = st.candidates.emplace_back();
+    c.path = path;
+    c.name = name;
+    c.type = std::move(type);
+    c.manifest_error = manifest_error;
+    c.line = st.report.size();
+    PluginReport r;
+    r.path = path;
+    r.name = name;
+    r.device_type = c.type;
+    r.status = PluginReport::Status::skipped;
+    r.decision = "not loaded";
+    r.reason = manifest_error.empty()
+                   ? "not asked for yet (loaded when a " +
+                         (c.type.empty() ? std::string("device") : c.type) + " device is)"
+                   : manifest_error + "; loaded when any device type is asked for";
+    st.report.push_back(std::move(r));
   }
 }
 
@@ -548,6 +666,7 @@ Registry& Registry::process_default() {
   static Registry* r = [] {
     auto* reg = new Registry(detail::options_from(detail::settings()));
     detail::maybe_publish_stats(*reg);
+    detail::arm_fallback_report();  // before finish_queued_work's handler: printed after it
     std::atexit(detail::finish_queued_work_at_exit);  // Note [Exit]
     detail::arm_exit_guard();
     return reg;
@@ -556,14 +675,21 @@ Registry& Registry::process_default() {
 }
 
 const std::vector<PluginReport>& Registry::report() const {
+  s_->load_all();
   return s_->report;
 }
 
 std::vector<Device*> Registry::devices() const {
+  s_->load_all();
+  return s_->devices();
+}
+
+std::vector<Device*> Registry::loaded_devices() const {
   return s_->devices();
 }
 
 std::vector<Device*> Registry::devices(DeviceKind kind) const {
+  s_->load_all();
   std::vector<Device*> out;
   for (Device* d : s_->devices())
     if (d->properties().kind == kind) out.push_back(d);
@@ -573,8 +699,10 @@ std::vector<Device*> Registry::devices(DeviceKind kind) const {
 Device& Registry::device(std::string_view spec) {
   DeviceSpec s = parse_device_string(spec);
   RegistryState& st = *s_;
+  st.ensure_type(s.type);
   Plugin* p = st.plugin_for_type(s.type);
   if (!p) {
+    st.load_all();  // the message lists every type and device
     std::string msg = "unknown device type '" + s.type + "' in '" + std::string(spec) + "'";
     if (const PluginReport* r = st.report_for_type(s.type))
       msg += ": plugin " + r->path + " " + r->decision + ": " + r->reason;
@@ -584,14 +712,18 @@ Device& Registry::device(std::string_view spec) {
            "; devices: " + st.device_list();
     throw DeviceError(msg);
   }
-  if (p->devices.empty())
+  if (p->devices.empty()) {
+    st.load_all();
     throw DeviceError(std::string(spec) + " is not available: " + p->no_devices_reason +
                       " (plugin " + p->path + "); devices: " + st.device_list());
-  if (s.index >= static_cast<int>(p->devices.size()))
+  }
+  if (s.index >= static_cast<int>(p->devices.size())) {
+    st.load_all();
     throw DeviceError("device " + s.type + ":" + std::to_string(s.index) +
                       " does not exist: index out of range, " + s.type + " has " +
                       std::to_string(p->devices.size()) +
                       " device(s); devices: " + st.device_list());
+  }
   return *p->devices[s.index];
 }
 
@@ -609,12 +741,15 @@ std::string type_of(std::string_view spec, int& index) {
 
 int Registry::num_devices(std::string_view spec) const {
   int index;
-  Plugin* p = s_->plugin_for_type(type_of(spec, index));
+  const std::string type = type_of(spec, index);
+  s_->ensure_type(type);
+  Plugin* p = s_->plugin_for_type(type);
   return p ? static_cast<int>(p->devices.size()) : 0;
 }
 
 Device& Registry::try_device(std::string_view spec) {
   DeviceSpec s = parse_device_string(spec);
+  s_->ensure_type(s.type);
   Plugin* p = s_->plugin_for_type(s.type);
   if (p && s.index < static_cast<int>(p->devices.size())) return *p->devices[s.index];
   return device("cpu:0");
@@ -622,6 +757,7 @@ Device& Registry::try_device(std::string_view spec) {
 
 std::vector<Device*> Registry::all_devices(std::string_view type) {
   std::vector<Device*> out;
+  s_->ensure_type(type);
   if (Plugin* p = s_->plugin_for_type(type))
     for (const auto& d : p->devices) out.push_back(d.get());
   if (out.empty()) out.push_back(&device("cpu:0"));
@@ -631,6 +767,7 @@ std::vector<Device*> Registry::all_devices(std::string_view type) {
 Availability Registry::is_available(std::string_view spec) const {
   int index;
   const std::string type = type_of(spec, index);
+  s_->ensure_type(type);
   Plugin* p = s_->plugin_for_type(type);
   if (p && index >= static_cast<int>(p->devices.size()) && !p->devices.empty())
     return {false, type + " has " + std::to_string(p->devices.size()) + " device(s); " + type +
@@ -667,7 +804,7 @@ void Registry::set_default_device(Device& d) {
 }
 
 void Registry::synchronize() {
-  for (Device* d : s_->devices()) d->synchronize();
+  for (Device* d : s_->devices()) d->synchronize();  // a plugin not loaded has no work
 }
 
 }  // namespace bp

@@ -7,7 +7,9 @@
 #include <backplane/runtime.hpp>
 
 #include <atomic>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,22 +23,52 @@ void arm_exit_guard() noexcept;
 // lookup (Note [Exit]).
 void finish_queued_work_at_exit();
 
+// One candidate file of the search order (Note [Loading on demand] in registry.cpp). Made by the
+// Registry's constructor and never moved; `done` and `plugin` are the only fields that change.
+struct Candidate {
+  std::string path;
+  std::string name;  // from the file name; "" for a file named otherwise
+  std::string type;  // the device type its file name or manifest announces; "" when unknown
+  std::string manifest_error;            // what is wrong with its manifest, for its report line
+  size_t line = 0;                       // its line in RegistryState::report
+  std::atomic<bool> done{false};         // tried: loaded, failed or skipped
+  std::atomic<Plugin*> plugin{nullptr};  // set once, when it loaded and was registered
+};
+
 struct RegistryState {
   explicit RegistryState(RegistryOptions o) : options(std::move(o)) {}
   RegistryOptions options;
+  // Serialises loading. Guards the lines of `report` (their number is fixed after construction)
+  // and `owned`; readers of `candidates` need no lock (Note [Loading on demand]).
+  std::mutex load_mu;
   std::vector<PluginReport> report;
-  std::vector<std::unique_ptr<Plugin>> plugins;
+  std::deque<Candidate> candidates;  // in search order; never grows after construction
+  std::vector<std::unique_ptr<Plugin>> owned;
+  std::atomic<bool> all_loaded{false};
   std::atomic<Device*> default_device{nullptr};
 
+  // Loads the candidates that may serve `type` (Note [Loading on demand]), once.
+  void ensure_type(std::string_view type);
+  // Loads every candidate, once (tools that list everything; error messages that list devices).
+  void load_all();
+  // Devices of the plugins loaded so far, plugins in search order.
   std::vector<Device*> devices() const;
+  // A loaded plugin serving `type` (one with devices first), else nullptr. Loads nothing.
   Plugin* plugin_for_type(std::string_view type) const;
   // The report line of the plugin that serves (or failed to serve) a device type.
-  const PluginReport* report_for_type(std::string_view type) const;
+  const PluginReport* report_for_type(std::string_view type);
   std::vector<std::string> known_types() const;
   std::string device_list() const;  // "cpu:0, cuda:0" or "none"
+
+ private:
+  void load_candidate(Candidate& c);  // with load_mu held
   // Adds a loaded plugin and its devices; marks the report failed if properties fail.
-  void register_plugin(PluginReport& r, const bp_plugin_api* api);
+  void register_plugin(Candidate& c, PluginReport& r, const bp_plugin_api* api);
 };
+
+// The device type a manifest beside `path` (`<path>.manifest`, one line `device_type = "npu"`)
+// announces; "" without one. `why` says what is wrong with a malformed one.
+std::string manifest_device_type(const std::string& path, std::string& why);
 
 // Opens one candidate file with every check of Note [Plugin search order] and initialises it,
 // once per process per library: a library already opened (by any registry) gives its first

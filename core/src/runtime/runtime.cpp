@@ -23,7 +23,7 @@ PluginAbiVersion plugin_abi_version() {
 }
 
 void load_plugins() {
-  (void)reg();
+  (void)reg().report();
 }
 std::vector<PluginReport> load_report() {
   return reg().report();

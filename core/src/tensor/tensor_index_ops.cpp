@@ -4,6 +4,8 @@
 #include <backplane/functions.hpp>
 #include <backplane/runtime.hpp>
 
+#include "runtime/fallback.hpp"
+#include "tensor/composites.hpp"
 #include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 #include "tensor/tensor_nn_internal.hpp"
@@ -87,7 +89,13 @@ Tensor softmax_op(Op op, GradKind kind, const Tensor& input, int dim) {
   const int axis = normalize_axis(dim, input.rank(), name);
   Tensor x = input.contiguous();
   Tensor y = make_empty(x.device(), impl(x).shape, x.dtype());
-  if (y.numel() != 0) {
+  if (y.numel() != 0 && !x.device().supports(op, x.dtype())) [[unlikely]] {
+    FallbackScope fallback(x.device(), op, x.dtype(),
+                           op == Op::softmax
+                               ? "decomposition into max, sub, exp, sum and div"
+                               : "decomposition into max, sub, exp, sum, log and sub");
+    y = softmax_decomposed(op, x, axis);
+  } else if (y.numel() != 0) {
     bp_tensor_desc in = desc(x), out = desc(y);
     bp_attr a = attr_i(BP_ATTR_ID_AXIS, axis);
     launch(x.device(), op, x.dtype(), {&in, 1}, {&out, 1}, {&a, 1});
@@ -106,6 +114,12 @@ Tensor softmax_backward_raw(Op op, const Tensor& y, const Tensor& dy0, int axis)
   Tensor dy = dy0.contiguous();
   Tensor dx = make_empty(y.device(), impl(y).shape, y.dtype());
   if (dx.numel() == 0) return dx;
+  if (!y.device().supports(op, y.dtype())) [[unlikely]] {
+    FallbackScope fallback(y.device(), op, y.dtype(),
+                           op == Op::softmax_backward ? "decomposition into mul, sum and sub"
+                                                      : "decomposition into exp, sum, mul and sub");
+    return softmax_backward_decomposed(op, y, dy, axis);
+  }
   bp_tensor_desc in[2] = {desc(y), desc(dy)}, out = desc(dx);
   bp_attr a = attr_i(BP_ATTR_ID_AXIS, axis);
   launch(y.device(), op, y.dtype(), in, {&out, 1}, {&a, 1});

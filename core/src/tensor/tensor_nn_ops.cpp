@@ -4,6 +4,8 @@
 #include <backplane/nn_functional.hpp>
 #include <backplane/runtime.hpp>
 
+#include "runtime/fallback.hpp"
+#include "tensor/composites.hpp"
 #include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 #include "tensor/tensor_nn_internal.hpp"
@@ -115,6 +117,11 @@ Tensor conv2d_backward_input_raw(const Tensor& dy, const Tensor& w, const Shape&
   Tensor dx = make_empty(dy.device(), dims_of(x_shape), dy.dtype());
   if (dx.numel() == 0) return dx;
   if (dy.numel() == 0 || w.numel() == 0) return dx.zero_();
+  if (!dy.device().supports(Op::conv2d_backward_input, dy.dtype())) [[unlikely]] {
+    FallbackScope fallback(dy.device(), Op::conv2d_backward_input, dy.dtype(),
+                           "decomposition into matmul and col2im (strided adds)");
+    return conv2d_backward_input_decomposed(dy, w, x_shape, c);
+  }
   ConvAttrList attrs(c);
   launch_dense(Op::conv2d_backward_input, dy.dtype(), {&dy, &w}, {&dx}, attrs.a);
   return dx;
@@ -125,6 +132,11 @@ Tensor conv2d_backward_weight_raw(const Tensor& x, const Tensor& dy, const Shape
   Tensor dw = make_empty(dy.device(), dims_of(w_shape), dy.dtype());
   if (dw.numel() == 0) return dw;
   if (dy.numel() == 0 || x.numel() == 0) return dw.zero_();
+  if (!dy.device().supports(Op::conv2d_backward_weight, dy.dtype())) [[unlikely]] {
+    FallbackScope fallback(dy.device(), Op::conv2d_backward_weight, dy.dtype(),
+                           "decomposition into im2col, matmul and sum");
+    return conv2d_backward_weight_decomposed(x, dy, w_shape, c);
+  }
   ConvAttrList attrs(c);
   launch_dense(Op::conv2d_backward_weight, dy.dtype(), {&x, &dy}, {&dw}, attrs.a);
   return dw;
@@ -261,6 +273,10 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Pai
         NoGradGuard no_grad;
         out.add_(b.reshape({1, K, 1, 1}));
       }
+    } else if (!x.device().supports(Op::conv2d, x.dtype())) [[unlikely]] {
+      FallbackScope fallback(x.device(), Op::conv2d, x.dtype(),
+                             "decomposition into im2col and matmul");
+      out = conv2d_decomposed(x, w, b, c);
     } else {
       ConvAttrList attrs(c);
       launch_dense(Op::conv2d, x.dtype(), {&x, &w, &b}, {&out}, attrs.a);

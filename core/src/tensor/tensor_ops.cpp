@@ -8,6 +8,8 @@
 #include <backplane/runtime.hpp>
 #include <backplane/tensor.hpp>
 
+#include "runtime/fallback.hpp"
+#include "tensor/composites.hpp"
 #include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 
@@ -198,6 +200,14 @@ Tensor matmul_raw(const Tensor& a0, const Tensor& b0) {
   out_shape.d[out_shape.rank++] = m;
   out_shape.d[out_shape.rank++] = n;
   Device& dev = a.device();
+  if (!dev.supports(Op::matmul, a.dtype()) && batch.numel() * m * n != 0) [[unlikely]] {
+    FallbackScope fallback(dev, Op::matmul, a.dtype(), "decomposition into mul and sum");
+    Tensor out = k == 0 ? zeros(Shape(out_shape.d, out_shape.d + out_shape.rank), dev, a.dtype())
+                        : matmul_decomposed(a, b);
+    if (a0.rank() == 1) out = out.squeeze(-2);
+    if (b0.rank() == 1) out = out.squeeze(-1);
+    return out;
+  }
   Tensor out = make_empty(dev, out_shape, a.dtype());
   if (out.numel() != 0) {
     MatOperand ma = mat_operand(a, batch, m, k), mb = mat_operand(b, batch, k, n);
@@ -439,6 +449,9 @@ Tensor sumsq_op(Op op, const Tensor& a, uint32_t axes, bool keepdim) {
                      std::string(dtype_name(a.dtype())) + " (cast first)");
   if (a.device().supports(op, a.dtype()))
     return reduce_op(op, op == Op::norm ? GradKind::norm : GradKind::sumsq, a, axes, keepdim);
+  FallbackScope fallback(
+      a.device(), op, a.dtype(),
+      op == Op::norm ? "decomposition into mul, sum and sqrt" : "decomposition into mul and sum");
   Tensor s = reduce_op(Op::sum, GradKind::sum, a * a, axes, keepdim);
   return op == Op::norm ? s.sqrt() : s;
 }
@@ -484,6 +497,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   const bool relu = activation == Activation::relu;
   Device& dev = x.device();
   if (!dev.supports(Op::linear, x.dtype())) {
+    FallbackScope fallback(
+        dev, Op::linear, x.dtype(),
+        relu ? "decomposition into matmul, add and relu" : "decomposition into matmul and add");
     Tensor y = bp::matmul(x, weight.t());
     if (has_bias) y = y + bias;
     return relu ? y.relu() : y;
