@@ -63,7 +63,30 @@ void register_train(nb::module_& m) {
            "Updates every parameter that has a gradient, in place on its device.")
       .def("zero_grad", &optim::Optimizer::zero_grad, "Drops every parameter's gradient.")
       .def_prop_rw("lr", &optim::Optimizer::lr, &optim::Optimizer::set_lr)
-      .def_prop_ro("params", &optim::Optimizer::parameters);
+      .def_prop_ro("params", &optim::Optimizer::parameters)
+      .def("_state",
+           [](const optim::Optimizer& o) {
+             nb::dict out;
+             for (const auto& [name, ts] : o.state()) {
+               nb::list l;
+               for (const Tensor& t : ts) {
+                 if (t.defined())
+                   l.append(nb::cast(t));
+                 else
+                   l.append(nb::none());
+               }
+               out[nb::str(name.c_str())] = l;
+             }
+             return out;
+           })
+      .def("_load_state", [](optim::Optimizer& o, nb::dict state) {
+        optim::Optimizer::State s;
+        for (auto [k, v] : state) {
+          std::vector<Tensor>& ts = s[nb::cast<std::string>(k)];
+          for (nb::handle h : v) ts.push_back(h.is_none() ? Tensor() : nb::cast<Tensor>(h));
+        }
+        o.load_state(s);
+      });
 
   nb::class_<optim::SGD, optim::Optimizer>(
       m, "SGD", "torch.optim.SGD: momentum, dampening, weight decay and Nesterov momentum.")
@@ -78,6 +101,16 @@ void register_train(nb::module_& m) {
           },
           nb::arg("params"), nb::arg("lr") = 0.01, nb::arg("momentum") = 0.0,
           nb::arg("dampening") = 0.0, nb::arg("weight_decay") = 0.0, nb::arg("nesterov") = false)
+      .def("_options",
+           [](const optim::SGD& o) {
+             const auto& s = o.options();
+             nb::dict d;
+             d["momentum"] = s.momentum;
+             d["dampening"] = s.dampening;
+             d["weight_decay"] = s.weight_decay;
+             d["nesterov"] = s.nesterov;
+             return d;
+           })
       .def("__repr__", [](const optim::SGD& o) {
         const auto& s = o.options();
         return "SGD(lr=" + std::to_string(o.lr()) + ", momentum=" + std::to_string(s.momentum) +
@@ -97,6 +130,15 @@ void register_train(nb::module_& m) {
           },
           nb::arg("params"), nb::arg("lr") = 1e-3, nb::arg("betas") = nb::make_tuple(0.9, 0.999),
           nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 0.0)
+      .def("_options",
+           [](const optim::Adam& o) {
+             const auto& s = o.options();
+             nb::dict d;
+             d["betas"] = nb::make_tuple(s.beta1, s.beta2);
+             d["eps"] = s.eps;
+             d["weight_decay"] = s.weight_decay;
+             return d;
+           })
       .def("__repr__", [](const optim::Adam& o) {
         const auto& s = o.options();
         return "Adam(lr=" + std::to_string(o.lr()) + ", betas=(" + std::to_string(s.beta1) + ", " +

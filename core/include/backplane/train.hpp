@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -68,6 +69,17 @@ class BP_API Optimizer {
   double lr() const noexcept { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
 
+  // The optimiser's state for a state_dict, with torch's names: per name, one tensor per
+  // parameter in parameter order (SGD "momentum_buffer"; Adam "exp_avg", "exp_avg_sq" and
+  // "step", a 0-d f32 cpu tensor); undefined for a parameter before its first step. Handles,
+  // not copies.
+  using State = std::map<std::string, std::vector<Tensor>>;
+  virtual State state() const { return {}; }
+  // Restores what state() gave (copies of the values, on the parameters' devices). Checks
+  // everything before changing anything: ShapeError for a count or shape that does not match
+  // the parameters, Error for a name this optimiser does not have.
+  virtual void load_state(const State& state);
+
  protected:
   std::vector<Tensor> params_;
   double lr_;
@@ -89,6 +101,8 @@ class BP_API SGD : public Optimizer {
   SGD(std::vector<Tensor> parameters, const SGDOptions& options);
   void step() override;
   const SGDOptions& options() const noexcept { return opt_; }
+  State state() const override;
+  void load_state(const State& state) override;
 
  private:
   SGDOptions opt_;
@@ -110,6 +124,8 @@ class BP_API Adam : public Optimizer {
   Adam(std::vector<Tensor> parameters, const AdamOptions& options);
   void step() override;
   const AdamOptions& options() const noexcept { return opt_; }
+  State state() const override;
+  void load_state(const State& state) override;
 
  private:
   AdamOptions opt_;

@@ -30,6 +30,88 @@ void Optimizer::zero_grad() {
   for (Tensor& p : params_) p.zero_grad();
 }
 
+namespace {
+// The entry `name` of `state` checked against the parameters (count, shapes), or null when
+// absent.
+const std::vector<Tensor>* state_entry(const Optimizer::State& state, const std::string& name,
+                                       const std::vector<Tensor>& params, bool per_param_shape) {
+  auto it = state.find(name);
+  if (it == state.end()) return nullptr;
+  if (it->second.size() != params.size())
+    throw ShapeError("load_state: '" + name + "' has " + std::to_string(it->second.size()) +
+                     " entries for " + std::to_string(params.size()) + " parameters");
+  for (size_t k = 0; k < params.size(); ++k) {
+    const Tensor& t = it->second[k];
+    if (t.defined() && per_param_shape && t.shape() != params[k].shape())
+      throw ShapeError("load_state: '" + name + "' entry " + std::to_string(k) + " has shape " +
+                       t.dims().str() + ", the parameter " + params[k].dims().str());
+    if (t.defined() && !per_param_shape && t.numel() != 1)
+      throw ShapeError("load_state: '" + name + "' entry " + std::to_string(k) +
+                       " must hold one value");
+  }
+  return &it->second;
+}
+
+void check_names(const Optimizer::State& state, std::initializer_list<const char*> names,
+                 const char* who) {
+  for (const auto& [name, v] : state) {
+    bool known = false;
+    for (const char* n : names) known = known || name == n;
+    if (!known) throw Error(std::string(who) + ".load_state: unknown state '" + name + "'");
+  }
+}
+
+Tensor state_copy(const Tensor& t, const Tensor& param) {
+  if (!t.defined()) return Tensor();
+  return t.detach().to(param.device()).to(param.dtype()).clone();
+}
+}  // namespace
+
+void Optimizer::load_state(const State& state) {
+  if (!state.empty())
+    throw Error("load_state: this optimiser keeps no state, got '" + state.begin()->first + "'");
+}
+
+Optimizer::State SGD::state() const {
+  return {{"momentum_buffer", momentum_}};
+}
+
+void SGD::load_state(const State& state) {
+  check_names(state, {"momentum_buffer"}, "SGD");
+  const auto* buf = state_entry(state, "momentum_buffer", params_, true);
+  if (!buf) return;
+  for (size_t k = 0; k < params_.size(); ++k) momentum_[k] = state_copy((*buf)[k], params_[k]);
+}
+
+Optimizer::State Adam::state() const {
+  std::vector<Tensor> steps(params_.size());
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (m_[k].defined()) steps[k] = full({}, static_cast<double>(t_[k]), Tensor::cpu_device());
+  return {{"exp_avg", m_}, {"exp_avg_sq", v_}, {"step", steps}};
+}
+
+void Adam::load_state(const State& state) {
+  check_names(state, {"exp_avg", "exp_avg_sq", "step"}, "Adam");
+  const auto* m = state_entry(state, "exp_avg", params_, true);
+  const auto* v = state_entry(state, "exp_avg_sq", params_, true);
+  const auto* t = state_entry(state, "step", params_, false);
+  if (!m || !v || !t) {
+    if (m || v || t) throw Error("Adam.load_state: needs exp_avg, exp_avg_sq and step together");
+    return;
+  }
+  for (size_t k = 0; k < params_.size(); ++k) {
+    bool dm = (*m)[k].defined(), dv = (*v)[k].defined(), dt = (*t)[k].defined();
+    if (dm != dv || dm != dt)
+      throw Error("Adam.load_state: entry " + std::to_string(k) +
+                  " has some of exp_avg, exp_avg_sq and step but not all");
+  }
+  for (size_t k = 0; k < params_.size(); ++k) {
+    m_[k] = state_copy((*m)[k], params_[k]);
+    v_[k] = state_copy((*v)[k], params_[k]);
+    t_[k] = (*t)[k].defined() ? static_cast<int64_t>((*t)[k].item<double>()) : 0;
+  }
+}
+
 SGD::SGD(std::vector<Tensor> parameters, const SGDOptions& o)
     : Optimizer(std::move(parameters), o.lr), opt_(o), momentum_(params_.size()) {
   check_param("SGD", "lr", o.lr, o.lr >= 0);
