@@ -176,7 +176,7 @@ TEST_P(DeviceTest, TypePromotionFollowsPyTorch) {
   EXPECT_EQ(sum.dtype(), bp::DType::f32);
   std::vector<double> ref(6);
   for (size_t k = 0; k < 6; ++k) ref[k] = iv[k] + rf[k];
-  EXPECT_TRUE(close(bp::DType::f32, sum.to_vector<double>(), ref));
+  EXPECT_TRUE(bptest::close(bp::DType::f32, sum.to_vector<double>(), ref));
   EXPECT_EQ((l - i).dtype(), bp::DType::i64);
   EXPECT_EQ((l - i).to_vector<int64_t>(), std::vector<int64_t>(6, 0));
   EXPECT_EQ((u * i.slice(0, 0, 1).reshape({3})).dtype(), bp::DType::i32);
@@ -195,10 +195,11 @@ TEST_P(DeviceTest, TypePromotionFollowsPyTorch) {
   auto half = i / 2.0;
   EXPECT_EQ(half.dtype(), bp::DType::f32);
   for (size_t k = 0; k < 6; ++k) ref[k] = iv[k] / 2.0;
-  EXPECT_TRUE(close(bp::DType::f32, half.to_vector<double>(), ref));
+  EXPECT_TRUE(bptest::close(bp::DType::f32, half.to_vector<double>(), ref));
   auto e = make({0, 1, 2}, {3}, bp::DType::i64).exp();
   EXPECT_EQ(e.dtype(), bp::DType::f32);
-  EXPECT_TRUE(close(bp::DType::f32, e.to_vector<double>(), {1.0, std::exp(1.0), std::exp(2.0)}));
+  EXPECT_TRUE(
+      bptest::close(bp::DType::f32, e.to_vector<double>(), {1.0, std::exp(1.0), std::exp(2.0)}));
   EXPECT_EQ(make({4, 9}, {2}, bp::DType::i32).sqrt().to_vector<float>(),
             (std::vector<float>{2, 3}));
   // Comparisons and where promote; sums of bools count in int64.
@@ -238,9 +239,9 @@ TEST_P(DeviceTest, AutogradGradLeavesGradsAlone) {
     gw[k] = rx[k] * rx[k];
     gh[k] = rw[k];
   }
-  EXPECT_TRUE(close(bp::DType::f32, g[0].to_vector<double>(), gx));
-  EXPECT_TRUE(close(bp::DType::f32, g[1].to_vector<double>(), gw));
-  EXPECT_TRUE(close(bp::DType::f32, g[2].to_vector<double>(), gh));
+  EXPECT_TRUE(bptest::close(bp::DType::f32, g[0].to_vector<double>(), gx));
+  EXPECT_TRUE(bptest::close(bp::DType::f32, g[1].to_vector<double>(), gw));
+  EXPECT_TRUE(bptest::close(bp::DType::f32, g[2].to_vector<double>(), gh));
   EXPECT_FALSE(x.grad().defined());
   EXPECT_FALSE(w.grad().defined());
   auto unused = make(xv, {5}).requires_grad_();
