@@ -341,10 +341,14 @@ void launch_conv(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in
     const int64_t want = (cu * 8 + tiles - 1) / tiles;
     const int64_t most = std::max<int64_t>(p.KD / (kGemmTK * 8), 1);
     slices = std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 256));
-    p.kchunk = (p.KD + slices - 1) / slices;
-    p.kchunk = (p.kchunk + kGemmTK - 1) / kGemmTK * kGemmTK;
-    slices = std::max<int64_t>((p.KD + p.kchunk - 1) / p.kchunk, 1);
-    if (p.KD == 0) p.kchunk = 0;
+    if (p.KD == 0) {  // an empty batch: one slice whose sum over nothing writes dw = 0
+      slices = 1;
+      p.kchunk = 0;
+    } else {
+      p.kchunk = (p.KD + slices - 1) / slices;
+      p.kchunk = (p.kchunk + kGemmTK - 1) / kGemmTK * kGemmTK;
+      slices = std::max<int64_t>((p.KD + p.kchunk - 1) / p.kchunk, 1);
+    }
     p.nbatch = slices * p.G;
   }
   const int64_t wgrad_n = p.G * p.M * p.NN;

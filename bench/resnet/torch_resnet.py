@@ -43,7 +43,11 @@ def main():
         batch, iters, warmup = min(batch, 32), min(iters, 5), 1
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = True
+    # cuDNN's algorithm search as Backplane's is set (BACKPLANE_CUDNN_BENCHMARK=1: cudnnFind once
+    # a shape, like cudnn.benchmark = True; unset: heuristics on both sides), so one command
+    # compares like with like.
+    benchmark = os.environ.get("BACKPLANE_CUDNN_BENCHMARK", "0") == "1"
+    torch.backends.cudnn.benchmark = benchmark
     devices = args.device or (["cuda:0"] if torch.cuda.is_available() else ["cpu:0"])
 
     def wanted(m):
@@ -93,6 +97,7 @@ def main():
             rate = batch / (median_us(step, iters) * 1e-6)
             impl = f"torch {torch.__version__} eager" + (" autocast bf16 channels-last"
                                                          if dt == "bf16" else " f32")
+            impl += ", cudnn.benchmark" if benchmark else ", cudnn heuristics"
             if wanted(eager):
                 emit(eager, rate, "img/s", impl)
             if wanted(graph):

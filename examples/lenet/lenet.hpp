@@ -7,6 +7,8 @@
 
 #include <backplane/backplane.hpp>
 
+#include <cmath>
+
 #include <memory>
 #include <string>
 
@@ -34,6 +36,20 @@ inline std::shared_ptr<bp::nn::Sequential> make(bp::Device& device, const std::s
   net->add<Linear>(120, 84, true, device);
   net->add(activation(act));
   net->add<Linear>(84, 10, true, device);
+  // Xavier-uniform weights, as d2l initialises its LeNet: without them the default (PyTorch's
+  // kaiming_uniform_ with a = sqrt(5)) leaves the loss on a plateau for the first epochs, and the
+  // moment SGD leaves it depends on the last bits of every sum, so devices that round
+  // differently train to different models.
+  bp::NoGradGuard no_grad;
+  for (auto& [key, p] : net->named_parameters()) {
+    if (p.rank() < 2) continue;  // biases keep their default
+    int64_t receptive = 1;
+    for (int d = 2; d < p.rank(); ++d) receptive *= p.size(d);
+    const double fan_in = static_cast<double>(p.size(1) * receptive);
+    const double fan_out = static_cast<double>(p.size(0) * receptive);
+    const double bound = std::sqrt(6.0 / (fan_in + fan_out));
+    p.copy_(bp::uniform(p.shape(), -bound, bound, p.device()));
+  }
   return net;
 }
 

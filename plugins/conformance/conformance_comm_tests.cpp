@@ -269,6 +269,10 @@ bp_comm_host make_host(StoreCtx& ctx) {
 
 // ---- the suite --------------------------------------------------------------------------------
 
+// Every dtype of the ABI, for the collectives that take them all.
+constexpr int32_t dtypes[] = {BP_DTYPE_F32, BP_DTYPE_F64, BP_DTYPE_F16, BP_DTYPE_BF16,
+                              BP_DTYPE_I32, BP_DTYPE_I64, BP_DTYPE_U8,  BP_DTYPE_BOOL};
+
 class Suite {
  public:
   Suite(const CommChildOptions& o, const bp_comm_api* api, std::string label,
@@ -364,6 +368,13 @@ class Suite {
   }
 
   void all_reduce_case(int32_t dt, int32_t op, size_t n, size_t offset, bool in_place);
+  // The suites of run(), in order (each test of a suite is filtered and reported on its own).
+  void all_reduce_tests();
+  void broadcast_tests();
+  void all_gather_tests();
+  void reduce_scatter_tests();
+  void point_to_point_and_handle_tests();
+  void abort_and_destroy_tests();
   void core_tests();
 
   const CommChildOptions& o_;
@@ -434,8 +445,6 @@ void Suite::all_reduce_case(int32_t dt, int32_t op, size_t n, size_t offset, boo
 }
 
 void Suite::run() {
-  const int32_t dtypes[] = {BP_DTYPE_F32, BP_DTYPE_F64, BP_DTYPE_F16, BP_DTYPE_BF16,
-                            BP_DTYPE_I32, BP_DTYPE_I64, BP_DTYPE_U8,  BP_DTYPE_BOOL};
   const std::string& L = label_;
 
   test("abi.table[" + L + "]", [&] {
@@ -471,6 +480,18 @@ void Suite::run() {
     return;
   }
 
+  all_reduce_tests();
+  broadcast_tests();
+  all_gather_tests();
+  reduce_scatter_tests();
+  point_to_point_and_handle_tests();
+  abort_and_destroy_tests();
+  core_tests();
+}
+
+// Every dtype and reduction at three sizes, in place, at odd offsets.
+void Suite::all_reduce_tests() {
+  const std::string& L = label_;
   for (int32_t dt : dtypes)
     for (int32_t op = 0; op < BP_REDUCE_COUNT; ++op)
       for (size_t n : {size_t{1}, size_t{1001}, size_t{65539}})
@@ -483,7 +504,11 @@ void Suite::run() {
   for (size_t off : {size_t{1}, size_t{3}})
     test(format("all_reduce_odd_offset[%s,f64,n=333,offset %zu elements]", L.c_str(), off),
          [&] { all_reduce_case(BP_DTYPE_F64, BP_REDUCE_MAX, 333, off, false); });
+}
 
+// From every root.
+void Suite::broadcast_tests() {
+  const std::string& L = label_;
   for (int32_t dt : {BP_DTYPE_F32, BP_DTYPE_F16, BP_DTYPE_I32, BP_DTYPE_BOOL})
     for (int root = 0; root < o_.world; ++root)
       test(format("broadcast[%s,%s,n=1001,root %d]", L.c_str(), bp_dtype_name(dt), root), [&] {
@@ -498,7 +523,11 @@ void Suite::run() {
         wait(w, "broadcast");
         expect_same(values(read(buf), dt, n), inputs(t, dt, n)[static_cast<size_t>(root)], dt);
       });
+}
 
+// Every dtype, out of place and in place.
+void Suite::all_gather_tests() {
+  const std::string& L = label_;
   for (int32_t dt : dtypes)
     for (bool in_place : {false, true})
       test(format("all_gather[%s,%s,n=517%s]", L.c_str(), bp_dtype_name(dt),
@@ -518,7 +547,11 @@ void Suite::run() {
              for (auto& v : inputs(t, dt, n)) ref.insert(ref.end(), v.begin(), v.end());
              expect_same(values(read(recv), dt, n * o_.world), ref, dt);
            });
+}
 
+// Every dtype and reduction.
+void Suite::reduce_scatter_tests() {
+  const std::string& L = label_;
   for (int32_t dt : dtypes)
     for (int32_t op = 0; op < BP_REDUCE_COUNT; ++op) {
       if (op == BP_REDUCE_AVG && !floating(dt)) continue;
@@ -542,7 +575,11 @@ void Suite::run() {
              expect_same(values(read(recv), dt, n), ref, dt, mag);
            });
     }
+}
 
+// Empty collectives, a ring of send/recv, barrier, work handles, errors.
+void Suite::point_to_point_and_handle_tests() {
+  const std::string& L = label_;
   test("empty[" + L + ",all_reduce,broadcast,all_gather,reduce_scatter,n=0]", [&] {
     Region r = region(0);
     bp_comm_work* w = nullptr;
@@ -633,7 +670,11 @@ void Suite::run() {
     expect_invalid(api_->send(comm_, r.data, 4, BP_DTYPE_F32, o_.rank, mem_->stream(), &w),
                    "send to itself");
   });
+}
 
+// Last: a timeout, comm_abort and comm_destroy.
+void Suite::abort_and_destroy_tests() {
+  const std::string& L = label_;
   // Last: leaves the communicator aborted.
   test("timeout_and_abort[" + L + "]", [&] {
     if (o_.world < 2) throw Skip("needs 2 ranks: one waits for the others, who stay away");
@@ -676,8 +717,6 @@ void Suite::run() {
     check(api_->comm_destroy(comm_), "comm_destroy");
     comm_ = nullptr;
   });
-
-  core_tests();
 }
 
 // Through core's bp::dist, with this plugin as the backend: non-contiguous tensors, whose

@@ -22,6 +22,7 @@
 #include <backplane/abi/op_table.h>
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,12 +54,13 @@ enum {
   F_ABI_MAJOR2 = 1 << 12,    /* the table says ABI major 2 */
   F_INIT_FAILS = 1 << 13,    /* init returns BP_ERROR_UNAVAILABLE */
   F_WRONG_CONV = 1 << 14,    /* conv2d pads one row too many on top: its windows start a row high */
-  F_INIT_SEGV = 1 << 15,     /* init writes to address 0 (SIGSEGV) */
+  F_INIT_SEGV = 1 << 15,     /* init dies of SIGSEGV (as a bad pointer would) */
   F_INIT_ABORT = 1 << 16,    /* init calls abort() */
   F_INIT_HANG = 1 << 17,     /* init never returns */
   F_BIG_STRUCT = 1 << 18,    /* the table declares struct_size 1 GiB */
   F_NULL_ALLOC = 1 << 19,    /* mem_alloc of more than 0 bytes gives NULL and no error */
-  F_BAD_NAME = 1 << 20       /* the device name is not UTF-8 and holds a terminal escape */
+  F_BAD_NAME = 1 << 20,      /* the device name is not UTF-8 and holds a terminal escape */
+  F_INIT_EXIT = 1 << 21      /* init calls exit(3) */
 };
 
 static const struct {
@@ -84,7 +86,8 @@ static const struct {
                {"init_hang", F_INIT_HANG},
                {"big_struct", F_BIG_STRUCT},
                {"null_alloc", F_NULL_ALLOC},
-               {"bad_name", F_BAD_NAME}};
+               {"bad_name", F_BAD_NAME},
+               {"init_exit", F_INIT_EXIT}};
 #define NUM_FAULTS (sizeof kFaults / sizeof kFaults[0])
 
 static unsigned g_faults;
@@ -135,6 +138,14 @@ static void sleep_ms(long ms) {
 
 /* ---- Contract checks: init once, streams alive when a buffer is freed --------------------- */
 
+/* A driver that dereferences a bad pointer. The signal is raised with its default action, so
+ * the process dies of SIGSEGV in sanitizer builds as well, whose handlers would otherwise turn
+ * the fault into a report and exit status 1. */
+static void crash_with_segv(void) {
+  signal(SIGSEGV, SIG_DFL);
+  raise(SIGSEGV);
+}
+
 static int g_inits;
 static bp_error* ref_init(void) {
   if (__atomic_add_fetch(&g_inits, 1, __ATOMIC_RELAXED) > 1)
@@ -147,8 +158,9 @@ static bp_error* ref_init(void) {
   if (on(F_INIT_FAILS))
     return template_error(BP_ERROR_UNAVAILABLE,
                           TEMPLATE_NAME " init failure: simulated driver error 42");
-  if (on(F_INIT_SEGV)) *(volatile int*)0 = 42;
+  if (on(F_INIT_SEGV)) crash_with_segv();
   if (on(F_INIT_ABORT)) abort();
+  if (on(F_INIT_EXIT)) exit(3);
   while (on(F_INIT_HANG)) sleep_ms(1000);
   return base()->init();
 }

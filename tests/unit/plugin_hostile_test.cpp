@@ -68,6 +68,12 @@ TEST(HostilePlugins, BpSmiSurvivesAnInitThatCrashesAbortsOrHangs) {
   auto abrt = smi_reference("init_abort");
   EXPECT_NE(abrt["reason"].get<std::string>().find("init crashed with SIGABRT"), std::string::npos)
       << abrt;
+  // exit() in init (or a sanitizer's report there) once ended bp-smi with the plugin's status.
+  auto ex = smi_reference("init_exit");
+  EXPECT_EQ(ex["status"], "failed");
+  EXPECT_NE(ex["reason"].get<std::string>().find("init ended the process with exit status 3"),
+            std::string::npos)
+      << ex;
   auto hang = smi_reference("init_hang", "BACKPLANE_PROBE_PLUGINS=0.5");
   EXPECT_NE(hang["reason"].get<std::string>().find("init did not return within 0.5 s"),
             std::string::npos)

@@ -51,8 +51,12 @@ if [ -n "$ocl" ]; then
 fi
 BP_TEST_DEVICES=cuda:0 STEP_TIMEOUT=120 STEP_TAIL=4 step device.cuda0 \
   "$build/bin/bp_device_tests" --gtest_brief=1
-STEP_TIMEOUT=240 STEP_TAIL=30 step compare.resnet python3 bench/compare.py \
-  --bp "$build/bin/bp-bench-resnet" --ref-bin bench/resnet/torch_resnet.py --device cuda:0 \
-  --repeat "$repeat" --json "$out/compare-resnet.json"
+# Both sides with cuDNN's heuristics, then both with its algorithm search (cudnn.benchmark).
+for mode in 0 1; do
+  BACKPLANE_CUDNN_BENCHMARK=$mode STEP_TIMEOUT=240 STEP_TAIL=12 step "compare.resnet.bench$mode" \
+    python3 bench/compare.py --bp "$build/bin/bp-bench-resnet" \
+    --ref-bin bench/resnet/torch_resnet.py --device cuda:0 --repeat "$repeat" \
+    --json "$out/compare-resnet-bench$mode.json"
+done
 echo "=== summary"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"

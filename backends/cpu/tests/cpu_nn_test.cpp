@@ -429,9 +429,13 @@ TEST_P(NnTest, BatchNormTrainingEvaluationAndBackward) {
         for (int64_t i = 0; i < c.L; ++i) {
           const size_t k = at(b_, ch, i);
           y[k] = (xv[k] - mean[ch]) * inv[ch] * wv[ch] + bv[ch];
-          ym[k] = std::abs((xv[k] - mean[ch]) * inv[ch] * wv[ch]) + std::abs(bv[ch]);
+          // The terms' magnitudes: x - mean is computed from values as large as |x| and |mean|
+          // (channel 0 sits near 40), so its rounding scales with them, not with the difference.
+          ym[k] = (std::abs(xv[k]) + std::abs(mean[ch])) * inv[ch] * std::abs(wv[ch]) +
+                  std::abs(bv[ch]);
           ye[k] = (xv[k] - rmv[ch]) * einv * wv[ch] + bv[ch];
-          yem[k] = std::abs((xv[k] - rmv[ch]) * einv * wv[ch]) + std::abs(bv[ch]);
+          yem[k] = (std::abs(xv[k]) + std::abs(rmv[ch])) * einv * std::abs(wv[ch]) +
+                   std::abs(bv[ch]);
         }
     }
     const std::vector<bp_attr> train = {attr_i("training", 1), attr_f("eps", eps),

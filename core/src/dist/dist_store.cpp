@@ -565,12 +565,10 @@ struct TcpStoreServer::Impl {
     Writer w;
     if (!c.authenticated || q.op == wire::kHello) {
       bool ok = q.op == wire::kHello && same_secret(q.value, secret);
+      if (!ok) ++rejected;  // counted before the refusal is sent: a client that reads it sees it
       w.u8(ok ? 0 : 1);
       reply(c, w);
-      if (!ok) {
-        c.dead = true;
-        ++rejected;
-      }
+      if (!ok) c.dead = true;
       c.authenticated = ok;
       return;
     }

@@ -21,6 +21,10 @@
 
 namespace bp {
 
+namespace {
+void write_env_trace();  // BACKPLANE_TRACE, below
+}  // namespace
+
 namespace detail {
 
 namespace {
@@ -441,6 +445,7 @@ class ProfilerObserver final : public Observer {
   void sync(Device& dev, bp_stream* stream, int64_t t0) override { on_sync(dev, stream, t0); }
   void implicit_sync(const Device& dev, const char* what) override { on_implicit_sync(dev, what); }
   void oom_users(Device& dev, std::string& out) override { oom_top_users(dev, out); }
+  void process_exit() noexcept override { write_env_trace(); }
 };
 
 [[maybe_unused]] const bool g_registered = [] {
@@ -555,7 +560,11 @@ std::string& env_trace_path() {
   return *p;
 }
 
+// Once: at the first of the runtime's exit notice (ProfilerObserver::process_exit, before the
+// plugins' own exit handlers unload their drivers) and the exit handler registered below.
 void write_env_trace() {
+  static std::atomic<bool> written{false};
+  if (env_trace_path().empty() || written.exchange(true)) return;
   try {
     if (profiler::is_running()) profiler::stop();
     profiler::save(env_trace_path());

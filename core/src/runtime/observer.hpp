@@ -56,6 +56,10 @@ class Observer {
   virtual void implicit_sync(const Device& dev, const char* what) = 0;
   // Appends "; top users: ..." of `dev`'s live memory to an out-of-memory summary.
   virtual void oom_users(Device& dev, std::string& out) = 0;
+  // The process is exiting (Note [Exit] in registry.cpp): every device's queued work has
+  // finished and every plugin is still loaded. Called once, before any exit handler that a
+  // plugin or its libraries registered (a whole-run trace is written here).
+  virtual void process_exit() noexcept = 0;
 
  protected:
   ~Observer() = default;

@@ -120,13 +120,22 @@ void finish_queued_work() noexcept {
 }
 
 namespace {
+// Tells the observer once that the process exits, after the queued work (Note [Observers]).
+void notify_exit() noexcept {
+  static std::atomic<bool> done{false};
+  if (observing() && !done.exchange(true)) observer_hooks().process_exit();
+}
 struct ExitGuard {
-  ~ExitGuard() { finish_queued_work(); }
+  ~ExitGuard() {
+    finish_queued_work();
+    notify_exit();
+  }
 };
 }  // namespace
 
 void finish_queued_work_at_exit() {
   finish_queued_work();
+  notify_exit();
 }
 
 void arm_exit_guard() noexcept {

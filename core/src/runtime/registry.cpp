@@ -299,8 +299,10 @@ PluginReport load_library(const std::string& path, const bp_plugin_api** out_api
 //   takes that process with it; BACKPLANE_PLUGINS (an allow list) or plugins.deny keeps it out.
 //   A tool that must survive any plugin (bp-smi) sets RegistryOptions::probe_seconds: each
 //   plugin is then loaded first in a forked child that exits at once, and one whose child was
-//   killed by a signal or was still running after the time is reported ("init crashed with
-//   SIGSEGV", "init did not return within 10 s") and not loaded in the process. A fork without
+//   killed by a signal, ended the process itself (exit() in init, or a sanitizer's report) or
+//   was still running after the time is reported ("init crashed with SIGSEGV", "init ended
+//   the process with exit status 1", "init did not return within 10 s") and not loaded in the
+//   process. A fork without
 //   exec copies only the calling thread, hence "for single-threaded tools".
 std::string probe_in_child(const std::string& path, double seconds) {
   pid_t pid = ::fork();
@@ -328,6 +330,10 @@ std::string probe_in_child(const std::string& path, double seconds) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status) == 0 ? ""
+                                    : "init ended the process with exit status " +
+                                          std::to_string(WEXITSTATUS(status)) + advice;
   if (!WIFSIGNALED(status)) return "";
   const int sig = WTERMSIG(status);
   const char* abbrev = ::sigabbrev_np(sig);

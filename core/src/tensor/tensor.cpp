@@ -675,20 +675,49 @@ Tensor ones_like(const Tensor& t) {
 }
 
 Tensor arange(int64_t n, Device& device, DType dtype) {
-  // Built on the host in the requested dtype, so devices without f64 need no cast.
-  size_t count = static_cast<size_t>(std::max<int64_t>(n, 0));
-  uint64_t size = checked_bytes(Dims{static_cast<int64_t>(count)}, dtype, "arange");
-  std::vector<char> bytes;
-  try {
-    bytes.resize(size);
-  } catch (const std::bad_alloc&) {
-    throw OutOfMemory("arange(" + std::to_string(n) + "): the " + std::to_string(size) +
-                      " bytes of " + std::string(dtype_name(dtype)) +
-                      " values could not be allocated on the host");
+  // Values are written on the host in the requested dtype, so devices without f64 need no cast.
+  // The device's memory is taken first and the host stages at most kChunk values at a time: a
+  // count no device can hold is that device's OutOfMemory, never a host allocation of the same
+  // size (which sanitizers and overcommitting hosts answer by killing the process).
+  const int64_t count = std::max<int64_t>(n, 0);
+  const Dims shape{count};
+  (void)checked_bytes(shape, dtype, "arange");
+  const std::string what = "arange(" + std::to_string(n) + ")";
+  const size_t esize = dtype_size(dtype);
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  auto fill = [&](char* dst, int64_t first, int64_t len) {
+    for (int64_t k = 0; k < len; ++k)
+      store_from_double(dst, dtype, static_cast<size_t>(k), static_cast<double>(first + k));
+  };
+  if (DeviceState& ds = state(device); ds.interceptor.load(std::memory_order_acquire)) {
+    // During a capture the values are a constant of the graph, uploaded by from_bytes.
+    std::vector<char> bytes(static_cast<size_t>(count) * esize);
+    fill(bytes.data(), 0, count);
+    return from_bytes(bytes.data(), bytes.size(), {count}, dtype, device);
   }
-  for (size_t k = 0; k < count; ++k)
-    store_from_double(bytes.data(), dtype, k, static_cast<double>(k));
-  return from_bytes(bytes.data(), bytes.size(), {static_cast<int64_t>(count)}, dtype, device);
+  Tensor t;
+  try {
+    t = make_empty(device, shape, dtype);
+  } catch (const OutOfMemory& e) {
+    throw OutOfMemory(what + ": " + e.what());
+  }
+  if (count == 0) return t;
+  Stream& st = device.default_stream();
+  Buffer& storage = *impl(t).storage;
+  if (auto* hp = static_cast<char*>(storage.host_pointer())) {
+    st.synchronize();
+    fill(hp, 0, count);
+    return t;
+  }
+  std::vector<char> stage(static_cast<size_t>(std::min(count, kChunk)) * esize);
+  for (int64_t first = 0; first < count; first += kChunk) {
+    const int64_t len = std::min(kChunk, count - first);
+    fill(stage.data(), first, len);
+    device.copy_from_host(st, storage, static_cast<uint64_t>(first) * esize, stage.data(),
+                          static_cast<uint64_t>(len) * esize);
+    st.synchronize();  // the stage is refilled next
+  }
+  return t;
 }
 Tensor arange(int64_t n, DType dtype) {
   return arange(n, default_device(), dtype);
