@@ -44,7 +44,7 @@ print("\n== tensors and GPUs")
 x = bp.tensor([1, 2, 3])
 show("x.device", repr(x.device))                # book: device(type='cpu')
 print("print(x):")
-print(x)                                        # walkthrough: [1. 2. 3.] <Tensor 3 f32 @cpu:0>
+print(x)                                        # [1 2 3] <Tensor 3 i64 @cpu:0> (book: tensor([1, 2, 3]))
 
 X = bp.ones(2, 3, device=bp.try_gpu())
 show("X = ones(2, 3, device=try_gpu())", repr(X))

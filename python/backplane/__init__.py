@@ -2,7 +2,7 @@
 
     >>> import backplane as bp
     >>> gpu = bp.try_gpu()                # cuda:0, or cpu:0 when there is no GPU
-    >>> x = bp.tensor([1, 2, 3])          # on the default device (cpu:0), float32
+    >>> x = bp.tensor([1, 2, 3])          # on the default device (cpu:0), int64
     >>> y = x.copy_to(gpu)                # always a new tensor
     >>> z = x.to(gpu)                     # x itself when already there
     >>> (z + 2).exp() * y                 # computed on the GPU, stays there
@@ -36,7 +36,6 @@ from ._core import (
     capture,
     cat,
     default_device,
-    device,
     devices,
     dtype,
     exp,
@@ -66,7 +65,12 @@ from ._core import (
     where,
 )
 from ._runtime import (
+    AbsentDevice,
     Availability,
+    device,
+    enable_grad,
+    inference_mode,
+    set_grad_enabled,
     empty_cache,
     is_available,
     max_memory_allocated,
@@ -123,8 +127,10 @@ from ._functions import (
 )
 from ._dlpack import from_dlpack
 from ._graph import graph
-from .serialization import load, load_metadata, save
-from . import nn, optim  # noqa: E402  (they use the names above)
+from .serialization import load, load_checkpoint, load_metadata, save, save_checkpoint
+from . import autograd, nn, optim  # noqa: E402  (they use the names above)
+from . import distributed, profiler, utils  # noqa: E402
+from .trainer import Trainer  # noqa: E402
 from . import models  # noqa: E402  (built on nn)
 
 __version__ = "0.1.0"

@@ -17,9 +17,19 @@ _tensor_max = Tensor.max
 _tensor_min = Tensor.min
 
 
-def max(input, dim=None, keepdim=False):  # noqa: A001  (torch.max)
+def _axis(dim, keepdim, axis, keepdims):
+    if axis is not None:
+        if dim is not None:
+            raise TypeError("give dim or axis, not both")
+        dim = axis
+    return dim, bool(keepdim or keepdims)
+
+
+def max(input, dim=None, keepdim=False, *, axis=None, keepdims=False):  # noqa: A001
     """torch.max: the largest value (dim None), (values, indices) along an int dim, the
-    largest values over a tuple of dims, or the elementwise maximum with another tensor."""
+    largest values over a tuple of dims, or the elementwise maximum with another tensor.
+    NumPy's axis= and keepdims= are accepted too."""
+    dim, keepdim = _axis(dim, keepdim, axis, keepdims)
     if isinstance(dim, Tensor):
         return _core.maximum(input, dim)
     if isinstance(dim, int):
@@ -27,8 +37,9 @@ def max(input, dim=None, keepdim=False):  # noqa: A001  (torch.max)
     return _tensor_max(input, dim, keepdim)
 
 
-def min(input, dim=None, keepdim=False):  # noqa: A001  (torch.min)
+def min(input, dim=None, keepdim=False, *, axis=None, keepdims=False):  # noqa: A001
     """torch.min, as max."""
+    dim, keepdim = _axis(dim, keepdim, axis, keepdims)
     if isinstance(dim, Tensor):
         return _core.minimum(input, dim)
     if isinstance(dim, int):

@@ -1,6 +1,7 @@
 """Devices (d2l's try_gpu / try_all_gpus), availability, memory statistics, synchronisation
-and the no_grad mode."""
+and the gradient modes (no_grad, enable_grad, set_grad_enabled, inference_mode)."""
 import functools
+import re
 
 from . import _core
 
@@ -84,17 +85,21 @@ def empty_cache(device=None):
     _dev(device).empty_cache()
 
 
-class no_grad:
-    """Switches gradient recording off on this thread, as a context manager
-    (``with backplane.no_grad():``) or a decorator (``@backplane.no_grad()``), like
-    torch.no_grad."""
+class _GradMode:
+    """Sets gradient recording on this thread to `_enabled` inside a with block or a decorated
+    function, and restores what it was after."""
+
+    _enabled = False
 
     def __init__(self):
         self._states = []
 
+    def _mode(self):
+        return self._enabled
+
     def __enter__(self):
-        state = _core._NoGradState()
-        state.enter()
+        state = _core._GradModeState()
+        state.enter(self._mode())
         self._states.append(state)
         return self
 
@@ -102,10 +107,110 @@ class no_grad:
         self._states.pop().exit()
         return False
 
+    def _clone(self):
+        return type(self)()
+
     def __call__(self, fn):
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
-            with no_grad():
+            with self._clone():
                 return fn(*args, **kwargs)
 
         return wrapper
+
+
+class no_grad(_GradMode):
+    """Switches gradient recording off on this thread, as a context manager
+    (``with backplane.no_grad():``) or a decorator (``@backplane.no_grad()``), like
+    torch.no_grad."""
+
+
+class enable_grad(_GradMode):
+    """Switches gradient recording on inside a no_grad region (torch.enable_grad)."""
+
+    _enabled = True
+
+
+class set_grad_enabled(_GradMode):
+    """torch.set_grad_enabled(mode): a context manager or decorator setting recording to
+    `mode`."""
+
+    def __init__(self, mode):
+        super().__init__()
+        self._enabled = bool(mode)
+
+    def _clone(self):
+        return set_grad_enabled(self._enabled)
+
+
+class inference_mode(_GradMode):
+    """torch.inference_mode(mode=True): recording off (on with mode=False) for evaluation."""
+
+    def __init__(self, mode=True):
+        super().__init__()
+        self._enabled = not mode
+
+    def _clone(self):
+        return inference_mode(not self._enabled)
+
+
+# ---- device handles -----------------------------------------------------------------------
+
+_SPEC = re.compile(r"^([a-z_][a-z0-9_]*)(?::([0-9]+))?$")
+
+
+class AbsentDevice:
+    """What backplane.device() gives for a device that does not exist here ('cuda' without a
+    GPU), as torch.device does: it prints and compares like a device, and every use (creating a
+    tensor on it, moving to it, asking its properties) raises the DeviceError that says why it
+    is missing, with the driver's reason."""
+
+    __slots__ = ("type", "index", "reason")
+
+    def __init__(self, type, index, reason):
+        self.type, self.index, self.reason = type, index, reason
+
+    def __str__(self):
+        return f"{self.type}:{self.index}"
+
+    def __repr__(self):
+        return f"device(type='{self.type}', index={self.index})"
+
+    def __eq__(self, other):
+        return isinstance(other, AbsentDevice) and (self.type, self.index) == (other.type,
+                                                                               other.index)
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+    def _fail(self, *args, **kwargs):
+        raise _core.DeviceError(self.reason)
+
+    name = property(_fail)
+    backend = property(_fail)
+    properties = memory_stats = synchronize = free_memory = _fail
+    reset_peak_memory_stats = empty_cache = supports = _fail
+
+
+def _known_types():
+    types = {"cpu", "cuda", "opencl"}
+    for r in _core.load_report():
+        if r.get("device_type"):
+            types.add(r["device_type"])
+    return types
+
+
+def device(spec=None):
+    """The device named by `spec` ('cuda:1', 'cuda' = 'cuda:0', 'cpu', a Device, None for the
+    default device). A well-formed name of a device that does not exist here gives an
+    AbsentDevice whose use raises DeviceError with the reason (torch.device('cuda') on a
+    machine without CUDA works the same way); a malformed name is a DeviceError at once."""
+    try:
+        return _core.device(spec)
+    except _core.DeviceError as e:
+        if not isinstance(spec, str):
+            raise
+        m = _SPEC.match(spec)
+        if not m or m.group(1) not in _known_types():
+            raise
+        return AbsentDevice(m.group(1), int(m.group(2) or 0), str(e))

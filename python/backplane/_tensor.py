@@ -1,10 +1,11 @@
 """Tensor creation and the Python-level parts of Tensor (repr, tolist, to, casts).
 
 Note [Default dtype]
-  Python numbers become float32 unless `dtype=` says otherwise (ints too: tensor([1, 2, 3]) is
-  float32, as in MXNet's NumPy interface and the C++ bp::tensor), because ops do not promote
-  dtypes and the walkthrough's (z + 2).exp() must work on it. NumPy arrays keep their dtype
-  (float64 stays float64), as torch.tensor(ndarray) does. bool data becomes bool.
+  As in PyTorch: Python ints (and nested lists of them) become int64, floats float32, bools
+  bool; arange with integer arguments is int64; full takes the fill value's kind. NumPy arrays
+  keep their dtype (float64 stays float64), as torch.tensor(ndarray) does. Ops promote mixed
+  dtypes (Note [Type promotion] in tensor.hpp), so the walkthrough's (z + 2).exp() of an int64
+  z is float32, as in PyTorch.
 """
 import builtins
 import math
@@ -74,8 +75,10 @@ def _infer_dtype(data, arr):
         raise _core.DTypeError(f"tensor(): NumPy dtype {arr.dtype} is not supported")
     if arr.dtype.kind == "b":
         return DT.bool
-    if arr.dtype.kind in "iuf":
-        return DT.float32  # Note [Default dtype]
+    if arr.dtype.kind in "iu":
+        return DT.int64  # Note [Default dtype]
+    if arr.dtype.kind == "f":
+        return DT.float32
     raise _core.DTypeError(f"tensor(): cannot make a tensor of {type(data).__name__} data "
                            f"(NumPy sees dtype {arr.dtype}); expected numbers, bools or "
                            "nested lists of them")
@@ -140,10 +143,21 @@ def empty(*size, dtype=None, device=None, requires_grad=False):
                    requires_grad)
 
 
+def _scalar_dtype(value):
+    """The dtype a Python number gives (Note [Default dtype])."""
+    if isinstance(value, (builtins.bool, np.bool_)):
+        return DT.bool
+    if isinstance(value, (builtins.int, np.integer)):
+        return DT.int64
+    return DT.float32
+
+
 def full(size, fill_value, dtype=None, device=None, requires_grad=False):
+    """A tensor of `fill_value`; its dtype follows the value (int64, float32, bool) unless
+    `dtype` is given."""
     if isinstance(size, builtins.int):
         size = (size,)
-    dt = _dtype(dtype)
+    dt = _dtype(dtype, _scalar_dtype(fill_value))
     return _finish(_core._full(_size((size,), "full"), builtins.float(fill_value), _device(device),
                                dt), requires_grad)
 
@@ -194,13 +208,15 @@ def normal(mean, std, size, dtype=None, device=None, requires_grad=False):
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
-    """start, start + step, ... below end (0 .. start-1 when end is None); float32 unless
-    `dtype` says otherwise (Note [Default dtype])."""
+    """start, start + step, ... below end (0 .. start-1 when end is None); int64 when every
+    argument is an integer, float32 otherwise, unless `dtype` says (Note [Default dtype])."""
     if end is None:
         start, end = 0, start
     if step == 0:
         raise _core.ShapeError("arange: step must not be zero")
-    dt = _dtype(dtype)
+    ints = all(isinstance(v, (builtins.int, np.integer)) and not isinstance(v, builtins.bool)
+               for v in (start, end, step))
+    dt = _dtype(dtype, DT.int64 if ints else DT.float32)
     n = max(0, math.ceil((end - start) / step))
     if start == 0 and step == 1 and dt != DT.bool:
         return _finish(_core._arange(n, _device(device), dt), requires_grad)
@@ -245,14 +261,15 @@ def randn_like(t, dtype=None, device=None):
 # ---- Python-level Tensor methods ------------------------------------------------------------
 
 
-def _host_array(t):
-    return (t._to_dtype(DT.float32) if t.dtype == DT.bfloat16 else t).numpy()
+def _host_array(t, call):
+    """The values as a NumPy array; `call` names the user's call in sync-debug reports."""
+    return _core._numpy_as(t._to_dtype(DT.float32) if t.dtype == DT.bfloat16 else t, call)
 
 
 def _repr(self):
     """PyTorch's form: tensor([1., 2., 3.], device='cuda:0'); cpu and float32/int64/bool are
     implied."""
-    arr = _host_array(self)
+    arr = _host_array(self, "repr()")
     prefix = "tensor("
     if arr.dtype.kind == "f":
         body = np.array2string(arr, separator=", ", prefix=prefix, precision=4,
@@ -285,7 +302,7 @@ def _format(self, spec):
 
 def _tolist(self):
     """The values as (nested) Python numbers (waits for the device)."""
-    return _host_array(self).tolist()
+    return _host_array(self, "tolist()").tolist()
 
 
 def _iter(self):
@@ -295,7 +312,10 @@ def _iter(self):
 
 
 def _array(self, dtype=None, copy=None):
-    arr = self.numpy()
+    if self.dtype == DT.bfloat16:
+        arr = _host_array(self, "__array__()")
+    else:
+        arr = _core._numpy_as(self, "__array__()")
     if dtype is not None:
         arr = arr.astype(dtype, copy=False)
     return arr.copy() if copy else arr
@@ -320,11 +340,13 @@ def _to(self, *args, **kwargs):
         elif isinstance(a, str):
             try:
                 device = _core.device(a)
-            except _core.DeviceError:
+            except _core.DeviceError as device_error:
                 try:
                     dt = _core._as_dtype(a)
-                except _core.DTypeError:
-                    raise _core.DeviceError(f"to(): '{a}' is neither a device nor a dtype") from None
+                except (_core.DTypeError, TypeError):
+                    # Not a dtype either: the device's reason ('cuda' without CUDA says why
+                    # there is none, a bad name lists the devices that exist).
+                    raise device_error from None
         elif hasattr(a, "type") and hasattr(a, "index"):  # torch.device
             device = a
         else:
@@ -359,6 +381,99 @@ def _cast(dt):
     return method
 
 
+def _operand(value, device):
+    """The tensor an array operand of an operator becomes (Note [Python operands] in
+    tensor.cpp): on the other operand's device, keeping its dtype."""
+    try:
+        return as_tensor(value, device=device)
+    except _core.Error:
+        return tensor(np.ascontiguousarray(value), device=device)  # e.g. negative strides
+
+
+def _copyto(self, other):
+    """MXNet's copyto: into the tensor `other` (returned), or to the device `other` (a copy)."""
+    if isinstance(other, Tensor):
+        other.copy_(self)
+        return other
+    return self.copy_to(_core.device(other))
+
+
+def _data_get(self):
+    """torch's Tensor.data: this tensor's values without autograd history (shares memory)."""
+    return self.detach()
+
+
+def _data_set(self, value):
+    if not isinstance(value, Tensor):
+        raise TypeError(f"data: expected a Tensor, got {type(value).__name__}")
+    self._set_data(value.detach())
+
+
+def _split(self, split_size_or_sections, dim=0):
+    """torch.split: views of `split_size` entries along `dim` (the last one may be shorter),
+    or of the given section sizes."""
+    n = self.shape[dim]
+    if isinstance(split_size_or_sections, builtins.int):
+        size = split_size_or_sections
+        if size <= 0:
+            raise _core.ShapeError(f"split: split_size must be positive, got {size}")
+        sizes = [min(size, n - s) for s in range(0, n, size)] or [0]
+    else:
+        sizes = [builtins.int(v) for v in split_size_or_sections]
+        if sum(sizes) != n or any(v < 0 for v in sizes):
+            raise _core.ShapeError(f"split: sections {sizes} do not add up to the size {n} of "
+                                   f"dim {dim}")
+    out, start = [], 0
+    for size in sizes:
+        out.append(self.narrow(dim, start, size))
+        start += size
+    return tuple(out)
+
+
+def _chunk(self, chunks, dim=0):
+    """torch.chunk: at most `chunks` views of equal size along `dim` (the last smaller)."""
+    if chunks <= 0:
+        raise _core.ShapeError(f"chunk: chunks must be positive, got {chunks}")
+    n = self.shape[dim]
+    return _split(self, max(1, -(-n // chunks)), dim)
+
+
+def _masked_fill(self, mask, value):
+    """torch.masked_fill: `value` where the bool `mask` (broadcast to this shape) is true."""
+    if not isinstance(mask, Tensor) or mask.dtype != DT.bool:
+        raise _core.DTypeError("masked_fill: the mask must be a bool tensor")
+    if isinstance(value, Tensor):
+        fill = value.to(self.dtype)
+    else:
+        fill = _core._full([], builtins.float(value), self.device, self.dtype)
+    return _core.where(mask, fill, self)
+
+
+class RemovableHandle:
+    """What register_post_accumulate_grad_hook returns: remove() unregisters the hook."""
+
+    __slots__ = ("_tensor", "_id")
+
+    def __init__(self, tensor, hook_id):
+        self._tensor, self._id = tensor, hook_id
+
+    def remove(self):
+        if self._id is not None:
+            _core._remove_post_accumulate_grad_hook(self._tensor, self._id)
+            self._id = None
+
+
+def _register_post_accumulate_grad_hook(self, hook):
+    """torch's Tensor.register_post_accumulate_grad_hook: hook(tensor) runs each time backward
+    has finished this leaf's gradient (it may read or replace tensor.grad)."""
+    return RemovableHandle(self, _core._register_post_accumulate_grad_hook(self, hook))
+
+
+def _masked_fill_(self, mask, value):
+    """In-place masked_fill."""
+    return self.copy_(_masked_fill(self, mask, value))
+
+
 for _name, _fn in {
     "__repr__": _repr,
     "__str__": _str,
@@ -369,6 +484,13 @@ for _name, _fn in {
     "to": _to,
     "cuda": _cuda,
     "as_in_context": lambda self, device: self._to_device(_core.device(device)),
+    "as_in_ctx": lambda self, ctx: self._to_device(_core.device(ctx)),
+    "copyto": _copyto,
+    "split": _split,
+    "chunk": _chunk,
+    "masked_fill": _masked_fill,
+    "masked_fill_": _masked_fill_,
+    "register_post_accumulate_grad_hook": _register_post_accumulate_grad_hook,
     "float": _cast(DT.float32),
     "double": _cast(DT.float64),
     "half": _cast(DT.float16),
@@ -378,8 +500,12 @@ for _name, _fn in {
     "bool": _cast(DT.bool),
 }.items():
     setattr(Tensor, _name, _fn)
-# NumPy defers binary operators to Tensor, so `ndarray + tensor` is not a silent host copy.
+# NumPy defers binary operators to Tensor, so `ndarray + tensor` is a Backplane tensor, not a
+# silent host copy (Note [Python operands] in tensor.cpp).
 Tensor.__array_priority__ = 1000
+Tensor.__array_ufunc__ = None
+Tensor.ctx = property(lambda self: self.device, doc="MXNet's name of the tensor's device.")
+Tensor.data = property(_data_get, _data_set)
 
 
 def _dtype_repr(self):

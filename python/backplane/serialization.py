@@ -58,3 +58,28 @@ def load(path, map_location=None):
 def load_metadata(path):
     """The __metadata__ of a safetensors file as a dict of strings (reads only the header)."""
     return _core._load_metadata(str(path))
+
+
+def save_checkpoint(path, model, optimizer, scheduler=None, step=0, metadata=None):
+    """Writes a training checkpoint (the C++ Note [Checkpoint files]): `path` (safetensors: the
+    model's state_dict under "model.<key>", the optimiser's buffers) and `path` + ".json" (the
+    step, the optimiser's groups and step counts, the scheduler's state, the random state and
+    `metadata`), each atomically, with one save id. `model` is a Module or a state_dict."""
+    from .nn import Module
+
+    state = model.state_dict() if isinstance(model, Module) else dict(model)
+    _core._save_checkpoint(str(path), state, optimizer, scheduler, int(step),
+                           {str(k): str(v) for k, v in (metadata or {}).items()})
+
+
+def load_checkpoint(path, model, optimizer, scheduler=None):
+    """Restores a checkpoint written by save_checkpoint (here or from C++) into `model` (its
+    tensors copied in place, so `optimizer` keeps them), `optimizer`, `scheduler` and the global
+    random state; returns (step, metadata). Everything is checked before anything changes: a
+    checkpoint of another model is a ShapeError naming the keys, another optimiser or
+    scheduler an Error, a sidecar of another save an IOError."""
+    from .nn import Module
+
+    state = model.state_dict() if isinstance(model, Module) else dict(model)
+    step, metadata = _core._load_checkpoint(str(path), state, optimizer, scheduler)
+    return step, dict(metadata)

@@ -70,5 +70,7 @@ void register_dlpack(nb::class_<Tensor>& cls, nb::module_& m);
 void register_train(nb::module_& m);
 void register_graph(nb::module_& m);
 void register_nn_functional(nb::module_& m);
+void register_profiler(nb::module_& m);
+void register_dist(nb::module_& m);
 
 }  // namespace bp::python

@@ -1,7 +1,8 @@
 // Tensor indexing with NumPy's basic rules, giving views that share memory: integers (select
 // an entry, removing the axis; negative counts from the end), slices with positive steps,
-// None (a new axis of size 1) and one Ellipsis. Indexing with tensors or lists (advanced
-// indexing) is not supported; negative steps are refused as in PyTorch.
+// None (a new axis of size 1) and one Ellipsis. Keys with an advanced part (integer or bool
+// tensors, lists or arrays, negative-step slices) go to the Python layer
+// (backplane/_indexing.py), which gives copies as NumPy and PyTorch do.
 #include "bp_python.hpp"
 
 #include <string>
@@ -24,6 +25,37 @@ bool is_ellipsis(nb::handle h) {
                         "indices; got " +
                         std::string(nb::repr(item).c_str()))
                            .c_str());
+}
+
+// True for an index item that basic indexing cannot express as a view.
+bool is_advanced(nb::handle h) {
+  PyObject* p = h.ptr();
+  if (PyBool_Check(p) || PyList_Check(p) || nb::isinstance<Tensor>(h)) return true;
+  if (PyLong_Check(p) || h.is_none() || p == Py_Ellipsis) return false;
+  if (PySlice_Check(p)) {
+    Py_ssize_t start, stop, step;
+    if (PySlice_Unpack(p, &start, &stop, &step) < 0) throw nb::python_error();
+    return step < 0;
+  }
+  if (nb::hasattr(h, "__array__") || nb::hasattr(h, "__dlpack__")) {
+    // NumPy integer scalars (and 0-d integer arrays) are plain integer indices.
+    bool zero_d = nb::hasattr(h, "ndim") && nb::cast<int>(h.attr("ndim")) == 0;
+    return !(zero_d && PyIndex_Check(p));
+  }
+  return false;
+}
+
+bool has_advanced(nb::handle key) {
+  if (PyTuple_Check(key.ptr())) {
+    for (nb::handle h : nb::borrow<nb::tuple>(key))
+      if (is_advanced(h)) return true;
+    return false;
+  }
+  return is_advanced(key);
+}
+
+nb::object python_indexing(const char* fn) {
+  return nb::module_::import_("backplane._indexing").attr(fn);
 }
 
 Tensor index(const Tensor& t, nb::handle key) {
@@ -84,11 +116,23 @@ Tensor index(const Tensor& t, nb::handle key) {
 }  // namespace
 
 void register_indexing(nb::class_<Tensor>& cls) {
-  cls.def("__getitem__", &index, nb::arg("key"),
-          "A view selected with integers, slices, None and ... (shares memory).");
+  cls.def(
+      "__getitem__",
+      [](nb::handle self, nb::handle key) -> nb::object {
+        if (has_advanced(key)) return python_indexing("getitem")(self, key);
+        return nb::cast(index(nb::cast<const Tensor&>(self), key));
+      },
+      nb::arg("key"),
+      "A view selected with integers, slices, None and ... (shares memory); a copy with integer "
+      "or bool tensors, lists, arrays or negative-step slices.");
   cls.def(
       "__setitem__",
-      [](Tensor& t, nb::handle key, nb::handle value) {
+      [](nb::handle self, nb::handle key, nb::handle value) {
+        if (has_advanced(key)) {
+          python_indexing("setitem")(self, key, value);
+          return;
+        }
+        Tensor& t = nb::cast<Tensor&>(self);
         Tensor v = index(t, key);
         if (grad_enabled() && v.requires_grad())
           throw Error(

@@ -10,4 +10,6 @@ NB_MODULE(_core, m) {
   bp::python::register_train(m);
   bp::python::register_nn_functional(m);
   bp::python::register_graph(m);
+  bp::python::register_profiler(m);
+  bp::python::register_dist(m);
 }

@@ -70,6 +70,14 @@ std::vector<int> reduction_axes(const Tensor& t, nb::handle dim, const char* op)
   return axes;
 }
 
+// `dim`, or NumPy's `axis` keyword (MXNet's and d2l's spelling); not both.
+nb::handle pick_dim(nb::handle dim, nb::handle axis, const char* op) {
+  if (axis.is_none()) return dim;
+  if (!dim.is_none())
+    throw nb::type_error((std::string(op) + "(): give dim or axis, not both").c_str());
+  return axis;
+}
+
 template <typename F>
 Tensor reduce(const Tensor& t, nb::handle dim, bool keepdim, const char* op, F&& one_axis,
               Tensor (Tensor::*all)() const) {
@@ -243,11 +251,151 @@ nb::object self_or(nb::handle self, Tensor result) {
   return nb::cast(std::move(result));
 }
 
-using BinaryFn = Tensor (*)(const Tensor&, const Tensor&);
+// Note [Python operands]
+//   The other operand of an operator may be a Tensor, a Python or NumPy number, or an array
+//   (a NumPy array, or anything with __array__ or __dlpack__). Numbers follow PyTorch: an int
+//   or bool takes the tensor's dtype (a bool tensor computes in int64), a float takes the
+//   tensor's dtype when it is floating and the default float32 otherwise. Arrays become tensors
+//   on the tensor's device keeping their dtype (backplane.as_tensor) and promote as tensors do
+//   (Note [Type promotion] in tensor.hpp), so `tensor + ndarray` and `ndarray + tensor` (NumPy
+//   defers: Tensor.__array_ufunc__ is None) are Backplane tensors. Anything else gives
+//   NotImplemented, so Python raises its TypeError.
+enum class Kind { tensor, integer, floating, other };
+struct Operand {
+  Kind kind = Kind::other;
+  Tensor t;
+  double v = 0;
+};
 
-template <BinaryFn F>
-Tensor with_scalar(const Tensor& a, double b, const char* op) {
-  return F(a, scalar_like(a, b, op));
+PyObject* numpy_generic() {
+  static PyObject* type = [] {
+    PyObject* np = PyImport_ImportModule("numpy");
+    PyObject* g = np ? PyObject_GetAttrString(np, "generic") : nullptr;
+    Py_XDECREF(np);
+    PyErr_Clear();
+    return g;  // kept for the life of the process
+  }();
+  return type;
+}
+
+Operand classify(const Tensor& like, nb::handle h) {
+  Operand o;
+  PyObject* p = h.ptr();
+  if (PyFloat_Check(p)) {
+    o.kind = Kind::floating;
+    o.v = PyFloat_AS_DOUBLE(p);
+    return o;
+  }
+  if (PyLong_Check(p)) {  // bool too
+    int overflow = 0;
+    long long v = PyLong_AsLongLongAndOverflow(p, &overflow);
+    o.v = overflow ? PyLong_AsDouble(p) : static_cast<double>(v);
+    if (PyErr_Occurred()) throw nb::python_error();
+    o.kind = Kind::integer;
+    return o;
+  }
+  if (nb::try_cast<Tensor>(h, o.t, false)) {
+    o.kind = Kind::tensor;
+    return o;
+  }
+  PyObject* generic = numpy_generic();
+  if (generic && PyObject_IsInstance(p, generic) == 1) {
+    std::string kind = nb::cast<std::string>(h.attr("dtype").attr("kind"));
+    if (kind == "b" || kind == "i" || kind == "u") {
+      o.kind = Kind::integer;
+      o.v = nb::cast<double>(nb::float_(h));
+      return o;
+    }
+    if (kind == "f") {
+      o.kind = Kind::floating;
+      o.v = nb::cast<double>(nb::float_(h));
+      return o;
+    }
+    return o;
+  }
+  if (nb::hasattr(h, "__array__") || nb::hasattr(h, "__dlpack__") ||
+      nb::hasattr(h, "__array_interface__")) {
+    // Looked up on each use: a reference kept for the life of the process would keep the
+    // module, and through it the Tensor type, alive past nanobind's leak check at exit.
+    nb::object make = nb::module_::import_("backplane._tensor").attr("_operand");
+    nb::object dev = nb::cast(&like.device(), nb::rv_policy::reference);
+    o.t = nb::cast<Tensor>(make(h, dev));
+    o.kind = Kind::tensor;
+  }
+  return o;
+}
+
+// The tensor a number combines with: a bool tensor as int64 for an int, an integer or bool
+// tensor as float32 for a float (Note [Python operands]).
+Tensor number_base(const Tensor& a, Kind k) {
+  if (k == Kind::floating) return is_floating(a.dtype()) ? a : a.to(DType::f32);
+  return a.dtype() == DType::boolean ? a.to(DType::i64) : a;
+}
+
+using TensorFn = Tensor (*)(const Tensor&, const Tensor&);
+using NumberFn = Tensor (*)(const Tensor&, double);
+
+nb::object arith(const Tensor& a, nb::handle h, TensorFn tt, NumberFn tn) {
+  Operand o = classify(a, h);
+  switch (o.kind) {
+    case Kind::tensor:
+      return nb::cast(tt(a, o.t));
+    case Kind::integer:
+    case Kind::floating:
+      if (tn) return nb::cast(tn(number_base(a, o.kind), o.v));
+      break;
+    case Kind::other:
+      break;
+  }
+  return nb::borrow(Py_NotImplemented);
+}
+
+using CompareFn = Tensor (*)(const Tensor&, const Tensor&);
+
+template <CompareFn F>
+nb::object compare_any(const Tensor& a, nb::handle h) {
+  Operand o = classify(a, h);
+  if (o.kind == Kind::tensor) return nb::cast(F(a, o.t));
+  if (o.kind == Kind::other) return nb::borrow(Py_NotImplemented);
+  Tensor base = number_base(a, o.kind);
+  return nb::cast(F(base, full({}, o.v, base.device(), base.dtype())));
+}
+
+// `b` as the in-place target's dtype; DTypeError when the promoted result would not fit it
+// (PyTorch: an int tensor += a float tensor is refused).
+Tensor inplace_operand(const Tensor& t, const Tensor& b, const char* op) {
+  if (b.dtype() == t.dtype()) return b;
+  DType r = result_type(t, b);
+  if (r != t.dtype())
+    throw DTypeError(std::string(op) + ": the result type " + std::string(dtype_name(r)) +
+                     " cannot be stored in place in a " + std::string(dtype_name(t.dtype())) +
+                     " tensor; use the out-of-place operator, e.g. t = t + x");
+  return b.to(t.dtype());
+}
+
+template <typename F>
+nb::object inplace(nb::handle self, nb::handle h, const char* op, F fn) {
+  Tensor& t = inplace_target(self, op);
+  Operand o = classify(t, h);
+  Tensor other;
+  switch (o.kind) {
+    case Kind::tensor:
+      other = inplace_operand(t, o.t, op);
+      break;
+    case Kind::floating:
+      if (!is_floating(t.dtype()))
+        throw DTypeError(std::string(op) + ": a float cannot be stored in place in a " +
+                         std::string(dtype_name(t.dtype())) +
+                         " tensor; use the out-of-place operator, e.g. t = t + x");
+      [[fallthrough]];
+    case Kind::integer:
+      other = full({}, o.v, t.device(), t.dtype());
+      break;
+    case Kind::other:
+      return nb::borrow(Py_NotImplemented);
+  }
+  fn(t, other);
+  return nb::borrow(self);
 }
 
 }  // namespace
@@ -304,133 +452,193 @@ void register_tensor(nb::module_& m) {
         return t.size(0);
       });
 
-  // ---- arithmetic (Note [Lean per-op path]: Tensor-Tensor overloads first) ----
+  // ---- arithmetic (Note [Lean per-op path]: Tensor-Tensor overloads first; Note [Python
+  // operands] for numbers and arrays) ----
   cls.def(
          "__add__", [](const Tensor& a, const Tensor& b) { return a + b; }, op)
       .def(
-          "__add__", [](const Tensor& a, double b) { return a + scalar_for(a, b, "add"); }, op)
+          "__add__",
+          [](const Tensor& a, nb::handle b) {
+            return arith(
+                a, b, [](const Tensor& x, const Tensor& y) { return x + y; },
+                [](const Tensor& x, double v) { return x + v; });
+          },
+          op)
       .def(
-          "__radd__", [](const Tensor& a, double b) { return scalar_for(a, b, "add") + a; }, op)
+          "__radd__",
+          [](const Tensor& a, nb::handle b) {
+            return arith(
+                a, b, [](const Tensor& x, const Tensor& y) { return y + x; },
+                [](const Tensor& x, double v) { return v + x; });
+          },
+          op)
       .def(
           "__sub__", [](const Tensor& a, const Tensor& b) { return a - b; }, op)
       .def(
-          "__sub__", [](const Tensor& a, double b) { return a - scalar_for(a, b, "sub"); }, op)
+          "__sub__",
+          [](const Tensor& a, nb::handle b) {
+            return arith(
+                a, b, [](const Tensor& x, const Tensor& y) { return x - y; },
+                [](const Tensor& x, double v) { return x - v; });
+          },
+          op)
       .def(
-          "__rsub__", [](const Tensor& a, double b) { return scalar_for(a, b, "sub") - a; }, op)
+          "__rsub__",
+          [](const Tensor& a, nb::handle b) {
+            return arith(
+                a, b, [](const Tensor& x, const Tensor& y) { return y - x; },
+                [](const Tensor& x, double v) { return v - x; });
+          },
+          op)
       .def(
           "__mul__", [](const Tensor& a, const Tensor& b) { return a * b; }, op)
       .def(
-          "__mul__", [](const Tensor& a, double b) { return a * scalar_for(a, b, "mul"); }, op)
+          "__mul__",
+          [](const Tensor& a, nb::handle b) {
+            return arith(
+                a, b, [](const Tensor& x, const Tensor& y) { return x * y; },
+                [](const Tensor& x, double v) { return x * v; });
+          },
+          op)
       .def(
-          "__rmul__", [](const Tensor& a, double b) { return scalar_for(a, b, "mul") * a; }, op)
+          "__rmul__",
+          [](const Tensor& a, nb::handle b) {
+            return arith(
+                a, b, [](const Tensor& x, const Tensor& y) { return y * x; },
+                [](const Tensor& x, double v) { return v * x; });
+          },
+          op)
       .def(
           "__truediv__", [](const Tensor& a, const Tensor& b) { return a / b; }, op)
       .def(
-          "__truediv__", [](const Tensor& a, double b) { return a / scalar_for(a, b, "div"); }, op)
+          "__truediv__",
+          [](const Tensor& a, nb::handle b) {
+            return arith(
+                a, b, [](const Tensor& x, const Tensor& y) { return x / y; },
+                [](const Tensor& x, double v) { return x / v; });
+          },
+          op)
       .def(
-          "__rtruediv__", [](const Tensor& a, double b) { return scalar_for(a, b, "div") / a; }, op)
+          "__rtruediv__",
+          [](const Tensor& a, nb::handle b) {
+            return arith(
+                a, b, [](const Tensor& x, const Tensor& y) { return y / x; },
+                [](const Tensor& x, double v) { return v / x; });
+          },
+          op)
       .def(
           "__matmul__", [](const Tensor& a, const Tensor& b) { return matmul(a, b); }, op)
       .def(
+          "__matmul__",
+          [](const Tensor& a, nb::handle b) {
+            return arith(
+                a, b, [](const Tensor& x, const Tensor& y) { return matmul(x, y); }, nullptr);
+          },
+          op)
+      .def(
+          "__rmatmul__",
+          [](const Tensor& a, nb::handle b) {
+            return arith(
+                a, b, [](const Tensor& x, const Tensor& y) { return matmul(y, x); }, nullptr);
+          },
+          op)
+      .def(
           "__pow__", [](const Tensor& a, const Tensor& b) { return pow(a, b); }, op)
       .def(
-          "__pow__", [](const Tensor& a, double b) { return a.pow(b); }, op)
+          "__pow__",
+          [](const Tensor& a, nb::handle b) {
+            return arith(
+                a, b, [](const Tensor& x, const Tensor& y) { return pow(x, y); },
+                [](const Tensor& x, double v) { return x.pow(v); });
+          },
+          op)
       .def(
-          "__rpow__", [](const Tensor& a, double b) { return pow(scalar_like(a, b, "pow"), a); },
+          "__rpow__",
+          [](const Tensor& a, nb::handle b) {
+            return arith(
+                a, b, [](const Tensor& x, const Tensor& y) { return pow(y, x); },
+                [](const Tensor& x, double v) {
+                  return pow(full({}, v, x.device(), x.dtype()), x);
+                });
+          },
           op)
       .def("__neg__", [](const Tensor& a) { return -a; })
       .def("__pos__", [](nb::handle self) { return nb::borrow(self); })
       .def("__abs__", &Tensor::abs);
 
-  // In-place operators change the tensor's memory (views of it see the change).
+  // In-place operators change the tensor's memory (views of it see the change); the result
+  // must keep the tensor's dtype (PyTorch's rule: int += float tensor is a DTypeError).
   cls.def(
          "__iadd__",
          [](nb::handle self, const Tensor& b) {
-           inplace_target(self, "+=").add_(b);
+           Tensor& t = inplace_target(self, "+=");
+           t.add_(inplace_operand(t, b, "+="));
            return nb::borrow(self);
          },
          op)
       .def(
           "__iadd__",
-          [](nb::handle self, double b) {
-            Tensor& t = inplace_target(self, "+=");
-            t.add_(scalar_like(t, b, "+="));
-            return nb::borrow(self);
+          [](nb::handle self, nb::handle b) {
+            return inplace(self, b, "+=", [](Tensor& t, const Tensor& o) { t.add_(o); });
           },
           op)
       .def(
           "__isub__",
           [](nb::handle self, const Tensor& b) {
-            inplace_target(self, "-=").add_(b, -1.0);
-            return nb::borrow(self);
-          },
-          op)
-      .def(
-          "__isub__",
-          [](nb::handle self, double b) {
             Tensor& t = inplace_target(self, "-=");
-            t.add_(scalar_like(t, -b, "-="));
+            t.add_(inplace_operand(t, b, "-="), -1.0);
             return nb::borrow(self);
+          },
+          op)
+      .def(
+          "__isub__",
+          [](nb::handle self, nb::handle b) {
+            return inplace(self, b, "-=", [](Tensor& t, const Tensor& o) { t.add_(o, -1.0); });
           },
           op)
       .def(
           "__imul__",
-          [](nb::handle self, const Tensor& b) {
-            Tensor& t = inplace_target(self, "*=");
-            t.copy_(t * b);
-            return nb::borrow(self);
-          },
-          op)
-      .def(
-          "__imul__",
-          [](nb::handle self, double b) {
-            Tensor& t = inplace_target(self, "*=");
-            t.mul_(scalar_for(t, b, "*="));
-            return nb::borrow(self);
+          [](nb::handle self, nb::handle b) {
+            return inplace(self, b, "*=", [](Tensor& t, const Tensor& o) { t.copy_(t * o); });
           },
           op)
       .def(
           "__itruediv__",
-          [](nb::handle self, const Tensor& b) {
-            Tensor& t = inplace_target(self, "/=");
-            t.copy_(t / b);
-            return nb::borrow(self);
-          },
-          op)
-      .def(
-          "__itruediv__",
-          [](nb::handle self, double b) {
-            Tensor& t = inplace_target(self, "/=");
-            t.copy_(t / scalar_for(t, b, "/="));
-            return nb::borrow(self);
+          [](nb::handle self, nb::handle b) {
+            Tensor& t = nb::cast<Tensor&>(self);
+            if (!is_floating(t.dtype()))
+              throw DTypeError(
+                  "/=: true division of a " + std::string(dtype_name(t.dtype())) +
+                  " tensor gives floating values, which it cannot hold in place; use t = t / x");
+            return inplace(self, b, "/=", [](Tensor& t, const Tensor& o) { t.copy_(t / o); });
           },
           op);
 
-  // ---- comparisons give bool tensors ----
+  // ---- comparisons give bool tensors (numbers and arrays promote like arithmetic) ----
   cls.def(
          "__eq__", [](const Tensor& a, const Tensor& b) { return eq(a, b); }, op)
       .def(
-          "__eq__", [](const Tensor& a, double b) { return with_scalar<eq>(a, b, "eq"); }, op)
+          "__eq__", [](const Tensor& a, nb::handle b) { return compare_any<eq>(a, b); }, op)
       .def(
           "__ne__", [](const Tensor& a, const Tensor& b) { return ne(a, b); }, op)
       .def(
-          "__ne__", [](const Tensor& a, double b) { return with_scalar<ne>(a, b, "ne"); }, op)
+          "__ne__", [](const Tensor& a, nb::handle b) { return compare_any<ne>(a, b); }, op)
       .def(
           "__lt__", [](const Tensor& a, const Tensor& b) { return lt(a, b); }, op)
       .def(
-          "__lt__", [](const Tensor& a, double b) { return with_scalar<lt>(a, b, "lt"); }, op)
+          "__lt__", [](const Tensor& a, nb::handle b) { return compare_any<lt>(a, b); }, op)
       .def(
           "__le__", [](const Tensor& a, const Tensor& b) { return le(a, b); }, op)
       .def(
-          "__le__", [](const Tensor& a, double b) { return with_scalar<le>(a, b, "le"); }, op)
+          "__le__", [](const Tensor& a, nb::handle b) { return compare_any<le>(a, b); }, op)
       .def(
           "__gt__", [](const Tensor& a, const Tensor& b) { return gt(a, b); }, op)
       .def(
-          "__gt__", [](const Tensor& a, double b) { return with_scalar<gt>(a, b, "gt"); }, op)
+          "__gt__", [](const Tensor& a, nb::handle b) { return compare_any<gt>(a, b); }, op)
       .def(
           "__ge__", [](const Tensor& a, const Tensor& b) { return ge(a, b); }, op)
       .def(
-          "__ge__", [](const Tensor& a, double b) { return with_scalar<ge>(a, b, "ge"); }, op);
+          "__ge__", [](const Tensor& a, nb::handle b) { return compare_any<ge>(a, b); }, op);
 
   // ---- math ----
   cls.def("exp", &Tensor::exp)
@@ -450,20 +658,24 @@ void register_tensor(nb::module_& m) {
       .def("minimum", [](const Tensor& a, const Tensor& b) { return minimum(a, b); })
       .def(
           "sum",
-          [](const Tensor& t, nb::handle dim, bool keepdim) {
+          [](const Tensor& t, nb::handle dim, bool keepdim, nb::handle axis, bool keepdims) {
             return reduce(
-                t, dim, keepdim, "sum", [](const Tensor& x, int a, bool k) { return x.sum(a, k); },
-                &Tensor::sum);
+                t, pick_dim(dim, axis, "sum"), keepdim || keepdims, "sum",
+                [](const Tensor& x, int a, bool k) { return x.sum(a, k); }, &Tensor::sum);
           },
-          nb::arg("dim").none() = nb::none(), nb::arg("keepdim") = false)
+          nb::arg("dim").none() = nb::none(), nb::arg("keepdim") = false,
+          nb::arg("axis").none() = nb::none(), nb::arg("keepdims") = false,
+          "The sum over everything or over `dim` (NumPy's `axis` and `keepdims` too); int64 for "
+          "integer and bool tensors.")
       .def(
           "mean",
-          [](const Tensor& t, nb::handle dim, bool keepdim) {
+          [](const Tensor& t, nb::handle dim, bool keepdim, nb::handle axis, bool keepdims) {
             return reduce(
-                t, dim, keepdim, "mean",
+                t, pick_dim(dim, axis, "mean"), keepdim || keepdims, "mean",
                 [](const Tensor& x, int a, bool k) { return x.mean(a, k); }, &Tensor::mean);
           },
-          nb::arg("dim").none() = nb::none(), nb::arg("keepdim") = false)
+          nb::arg("dim").none() = nb::none(), nb::arg("keepdim") = false,
+          nb::arg("axis").none() = nb::none(), nb::arg("keepdims") = false)
       .def(
           "max",
           [](const Tensor& t, nb::handle dim, bool keepdim) {
@@ -527,6 +739,23 @@ void register_tensor(nb::module_& m) {
           },
           nb::arg("dim").none() = nb::none())
       .def("unsqueeze", &Tensor::unsqueeze, nb::arg("dim"))
+      .def(
+          "narrow",
+          [](const Tensor& t, int dim, int64_t start, int64_t length) {
+            int r = std::max(t.rank(), 1);
+            if (dim < -r || dim >= r)
+              throw ShapeError("narrow: dim " + std::to_string(dim) + " is out of range for rank " +
+                               std::to_string(t.rank()));
+            int64_t n = t.size(dim);
+            if (start < 0) start += n;
+            if (start < 0 || length < 0 || start + length > n)
+              throw ShapeError("narrow: start " + std::to_string(start) + " and length " +
+                               std::to_string(length) + " do not fit a dimension of size " +
+                               std::to_string(n));
+            return t.slice(dim, start, start + length);
+          },
+          nb::arg("dim"), nb::arg("start"), nb::arg("length"),
+          "A view of `length` entries of `dim` from `start` (torch.narrow).")
       .def("expand",
            [](const Tensor& t, nb::args s) {
              return t.expand(expand_sizes(t, shape_from_args(s, "expand")));
@@ -541,10 +770,26 @@ void register_tensor(nb::module_& m) {
           "copy_to", [](const Tensor& t, nb::handle d) { return t.copy_to(as_device(d)); },
           nb::arg("device"), "A new tensor on `device`, always a copy (even on the same device).")
       .def(
-          "cpu", [](nb::handle self) { return self_or(self, cast_tensor(self).cpu()); },
+          "cpu",
+          [](nb::handle self) {
+            SyncDebugCall call("cpu()");
+            return self_or(self, cast_tensor(self).cpu());
+          },
           "This tensor on cpu:0: itself when already there, else a copy.")
       .def("_to_device",
-           [](nb::handle self, Device& d) { return self_or(self, cast_tensor(self).to(d)); })
+           [](nb::handle self, Device& d) {
+             SyncDebugCall call("to()");
+             return self_or(self, cast_tensor(self).to(d));
+           })
+      .def(
+          "_set_data",
+          [](nb::handle self, const Tensor& src) {
+            nb::cast<Tensor&>(self).set_data(src);
+            return nb::borrow(self);
+          },
+          nb::arg("src"),
+          "Replaces the storage, device, dtype and shape in place, keeping this object and its "
+          "autograd identity (torch's `t.data = src`).")
       .def("_to_dtype",
            [](nb::handle self, DType d) { return self_or(self, cast_tensor(self).to(d)); })
       .def("is_same", &Tensor::is_same, nb::arg("other"));
@@ -623,28 +868,51 @@ void register_tensor(nb::module_& m) {
           },
           nb::arg("gradient").none() = nb::none());
 
-  // ---- host reads ----
-  cls.def("item", &item_of, "The single value as a Python number (waits for the device).")
-      .def("numpy", &to_numpy,
-           "A NumPy array of the values: sharing memory on cpu, a host copy otherwise.")
+  // ---- host reads (each names the user's call in sync-debug reports: SyncDebugCall) ----
+  cls.def(
+         "item",
+         [](const Tensor& t) {
+           SyncDebugCall call("item()");
+           return item_of(t);
+         },
+         "The single value as a Python number (waits for the device).")
+      .def(
+          "numpy",
+          [](const Tensor& t) {
+            SyncDebugCall call("numpy()");
+            return to_numpy(t);
+          },
+          "A NumPy array of the values: sharing memory on cpu, a host copy otherwise.")
       .def("__bool__",
            [](const Tensor& t) {
              if (t.numel() != 1)
                throw ShapeError("the truth value of a tensor with " + std::to_string(t.numel()) +
                                 " elements is ambiguous; use .any() style reductions or .item()");
+             SyncDebugCall call("bool()");
              nb::gil_scoped_release nogil;
              return t.item<double>() != 0.0;
            })
       .def("__float__",
            [](const Tensor& t) {
+             SyncDebugCall call("float()");
              nb::gil_scoped_release nogil;
              return t.item<double>();
            })
       .def("__int__", [](const Tensor& t) {
+        SyncDebugCall call("int()");
         nb::gil_scoped_release nogil;
         return t.item<int64_t>();
       });
-  m.def("_to_string", [](const Tensor& t) { return to_string(t); });
+  // Host reads made by the Python layer (tolist, repr, __array__, iteration helpers) under the
+  // name of the user's call.
+  m.def("_numpy_as", [](const Tensor& t, const std::string& call) {
+    SyncDebugCall name(call.c_str());
+    return to_numpy(t);
+  });
+  m.def("_to_string", [](const Tensor& t) {
+    SyncDebugCall call("str()");
+    return to_string(t);
+  });
 
   register_indexing(cls);
   register_dlpack(cls, m);
@@ -714,6 +982,36 @@ void register_tensor(nb::module_& m) {
       .def("exit", [](NoGrad& s) {
         if (!s.guards.empty()) s.guards.pop_back();
       });
+  struct GradMode {
+    GradMode() = default;
+    GradMode(const GradMode&) = delete;
+    GradMode& operator=(const GradMode&) = delete;
+    std::vector<std::unique_ptr<GradModeGuard>> guards;
+  };
+  nb::class_<GradMode>(m, "_GradModeState")
+      .def(nb::init<>())
+      .def("enter",
+           [](GradMode& s, bool on) { s.guards.push_back(std::make_unique<GradModeGuard>(on)); })
+      .def("exit", [](GradMode& s) {
+        if (!s.guards.empty()) s.guards.pop_back();
+      });
+  m.def(
+      "_autograd_grad",
+      [](const Tensor& output, const std::vector<Tensor>& inputs, nb::handle seed,
+         bool allow_unused) {
+        Tensor sd;
+        if (!seed.is_none()) sd = nb::cast<Tensor>(seed);
+        std::vector<Tensor> g = autograd::grad(output, inputs, sd, allow_unused);
+        nb::list out;
+        for (Tensor& t : g) {
+          if (t.defined())
+            out.append(nb::cast(std::move(t)));
+          else
+            out.append(nb::none());
+        }
+        return out;
+      },
+      nb::arg("output"), nb::arg("inputs"), nb::arg("seed").none(), nb::arg("allow_unused"));
 }
 
 }  // namespace bp::python

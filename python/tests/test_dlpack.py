@@ -34,9 +34,9 @@ def no_leaks():
 
 
 def test_numpy_reads_and_writes_a_tensor_in_place():
-    t = bp.arange(6).reshape(2, 3)
+    t = bp.arange(6).reshape(2, 3)  # int64, as torch.arange
     a = np.from_dlpack(t)
-    assert a.ctypes.data == t.data_ptr() and a.dtype == np.float32 and a.shape == (2, 3)
+    assert a.ctypes.data == t.data_ptr() and a.dtype == np.int64 and a.shape == (2, 3)
     a[1, 2] = 50
     assert t[1, 2].item() == 50
     t[0] = 7
@@ -62,7 +62,7 @@ def test_tensor_over_numpy_memory_in_place(rng):
 
 
 def test_strided_views_keep_their_strides():
-    t = bp.arange(12).reshape(3, 4)
+    t = bp.arange(12, dtype=bp.float32).reshape(3, 4)
     a = np.from_dlpack(t.T)
     assert a.strides == (4, 16) and a.ctypes.data == t.data_ptr()
     np.testing.assert_array_equal(a, np.arange(12, dtype=np.float32).reshape(3, 4).T)

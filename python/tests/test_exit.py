@@ -47,3 +47,33 @@ def test_exit_with_queued_work(how, tmp_path):
                            f"stdout: {r.stdout}\nstderr: {r.stderr[-2000:]}")
     print(f"{how}: runs {RUNS}, failed {len(crashes)}")
     assert not crashes, "\n".join(crashes)
+
+
+LEAK_PROGRAM = """
+import numpy as np
+import backplane as bp
+from backplane import nn
+keep = [bp.device("cpu"), bp.devices(), bp.default_device()]
+net = nn.Sequential(nn.Linear(3, 2)).to(bp.try_gpu())
+opt = bp.optim.Adam(net.parameters())
+for d in bp.devices():
+    x = bp.ones(3, device=d) + np.ones(3, np.float32)
+    keep.append((x, x.device, repr(x)))
+loader = bp.utils.data.DataLoader(bp.utils.data.TensorDataset(bp.ones(4, 3)), batch_size=2,
+                                  num_workers=2)
+keep.append(list(loader))
+try:
+    import torch  # noqa: F401  (the leak report came with and without PyTorch loaded)
+except ImportError:
+    pass
+print("done", flush=True)
+"""
+
+
+def test_nothing_leaks_at_interpreter_exit():
+    """nanobind reports instances, types or functions still alive when the interpreter ends;
+    the package must leave none (with or without PyTorch)."""
+    r = subprocess.run([sys.executable, "-c", LEAK_PROGRAM], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and "done" in r.stdout, r.stderr[-2000:]
+    assert "leak" not in r.stderr.lower(), r.stderr[-4000:]

@@ -132,7 +132,7 @@ def test_save_and_load_onto_a_chosen_device(src, dst, tmp_path, rng):
 
 
 def test_saved_containers_and_the_file_format(tmp_path):
-    x = bp.arange(4)
+    x = bp.arange(4, dtype=bp.float32)
     bp.save(x, tmp_path / "x")
     assert bp.load(tmp_path / "x").tolist() == [0, 1, 2, 3]
     bp.save([x, x * 2], tmp_path / "xs")

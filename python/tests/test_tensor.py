@@ -21,7 +21,7 @@ def close(t, ref, dtype=bp.float32):
 # ---- creation --------------------------------------------------------------------------------
 
 def test_tensor_dtypes_follow_the_data():
-    assert bp.tensor([1, 2, 3]).dtype == bp.float32  # Note [Default dtype]
+    assert bp.tensor([1, 2, 3]).dtype == bp.int64  # Note [Default dtype]
     assert bp.tensor([1.5, 2.0]).dtype == bp.float32
     assert bp.tensor([True, False]).dtype == bp.bool
     assert bp.tensor(np.arange(3)).dtype == bp.int64
@@ -165,17 +165,18 @@ def test_comparisons_give_bool_tensors(device, rng):
 
 def test_dtype_and_shape_mismatches_are_typed_errors(device):
     a = bp.ones(3, device=device)
+    assert (a + bp.ones(3, dtype=bp.int32, device=device)).dtype == bp.float32  # promotion
     with pytest.raises(bp.DTypeError) as e:
-        a + bp.ones(3, dtype=bp.int32, device=device)
-    assert isinstance(e.value, TypeError) and "add" in str(e.value)
+        a @ bp.ones(3, dtype=bp.int32, device=device)
+    assert isinstance(e.value, TypeError) and "matmul" in str(e.value)
     with pytest.raises(bp.ShapeError) as e:
         a + bp.ones(4, device=device)
     assert isinstance(e.value, ValueError) and "cannot be broadcast" in str(e.value)
     with pytest.raises(bp.ShapeError, match="matmul"):
         bp.ones(2, 3, device=device) @ bp.ones(2, 3, device=device)
     i = bp.ones(3, dtype=bp.int64, device=device)
-    with pytest.raises(bp.DTypeError, match="not a whole number"):
-        i + 0.5
+    with pytest.raises(bp.DTypeError, match="float cannot be stored in place"):
+        i += 0.5
     with pytest.raises(TypeError):
         a + "x"
 
@@ -260,10 +261,6 @@ def test_bad_indices(device):
         t[0, 0, 0]
     with pytest.raises(IndexError, match="single ellipsis"):
         t[..., ...]
-    with pytest.raises(ValueError, match="step must be positive"):
-        t[::-1]
-    with pytest.raises(bp.UnsupportedError, match="advanced indexing"):
-        t[bp.tensor([0], dtype=bp.int64, device=device)]
     with pytest.raises(TypeError, match="valid indices"):
         t["a"]
     with pytest.raises(TypeError):
@@ -362,7 +359,7 @@ def test_casts_and_to(device):
     assert both.dtype == bp.float64 and both.device is bp.device("cpu")
     assert t.to(t) is t
     assert t.to(device=device, copy=True) is not t
-    with pytest.raises(bp.DeviceError, match="neither a device nor a dtype"):
+    with pytest.raises(bp.DeviceError, match="sideways"):
         t.to("sideways")
 
 
@@ -401,12 +398,13 @@ def test_numpy_dtypes_and_sharing(device):
         assert t[1, 0].item() == 5
         assert np.asarray(t).base is not None
     np.testing.assert_array_equal(np.asarray(bp.arange(3, device=device)), [0, 1, 2])
-    with pytest.raises(TypeError):
-        np.ones(3) + bp.ones(3)  # NumPy defers to Tensor: no silent host copy
+    r = np.ones(3) + bp.ones(3)  # NumPy defers to Tensor: a tensor, no silent host copy
+    assert isinstance(r, bp.Tensor) and r.dtype == bp.float64 and r.tolist() == [2.0] * 3
 
 
 def test_repr_like_pytorch():
-    assert repr(bp.tensor([1, 2, 3])) == "tensor([1., 2., 3.])"
+    assert repr(bp.tensor([1, 2, 3])) == "tensor([1, 2, 3])"
+    assert repr(bp.tensor([1.0, 2, 3])) == "tensor([1., 2., 3.])"
     assert repr(bp.tensor(np.arange(3))) == "tensor([0, 1, 2])"
     assert repr(bp.tensor([1, 2], dtype=bp.int32)) == "tensor([1, 2], dtype=backplane.int32)"
     assert repr(bp.tensor([1.5, 2.25], dtype=bp.float64)) == \

@@ -36,9 +36,12 @@ def test_is_available_gives_the_reason():
 
 
 def test_missing_device_is_an_error_listing_what_exists():
+    # A well-formed name of a missing device is a handle (as torch.device), whose use raises.
+    missing = bp.device("cuda:10" if bp.num_gpus() <= 10 else "cuda:99")
+    assert isinstance(missing, bp.AbsentDevice)
     with pytest.raises(bp.DeviceError) as e:
-        bp.device("cuda:10" if bp.num_gpus() <= 10 else "cuda:99")
-    assert isinstance(e.value, RuntimeError)
+        bp.zeros(1, device=missing)
+    assert isinstance(e.value, RuntimeError) and "cuda" in str(e.value)
     with pytest.raises(bp.DeviceError, match="CUDA:0"):
         bp.device("CUDA:0")
 
@@ -46,9 +49,9 @@ def test_missing_device_is_an_error_listing_what_exists():
 def test_default_tensor_lives_on_the_cpu_and_prints_values_then_device():
     x = bp.tensor([1, 2, 3])
     assert x.device is bp.device("cpu:0")
-    assert x.dtype == bp.float32 and x.shape == (3,)
-    assert str(x) == "[1. 2. 3.]\n<Tensor 3 f32 @cpu:0>"
-    assert repr(x) == "tensor([1., 2., 3.])"
+    assert x.dtype == bp.int64 and x.shape == (3,)  # as torch.tensor([1, 2, 3])
+    assert str(x) == "[1 2 3]\n<Tensor 3 i64 @cpu:0>"
+    assert repr(x) == "tensor([1, 2, 3])"
 
 
 @pytest.mark.parametrize("dev", DEVICES, ids=str)
@@ -116,8 +119,8 @@ def test_moving_back_to_the_host_is_explicit(dev):
     h = y.cpu()
     assert h.device is bp.device("cpu") and y.device is dev
     assert (h is y) == (dev.type == "cpu")
-    assert y.sum().item() == 6.0 and isinstance(y.sum().item(), float)
-    assert y.tolist() == [1.0, 2.0, 3.0]
+    assert y.sum().item() == 6 and isinstance(y.sum().item(), int)
+    assert y.tolist() == [1, 2, 3] and isinstance(y.tolist()[0], int)
 
 
 @pytest.mark.parametrize("dev", DEVICES, ids=str)

@@ -2,6 +2,7 @@
 // errors, asynchronous execution and memory accounting.
 #include "device_params.hpp"
 
+#include <algorithm>
 #include <thread>
 
 using bptest::DeviceTest;
@@ -138,10 +139,10 @@ TEST_P(DeviceTest, ShapeAndDtypeErrors) {
         << e.what();
   }
   try {
-    auto c = a + bp::ones({2, 3}, dev(), bp::DType::i32);
+    auto c = bp::matmul(a, bp::ones({3, 2}, dev(), bp::DType::f64));
     FAIL();
   } catch (const bp::DTypeError& e) {
-    EXPECT_NE(std::string(e.what()).find("add: dtypes differ, f32 and i32"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("matmul: dtypes differ, f32 and f64"), std::string::npos)
         << e.what();
   }
   try {
@@ -159,6 +160,100 @@ TEST_P(DeviceTest, ShapeAndDtypeErrors) {
   EXPECT_THROW(bp::ones({2}, dev(), bp::DType::i32) + 0.5, bp::DTypeError);
   EXPECT_THROW(bp::ones({2}, dev(), bp::DType::i32).mean(), bp::DTypeError);
   EXPECT_THROW(bp::empty({0}, dev()).max(), bp::ShapeError);
+}
+
+// Note [Type promotion]: mixed dtypes compute in PyTorch's result type, against host values.
+TEST_P(DeviceTest, TypePromotionFollowsPyTorch) {
+  auto fv = bptest::random_values(6, -50, 50);
+  std::vector<double> iv(6);
+  for (size_t k = 0; k < 6; ++k) iv[k] = std::trunc(fv[k]) + (k % 2 ? 1 : -1) * 3;  // never 0
+  auto f = make(fv, {2, 3});                                                        // f32
+  auto i = make(iv, {2, 3}, bp::DType::i32);                                        // i32
+  auto l = make(iv, {2, 3}, bp::DType::i64);                                        // i64
+  auto u = make({1, 2, 3}, {3}, bp::DType::u8);                                     // u8
+  auto rf = bptest::rounded(fv, bp::DType::f32);
+  auto sum = i + f;
+  EXPECT_EQ(sum.dtype(), bp::DType::f32);
+  std::vector<double> ref(6);
+  for (size_t k = 0; k < 6; ++k) ref[k] = iv[k] + rf[k];
+  EXPECT_TRUE(bptest::close(bp::DType::f32, sum.to_vector<double>(), ref));
+  EXPECT_EQ((l - i).dtype(), bp::DType::i64);
+  EXPECT_EQ((l - i).to_vector<int64_t>(), std::vector<int64_t>(6, 0));
+  EXPECT_EQ((u * i.slice(0, 0, 1).reshape({3})).dtype(), bp::DType::i32);
+  EXPECT_EQ(bp::result_type(bp::ones({2}, dev(), bp::DType::boolean), u), bp::DType::u8);
+  EXPECT_EQ(bp::promote_types(bp::DType::f16, bp::DType::bf16), bp::DType::f32);
+  EXPECT_EQ(bp::promote_types(bp::DType::u8, bp::DType::i64), bp::DType::i64);
+  // A 0-d operand decides only from a higher category.
+  auto h = bp::ones({3}, dev(), bp::DType::f16);
+  EXPECT_EQ((h + bp::full({}, 2.0, dev())).dtype(), bp::DType::f16);
+  EXPECT_EQ((i + bp::full({}, 0.5, dev())).dtype(), bp::DType::f32);
+  EXPECT_EQ((i + bp::full({}, 2.0, dev(), bp::DType::i64)).dtype(), bp::DType::i32);
+  // True division and exp / sqrt of integers give f32.
+  auto q = i / l;
+  EXPECT_EQ(q.dtype(), bp::DType::f32);
+  EXPECT_EQ(q.to_vector<float>(), std::vector<float>(6, 1.0f));
+  auto half = i / 2.0;
+  EXPECT_EQ(half.dtype(), bp::DType::f32);
+  for (size_t k = 0; k < 6; ++k) ref[k] = iv[k] / 2.0;
+  EXPECT_TRUE(bptest::close(bp::DType::f32, half.to_vector<double>(), ref));
+  auto e = make({0, 1, 2}, {3}, bp::DType::i64).exp();
+  EXPECT_EQ(e.dtype(), bp::DType::f32);
+  EXPECT_TRUE(
+      bptest::close(bp::DType::f32, e.to_vector<double>(), {1.0, std::exp(1.0), std::exp(2.0)}));
+  EXPECT_EQ(make({4, 9}, {2}, bp::DType::i32).sqrt().to_vector<float>(),
+            (std::vector<float>{2, 3}));
+  // Comparisons and where promote; sums of bools count in int64.
+  auto lt = bp::lt(i, f);
+  std::vector<bool> lt_ref;
+  for (size_t k = 0; k < 6; ++k) lt_ref.push_back(iv[k] < rf[k]);
+  EXPECT_EQ(lt.to_vector<bool>(), lt_ref);
+  auto count = lt.sum();
+  EXPECT_EQ(count.dtype(), bp::DType::i64);
+  EXPECT_EQ(count.item<int64_t>(), std::count(lt_ref.begin(), lt_ref.end(), true));
+  auto w = bp::where(lt, i, f);
+  EXPECT_EQ(w.dtype(), bp::DType::f32);
+  for (size_t k = 0; k < 6; ++k) ref[k] = lt_ref[k] ? iv[k] : rf[k];
+  EXPECT_EQ(w.to_vector<double>(), ref);
+  // Gradients flow back through the cast to the floating operand's dtype.
+  auto g = make(fv, {2, 3}).requires_grad_();
+  (g * i).sum().backward();
+  EXPECT_EQ(g.grad().dtype(), bp::DType::f32);
+  for (size_t k = 0; k < 6; ++k) ref[k] = iv[k];
+  EXPECT_EQ(g.grad().to_vector<double>(), ref);
+}
+
+// autograd::grad gives d(output)/d(inputs), leaves and intermediates, and leaves every grad()
+// as it was; GradModeGuard(true) records inside a no-grad region.
+TEST_P(DeviceTest, AutogradGradLeavesGradsAlone) {
+  auto xv = bptest::random_values(5), wv = bptest::random_values(5);
+  auto x = make(xv, {5}).requires_grad_();
+  auto w = make(wv, {5}).requires_grad_();
+  auto h = x * x;
+  auto y = (h * w).sum();
+  auto g = bp::autograd::grad(y, {x, w, h});
+  ASSERT_EQ(g.size(), 3u);
+  auto rx = bptest::rounded(xv, bp::DType::f32), rw = bptest::rounded(wv, bp::DType::f32);
+  std::vector<double> gx(5), gw(5), gh(5);
+  for (size_t k = 0; k < 5; ++k) {
+    gx[k] = 2 * rx[k] * rw[k];
+    gw[k] = rx[k] * rx[k];
+    gh[k] = rw[k];
+  }
+  EXPECT_TRUE(bptest::close(bp::DType::f32, g[0].to_vector<double>(), gx));
+  EXPECT_TRUE(bptest::close(bp::DType::f32, g[1].to_vector<double>(), gw));
+  EXPECT_TRUE(bptest::close(bp::DType::f32, g[2].to_vector<double>(), gh));
+  EXPECT_FALSE(x.grad().defined());
+  EXPECT_FALSE(w.grad().defined());
+  auto unused = make(xv, {5}).requires_grad_();
+  EXPECT_THROW(bp::autograd::grad(y, {unused}), bp::Error);
+  EXPECT_FALSE(bp::autograd::grad(y, {unused}, {}, true)[0].defined());
+  bp::NoGradGuard off;
+  EXPECT_FALSE((x * 2.0).requires_grad());
+  {
+    bp::GradModeGuard on(true);
+    EXPECT_TRUE((x * 2.0).requires_grad());
+  }
+  EXPECT_FALSE(bp::grad_enabled());
 }
 
 TEST_P(DeviceTest, LongAsyncChainReadsFreshValues) {
@@ -223,25 +318,59 @@ TEST_P(DeviceTest, CopiesBetweenEveryPairOfDevices) {
   }
 }
 
-TEST_P(DeviceTest, SyncDebugReportsImplicitReads) {
-  auto t = bp::ones({4}, dev()).sum();
+// The message of the SyncError that `read` raises in sync-debug mode "error", or "" when the
+// read is quiet.
+template <typename F>
+std::string sync_report(F&& read) {
   bp::set_sync_debug(bp::SyncDebug::error);
-  if (dev().properties().unified_memory) {
-    EXPECT_EQ(t.item<float>(), 4.0f);  // host memory: nothing to wait for, no report
-  } else {
-    try {
-      (void)t.item<float>();
-      bp::set_sync_debug(bp::SyncDebug::off);
-      FAIL() << "no SyncError";
-    } catch (const bp::SyncError& e) {
-      EXPECT_NE(std::string(e.what()).find("implicit device-to-host synchronisation on " +
-                                           dev().str() + " in to_vector()"),
-                std::string::npos)
-          << e.what();
-    }
+  try {
+    read();
+  } catch (const bp::SyncError& e) {
+    bp::set_sync_debug(bp::SyncDebug::off);
+    return e.what();
   }
   bp::set_sync_debug(bp::SyncDebug::off);
-  EXPECT_EQ(t.item<float>(), 4.0f);
+  return "";
+}
+
+// Every implicit read that waits for queued work is reported under the name of the call the
+// user made; after an explicit synchronisation the values it covered read quietly (Note
+// [Sync-debug]).
+TEST_P(DeviceTest, SyncDebugReportsImplicitReads) {
+  auto v = bptest::random_values(4);
+  auto t = (make(v, {4}) * 2.0).sum();
+  double want = 2.0 * (static_cast<float>(v[0]) + static_cast<float>(v[1]) +
+                       static_cast<float>(v[2]) + static_cast<float>(v[3]));
+  if (dev().properties().unified_memory) {
+    EXPECT_EQ(sync_report([&] { (void)t.item<float>(); }), "");  // host memory: no wait
+    return;
+  }
+  std::string prefix = "implicit device-to-host synchronisation on " + dev().str() + " in ";
+  EXPECT_NE(sync_report([&] { (void)t.item<float>(); }).find(prefix + "item()"), std::string::npos);
+  auto u = t * 3.0;
+  EXPECT_NE(sync_report([&] { (void)u.to_vector<float>(); }).find(prefix + "to_vector()"),
+            std::string::npos);
+  u = t * 4.0;
+  EXPECT_NE(sync_report([&] { (void)u.cpu(); }).find(prefix + "copy_to()"), std::string::npos);
+  u = t * 5.0;
+  EXPECT_NE(sync_report([&] {
+              bp::SyncDebugCall call("tolist()");
+              (void)u.to_vector<float>();
+            }).find(prefix + "tolist()"),
+            std::string::npos);
+  // An explicit synchronisation covers what was queued before it, on either entry point.
+  u = t * 6.0;
+  bp::synchronize();
+  float read = 0;
+  EXPECT_EQ(sync_report([&] { read = u.item<float>(); }), "");
+  EXPECT_NEAR(read, 6.0 * want, 1e-3 * std::fabs(want));
+  u = t * 7.0;
+  dev().synchronize();
+  EXPECT_EQ(sync_report([&] { (void)u.cpu(); }), "");
+  // New work is waited for again.
+  u = t * 8.0;
+  EXPECT_NE(sync_report([&] { (void)u.item<float>(); }), "");
+  EXPECT_NEAR(u.item<float>(), 8.0 * want, 1e-3 * std::fabs(want));
 }
 
 TEST_P(DeviceTest, OpsFromSeveralThreads) {

@@ -269,6 +269,41 @@ TEST_P(NnTest, ToMovesEveryParameterAndBuffer) {
   }
 }
 
+// PyTorch's order: an optimiser built before to(device) keeps updating the model, because
+// to() moves the parameters in place (Note [Module state]). Before, the optimiser held the
+// old tensors and the model's weights never changed.
+TEST_P(NnTest, OptimiserBuiltBeforeToKeepsWorking) {
+  bp::Device& cpu = bp::device("cpu:0");
+  Linear lin(4, 3, true, cpu);
+  Tensor w_handle = lin.weight();
+  bp::optim::SGD opt(lin.parameters(), {.lr = 0.1});
+  lin.to(dev());
+  EXPECT_TRUE(lin.weight().is_same(w_handle));
+  EXPECT_EQ(&w_handle.device(), &dev());
+  EXPECT_TRUE(w_handle.requires_grad());
+  std::vector<double> xv;
+  Tensor x = random({5, 4}, &xv);
+  auto w0 = lin.weight().to_vector<double>();
+  auto b0 = lin.bias().to_vector<double>();
+  lin(x).sum().backward();
+  opt.step();
+  // d(sum y)/dW[o, i] = sum_b x[b, i]; d/db[o] = batch size.
+  std::vector<double> w_ref(w0), b_ref(b0);
+  for (int o = 0; o < 3; ++o) {
+    b_ref[o] -= 0.1 * 5;
+    for (int i = 0; i < 4; ++i)
+      for (int b = 0; b < 5; ++b) w_ref[o * 4 + i] -= 0.1 * xv[b * 4 + i];
+  }
+  EXPECT_TRUE(nntest::close(lin.weight().to_vector<double>(), w_ref, 1e-5));
+  EXPECT_TRUE(nntest::close(lin.bias().to_vector<double>(), b_ref, 1e-5));
+  // load_state_dict keeps identity too.
+  std::map<std::string, Tensor> state = {{"weight", bp::zeros({3, 4}, dev())},
+                                         {"bias", bp::ones({3}, dev())}};
+  lin.load_state_dict(state);
+  EXPECT_TRUE(lin.weight().is_same(w_handle));
+  EXPECT_EQ(w_handle.to_vector<float>(), std::vector<float>(12, 0.0f));
+}
+
 TEST_P(NnTest, ToIsANoOpWhenAlreadyThere) {
   Linear lin(3, 3, true, dev());
   Tensor w = lin.weight();

@@ -56,4 +56,16 @@ BP_API CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model
                                       optim::Optimizer& optimizer,
                                       optim::lr_scheduler::LRScheduler* scheduler = nullptr);
 
+// The same with the model given as its state: the tensors themselves by key (what
+// Module::state_dict() returns, or a Python module's), which load_checkpoint copies into in
+// place. For language bindings whose modules are not nn::Module.
+BP_API void save_checkpoint(const std::string& path, const std::map<std::string, Tensor>& model,
+                            const optim::Optimizer& optimizer,
+                            const optim::lr_scheduler::LRScheduler* scheduler, int64_t step,
+                            const Metadata& metadata = {});
+BP_API CheckpointInfo load_checkpoint(const std::string& path,
+                                      const std::map<std::string, Tensor>& model,
+                                      optim::Optimizer& optimizer,
+                                      optim::lr_scheduler::LRScheduler* scheduler = nullptr);
+
 }  // namespace bp

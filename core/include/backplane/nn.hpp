@@ -11,10 +11,10 @@
 //   - A parameter may be registered uninitialised with a shape pattern (-1 = not yet known):
 //     LazyLinear's weight before the first call. Uninitialised parameters are left out of
 //     parameters(), named_parameters() and state_dict(); state_spec() lists them.
-//   - to(device) replaces every parameter and buffer with its copy on that device (a new leaf
-//     that keeps requires_grad and its gradient); to() is a no-op for tensors already there.
-//     Tensor handles taken before the move (and optimisers built from them) keep pointing at
-//     the old tensors, so build optimisers after moving the model.
+//   - to(device) / to(dtype) move every parameter and buffer in place (Tensor::set_data, as
+//     PyTorch's Module.to does), with its gradient: tensor handles taken before the move, and
+//     optimisers built from them, see the moved tensors. to() is a no-op for tensors already
+//     there.
 //   - A module is not copyable: its tensors are handles, and a copy would alias them.
 //
 // Thread-safety: a module may run forward() from several threads at once once all its

@@ -224,8 +224,9 @@ BP_API void synchronize();
 BP_API void set_allow_tf32(bool allow);
 BP_API bool allow_tf32();
 
-// Sync-debug mode: reports implicit device-to-host synchronisations (item, to_vector, print)
-// of non-host devices. "off", "warn" (prints to stderr), "error" (throws SyncError).
+// Sync-debug mode: reports implicit device-to-host reads (item, to_vector, printing, copies
+// to a host device) of non-host devices that wait for queued work: "off", "warn" (prints to
+// stderr), "error" (throws SyncError). Note [Sync-debug].
 enum class SyncDebug { off, warn, error };
 BP_API void set_sync_debug(SyncDebug mode);
 BP_API SyncDebug sync_debug();
@@ -265,5 +266,20 @@ BP_API std::vector<FallbackStats> fallback_stats();
 BP_API void reset_fallback_stats();
 // fallback_stats() as a text table (what BACKPLANE_FALLBACK_REPORT=1 prints at exit).
 BP_API std::string fallback_table();
+
+// Names the call the user made (e.g. "tolist()") in sync-debug reports of the host reads this
+// thread makes while the object lives, in place of the library function that reads; language
+// bindings wrap their reads in one. When they nest, the outermost name is reported. `what`
+// must outlive the object.
+class BP_API SyncDebugCall {
+ public:
+  explicit SyncDebugCall(const char* what) noexcept;
+  ~SyncDebugCall();
+  SyncDebugCall(const SyncDebugCall&) = delete;
+  SyncDebugCall& operator=(const SyncDebugCall&) = delete;
+
+ private:
+  const char* prev_;
+};
 
 }  // namespace bp

@@ -10,8 +10,8 @@
 //     BACKPLANE_SYNC_DEBUG=warn|error such implicit waits on a non-host device are reported.
 //   - Tensors share storage: views (reshape of contiguous data, transpose, permute, slice,
 //     expand, squeeze, unsqueeze) alias their base; copies never do.
-//   - Binary ops broadcast with NumPy rules. Both tensors must have one dtype (DTypeError
-//     otherwise; cast with to(DType)); a C++ number operand takes the tensor's dtype.
+//   - Binary ops broadcast with NumPy rules and promote dtypes as PyTorch does (Note [Type
+//     promotion]); a C++ number operand takes the tensor's dtype.
 //   - Tensor is a cheap handle (one shared_ptr): copying a Tensor aliases, like PyTorch.
 //
 // Note [Autograd]
@@ -23,6 +23,16 @@
 //   broadcast dimensions back to each input's shape, and runs with recording off (no
 //   higher-order gradients). Gradients are computed with the same device ops, so they live
 //   on the device of the tensors they belong to; to_device nodes move them back.
+//
+// Note [Type promotion]
+//   Operands of different dtypes (+ - * / pow maximum minimum, comparisons, where) are cast to
+//   result_type(a, b) first, PyTorch's rule: categories bool < integer < floating; within a
+//   category the wider dtype (u8 with i32 gives i32; f16 with bf16 gives f32); a 0-d tensor
+//   decides only when its category is above the other operand's (so f16 x + a 0-d f32 tensor
+//   stays f16, i64 x + a 0-d f64 tensor is f64). True division of integer or bool tensors, and
+//   exp log sqrt sigmoid tanh of them, give the default floating dtype, f32; so does pow with
+//   a fractional exponent, while a whole non-negative one keeps the integer dtype. Sums of bool
+//   and integer tensors are int64. matmul and the in-place updates do not promote (DTypeError).
 //
 // Thread-safety: a Tensor handle may be used from several threads for reading; ops on
 // tensors of one device may run from several threads at once and are queued on its default
@@ -78,6 +88,14 @@ struct BP_API Dims {
   std::string str() const;  // "2x3", "scalar"
 };
 
+class Tensor;
+
+// PyTorch's promotion of two dtypes: the higher category (bool < integer < floating), within
+// one the wider; f16 with bf16 gives f32. Note [Type promotion].
+BP_API DType promote_types(DType a, DType b);
+// The dtype an elementwise op of `a` and `b` computes in (Note [Type promotion]).
+BP_API DType result_type(const Tensor& a, const Tensor& b);
+
 class BP_API Tensor {
  public:
   Tensor() = default;  // an undefined tensor; defined() is false
@@ -125,6 +143,13 @@ class BP_API Tensor {
   // The single value of a one-element tensor. Synchronises.
   template <typename T>
   T item() const;
+
+  // Replaces this tensor's storage, device, dtype and geometry with `src`'s, in place (PyTorch's
+  // `t.data = src`): every handle of this tensor (an optimiser's, a module's) sees the new data;
+  // requires_grad, hooks and the autograd identity stay. The gradient is dropped when the
+  // device or dtype changes (move it with set_grad). Not recorded by autograd; must not race
+  // with other uses of this tensor. Error for an undefined `src`.
+  Tensor& set_data(const Tensor& src);
 
   // ---- views ----
   Tensor reshape(const Shape& shape) const;  // view when possible, else a copy; -1 infers
@@ -342,5 +367,26 @@ class BP_API NoGradGuard {
   bool prev_;
 };
 BP_API bool grad_enabled();
+namespace autograd {
+// torch.autograd.grad: the gradients of `output` (seeded with `seed`, or 1 for a one-element
+// output) with respect to each of `inputs` (leaves or intermediate results that require grad),
+// without accumulating into any tensor's grad(). An input that `output` does not depend on
+// gets an undefined tensor (allow_unused), or Error naming its position when !allow_unused.
+BP_API std::vector<Tensor> grad(const Tensor& output, const std::vector<Tensor>& inputs,
+                                const Tensor& seed = Tensor(), bool allow_unused = false);
+}  // namespace autograd
+
+// Sets gradient recording on this thread to `enabled` while it lives (torch.set_grad_enabled;
+// GradModeGuard(true) is torch.enable_grad inside a no_grad region).
+class BP_API GradModeGuard {
+ public:
+  explicit GradModeGuard(bool enabled);
+  ~GradModeGuard();
+  GradModeGuard(const GradModeGuard&) = delete;
+  GradModeGuard& operator=(const GradModeGuard&) = delete;
+
+ private:
+  bool prev_;
+};
 
 }  // namespace bp

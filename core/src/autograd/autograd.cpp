@@ -365,23 +365,14 @@ Tensor Tensor::detach() const {
   return detail::make_view(*this, i.shape, i.strides, i.offset);
 }
 
-void Tensor::backward(const Tensor& seed0) const {
-  if (!requires_grad())
-    throw Error(
-        "backward: the tensor does not require grad (no input of the computation had "
-        "requires_grad_() set, or it ran under NoGradGuard)");
-  Tensor seed = seed0;
-  if (!seed.defined()) {
-    if (numel() != 1)
-      throw ShapeError("backward: implicit gradient needs a one-element tensor, got shape " +
-                       impl_->shape.str() + "; pass a seed gradient");
-    seed = ones(shape(), device(), dtype());
-  } else if (!(impl(seed).shape == impl_->shape)) {
-    throw ShapeError("backward: seed shape " + impl(seed).shape.str() + " differs from " +
-                     impl_->shape.str());
-  }
+namespace {
+
+// Note [Autograd]'s backward pass from `root` seeded with `seed`. With `capture` (Node -> slot),
+// the gradient reaching a captured node is stored in its slot, and no AccumulateGrad runs (no
+// leaf's grad() changes): autograd::grad.
+void run_backward(const std::shared_ptr<autograd::Node>& root, const Tensor& seed,
+                  std::unordered_map<autograd::Node*, Tensor>* capture) {
   NoGradGuard no_grad;
-  std::shared_ptr<autograd::Node> root = autograd::edge_for(*this);
   // Reverse topological order by iterative DFS.
   std::vector<autograd::Node*> order;
   std::unordered_map<autograd::Node*, int> state;
@@ -408,6 +399,11 @@ void Tensor::backward(const Tensor& seed0) const {
     if (g == grads.end()) continue;
     Tensor grad = g->second;
     grads.erase(g);
+    if (capture) {
+      auto c = capture->find(n);
+      if (c != capture->end()) c->second = grad;
+      if (dynamic_cast<autograd::AccumulateGrad*>(n)) continue;
+    }
     std::vector<Tensor> in_grads = n->apply(grad);
     for (size_t k = 0; k < n->next.size() && k < in_grads.size(); ++k) {
       autograd::Node* c = n->next[k].get();
@@ -416,6 +412,56 @@ void Tensor::backward(const Tensor& seed0) const {
       if (!fresh) slot->second = slot->second + in_grads[k];
     }
   }
+}
+
+Tensor seed_for(const Tensor& out, const Tensor& seed0, const char* what) {
+  if (!out.requires_grad())
+    throw Error(std::string(what) +
+                ": the tensor does not require grad (no input of the computation had "
+                "requires_grad_() set, or it ran under NoGradGuard)");
+  if (!seed0.defined()) {
+    if (out.numel() != 1)
+      throw ShapeError(std::string(what) +
+                       ": implicit gradient needs a one-element tensor, got shape " +
+                       out.dims().str() + "; pass a seed gradient");
+    return ones(out.shape(), out.device(), out.dtype());
+  }
+  if (!(seed0.dims() == out.dims()))
+    throw ShapeError(std::string(what) + ": seed shape " + seed0.dims().str() + " differs from " +
+                     out.dims().str());
+  return seed0;
+}
+
+}  // namespace
+
+void Tensor::backward(const Tensor& seed0) const {
+  Tensor seed = seed_for(*this, seed0, "backward");
+  run_backward(autograd::edge_for(*this), seed, nullptr);
+}
+
+std::vector<Tensor> autograd::grad(const Tensor& output, const std::vector<Tensor>& inputs,
+                                   const Tensor& seed0, bool allow_unused) {
+  Tensor seed = seed_for(output, seed0, "autograd::grad");
+  std::vector<std::shared_ptr<Node>> nodes;
+  std::unordered_map<Node*, Tensor> capture;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (!inputs[k].defined() || !inputs[k].requires_grad())
+      throw Error("autograd::grad: input " + std::to_string(k) +
+                  " does not require grad; differentiate with respect to tensors that do");
+    nodes.push_back(edge_for(inputs[k]));
+    capture.try_emplace(nodes.back().get());
+  }
+  run_backward(edge_for(output), seed, &capture);
+  std::vector<Tensor> out;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    Tensor g = capture[nodes[k].get()];
+    if (!g.defined() && !allow_unused)
+      throw Error("autograd::grad: input " + std::to_string(k) +
+                  " was not used to compute the output (pass allow_unused to get None)");
+    if (g.defined() && !(g.dims() == inputs[k].dims())) g = g.reshape(inputs[k].shape());
+    out.push_back(g);
+  }
+  return out;
 }
 
 }  // namespace bp

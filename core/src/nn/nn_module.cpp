@@ -213,7 +213,10 @@ LoadResult Module::load_state_dict(const std::map<std::string, Tensor>& state,
     if (it == state.end()) return false;
     Tensor t = it->second;
     if (s.value.defined() && t.dtype() != s.value.dtype()) t = t.to(s.value.dtype());
-    s.value = s.is_parameter ? as_parameter(t) : t.detach();
+    if (s.value.defined())
+      s.value.set_data(t.detach());  // in place, like placement (Note [Module state])
+    else
+      s.value = s.is_parameter ? as_parameter(t) : t.detach();
     s.pattern = s.value.shape();
     return true;
   });
@@ -226,13 +229,10 @@ Module& Module::to(Device& device) {
   NoGradGuard no_grad;
   visit_mut("", [&](const std::string&, Slot& s) {
     if (!s.value.defined() || &s.value.device() == &device) return false;
-    Tensor moved = s.value.to(device).detach();
-    if (s.is_parameter) {
-      Tensor grad = s.value.grad();
-      moved.requires_grad_(s.value.requires_grad());
-      if (grad.defined()) moved.set_grad(grad.to(device));
-    }
-    s.value = moved;
+    // In place (Note [Module state]): optimisers hold these very tensors.
+    Tensor grad = s.value.grad();
+    s.value.set_data(s.value.to(device).detach());
+    if (grad.defined()) s.value.set_grad(grad.to(device));
     return false;  // placement changes no shape; on_state_loaded is not needed
   });
   return *this;
@@ -246,13 +246,9 @@ Module& Module::to(DType dtype) {
   visit_mut("", [&](const std::string&, Slot& s) {
     if (!s.value.defined() || !is_floating(s.value.dtype()) || s.value.dtype() == dtype)
       return false;
-    Tensor cast = s.value.to(dtype).detach();
-    if (s.is_parameter) {
-      Tensor grad = s.value.grad();
-      cast.requires_grad_(s.value.requires_grad());
-      if (grad.defined()) cast.set_grad(grad.to(dtype));
-    }
-    s.value = cast;
+    Tensor grad = s.value.grad();
+    s.value.set_data(s.value.to(dtype).detach());
+    if (grad.defined()) s.value.set_grad(grad.to(dtype));
     return false;
   });
   return *this;

@@ -110,6 +110,11 @@ struct DeviceState {
   std::atomic<Stream*> default_stream{nullptr};
   std::atomic<bp_stream*> default_handle{nullptr};
   std::mutex mu;  // guards slow paths: stream creation, kernel resolution
+  // Note [Sync-debug] (runtime.cpp): work was queued since the default stream was last drained.
+  std::atomic<bool> queued{false};
+  void mark_queued() noexcept {
+    if (!queued.load(std::memory_order_relaxed)) queued.store(true, std::memory_order_relaxed);
+  }
   std::vector<std::unique_ptr<Stream>> streams;
   std::vector<std::unique_ptr<Kernel>> kernel_store;
   std::array<std::atomic<Kernel*>, static_cast<size_t>(kNumOps) * kNumDTypes> kernels{};
@@ -274,7 +279,8 @@ inline bool takes_alpha(const Device& dev) {
   return state(dev).plugin.has_minor2;
 }
 
-// Sync-debug hook: called before an implicit device-to-host read on `dev`.
+// Sync-debug hook: called before an implicit device-to-host read on `dev` by the library
+// function `what` (a SyncDebugCall on this thread names the user's call instead).
 void note_implicit_sync(const Device& dev, const char* what);
 
 }  // namespace bp::detail

@@ -290,6 +290,7 @@ namespace {
                                                std::span<const bp_tensor_desc> out,
                                                std::span<const bp_attr> attrs) {
   DeviceState& s = state(k.device());
+  s.mark_queued();
   const bp_attr* pass = attrs.data();
   // Note [Attribute ids]: a plugin of minor 0 or 1 reads attribute arrays of the old layout.
   constexpr size_t kMaxAttrs = 8;
@@ -401,7 +402,11 @@ void refuse_on_captured(const Device& dev, bp_stream* s, const char* what, const
 void Stream::synchronize() {
   refuse_on_captured(*device_, state_->s, "synchronize",
                      "the work queued during a capture runs only when the graph is replayed");
-  const bp_plugin_api* api = detail::state(*device_).api;
+  detail::DeviceState& ds = detail::state(*device_);
+  const bp_plugin_api* api = ds.api;
+  // Note [Sync-debug]: cleared before the wait, so work queued meanwhile marks it again.
+  if (state_->s == ds.default_handle.load(std::memory_order_relaxed))
+    ds.queued.store(false, std::memory_order_relaxed);
   if (detail::observing()) [[unlikely]] {
     int64_t t0 = detail::clock_ns();
     check(api, api->stream_synchronize(state_->s), "stream synchronize", device_);
@@ -599,6 +604,7 @@ void Device::copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void
                                              .n = n})) [[unlikely]]
     return;
   const bp_plugin_api* api = state_->api;
+  state_->mark_queued();
   detail::ObservedCopy rec(detail::CopyKind::h2d, *this, detail::handle(s), n, detail::handle(dst));
   check(api, api->copy_h2d(detail::handle(s), detail::handle(dst), dst_off, src, n),
         "copy host->device", this);
@@ -614,6 +620,7 @@ void Device::copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_
                                              .n = n})) [[unlikely]]
     return;
   const bp_plugin_api* api = state_->api;
+  state_->mark_queued();
   detail::ObservedCopy rec(detail::CopyKind::d2h, *this, detail::handle(s), n, nullptr);
   check(api, api->copy_d2h(detail::handle(s), dst, detail::handle(src), src_off, n),
         "copy device->host", this);
@@ -631,6 +638,7 @@ void Device::copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer&
                                              .n = n})) [[unlikely]]
     return;
   const bp_plugin_api* api = state_->api;
+  state_->mark_queued();
   detail::ObservedCopy rec(detail::CopyKind::d2d, *this, detail::handle(s), n, detail::handle(dst));
   check(api,
         api->copy_d2d(detail::handle(s), detail::handle(dst), dst_off, detail::handle(src), src_off,
@@ -648,6 +656,7 @@ void Device::memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n)
                                              .value = value})) [[unlikely]]
     return;
   const bp_plugin_api* api = state_->api;
+  state_->mark_queued();
   detail::ObservedCopy rec(detail::CopyKind::memset, *this, detail::handle(s), n,
                            detail::handle(dst));
   check(api, api->memset(detail::handle(s), detail::handle(dst), off, value, n), "memset", this);

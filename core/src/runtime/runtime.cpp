@@ -99,16 +99,37 @@ const char* device_kind_name(DeviceKind kind) {
   return "?";
 }
 
+namespace {
+thread_local const char* t_sync_call = nullptr;
+}  // namespace
+
+SyncDebugCall::SyncDebugCall(const char* what) noexcept : prev_(t_sync_call) {
+  if (!prev_) t_sync_call = what;
+}
+SyncDebugCall::~SyncDebugCall() {
+  if (!prev_) t_sync_call = nullptr;
+}
+
 namespace detail {
 
+// Note [Sync-debug]
+//   A host read of a device's values waits for the work queued on its default stream. Such a
+//   read is reported only when that wait is real: DeviceState::queued is set by every launch,
+//   copy and memset, and cleared by a synchronisation of the default stream (an explicit
+//   bp::synchronize(), Device::synchronize(), or the read's own wait). So after an explicit
+//   synchronize, reads of the values it covered are quiet, until new work is queued. Work
+//   queued by a native library on the stream (a collective) does not mark it. The report
+//   names the user's call (SyncDebugCall) when a binding gave one.
 void note_implicit_sync(const Device& dev, const char* what) {
+  const char* call = t_sync_call ? t_sync_call : what;
   if (observing()) [[unlikely]]
-    observer_hooks().implicit_sync(dev, what);
+    observer_hooks().implicit_sync(dev, call);
   if (dev.properties().unified_memory) return;  // host memory: nothing to wait for
   SyncDebug mode = sync_debug();
   if (mode == SyncDebug::off) return;
+  if (!state(dev).queued.load(std::memory_order_relaxed)) return;
   std::string msg = std::string("implicit device-to-host synchronisation on ") + dev.str() +
-                    " in " + what +
+                    " in " + call +
                     " (BACKPLANE_SYNC_DEBUG); keep values on the device and read them once, "
                     "or synchronise explicitly";
   if (mode == SyncDebug::error) throw SyncError(msg);

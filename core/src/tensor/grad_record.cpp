@@ -21,6 +21,12 @@ NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) {
 NoGradGuard::~NoGradGuard() {
   t_grad_enabled = prev_;
 }
+GradModeGuard::GradModeGuard(bool enabled) : prev_(t_grad_enabled) {
+  t_grad_enabled = enabled;
+}
+GradModeGuard::~GradModeGuard() {
+  t_grad_enabled = prev_;
+}
 bool grad_enabled() {
   return t_grad_enabled;
 }

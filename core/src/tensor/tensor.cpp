@@ -271,6 +271,10 @@ Device& Tensor::cpu_device() {
 
 Tensor Tensor::copy_to(Device& d) const {
   const TensorImpl& i = need(impl_);
+  // A copy to a host device waits for the source's queued work (Note [Sync-debug]).
+  if (&d != i.device && d.properties().unified_memory && !i.device->properties().unified_memory &&
+      i.shape.numel() != 0)
+    note_implicit_sync(*i.device, "copy_to()");
   Tensor src = contiguous();
   if (&d == i.device && src.impl_ != impl_) return src;  // contiguous() already copied
   Tensor out = make_empty(d, i.shape, i.dtype);
@@ -285,6 +289,23 @@ Tensor Tensor::copy_to(Device& d) const {
 Tensor Tensor::to(Device& d) const {
   if (&d == need(impl_).device) return *this;
   return copy_to(d);
+}
+
+Tensor& Tensor::set_data(const Tensor& src) {
+  if (!impl_) throw Error("set_data: operation on an undefined tensor");
+  if (!src.defined()) throw Error("set_data: the source is an undefined tensor");
+  TensorImpl& d = *impl_;
+  if (src.impl_ == impl_) return *this;
+  const TensorImpl& s = impl(src);
+  bool keeps_grad = d.device == s.device && d.dtype == s.dtype;
+  d.storage = s.storage;
+  d.device = s.device;
+  d.dtype = s.dtype;
+  d.shape = s.shape;
+  d.strides = s.strides;
+  d.offset = s.offset;
+  if (!keeps_grad) zero_grad();
+  return *this;
 }
 
 template <typename T>
@@ -315,6 +336,7 @@ T Tensor::item() const {
   if (numel() != 1)
     throw ShapeError("item(): the tensor has " + std::to_string(numel()) + " elements (shape " +
                      impl_->shape.str() + "); item() needs exactly one");
+  SyncDebugCall call("item()");
   return to_vector<T>()[0];
 }
 

@@ -13,6 +13,7 @@
 #include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -250,29 +251,85 @@ Tensor where_raw(const Tensor& c, const Tensor& a, const Tensor& b) {
 
 // ---- public ops -----------------------------------------------------------------------------
 
+namespace {
+constexpr DType kDefaultFloat = DType::f32;
+
+int category(DType t) {
+  return t == DType::boolean ? 0 : is_floating(t) ? 2 : 1;
+}
+}  // namespace
+
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  int ca = category(a), cb = category(b);
+  if (ca != cb) return ca > cb ? a : b;
+  if (ca == 2) {
+    if ((a == DType::f16 && b == DType::bf16) || (a == DType::bf16 && b == DType::f16))
+      return DType::f32;
+    return dtype_size(a) >= dtype_size(b) ? a : b;
+  }
+  return dtype_size(a) >= dtype_size(b) ? a : b;  // u8 < i32 < i64
+}
+
+DType result_type(const Tensor& a, const Tensor& b) {
+  DType ta = a.dtype(), tb = b.dtype();
+  bool za = a.rank() == 0, zb = b.rank() == 0;
+  if (za != zb) {
+    // Note [Type promotion]: a 0-d operand decides only from a higher category.
+    DType dim_t = za ? tb : ta, zero_t = za ? ta : tb;
+    return category(zero_t) > category(dim_t) ? zero_t : dim_t;
+  }
+  return promote_types(ta, tb);
+}
+
 using autograd::GradKind;
 using autograd::record;
 
 namespace {
+// Integer and bool tensors as the default floating dtype (Note [Type promotion]): the inputs of
+// true division and of the floating-only elementwise functions.
+Tensor as_floating(const Tensor& a) {
+  return is_floating(a.dtype()) ? a : a.to(kDefaultFloat);
+}
+bool floating_only(Op op) {
+  return op == Op::exp || op == Op::log || op == Op::sqrt || op == Op::sigmoid || op == Op::tanh;
+}
+
 Tensor unary_op(Op op, GradKind kind, const Tensor& a) {
   check_same_device(op_name(op).data(), {&a});
+  if (!is_floating(a.dtype()) && floating_only(op)) [[unlikely]]
+    return unary_op(op, kind, as_floating(a));
   Tensor out = unary_raw(op, a);
   if (autograd::needs_grad({&a})) record(kind, out, {a}, {a, out});
   return out;
 }
 Tensor binary_op(Op op, GradKind kind, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype() || (op == Op::div && !is_floating(a.dtype()))) [[unlikely]] {
+    check_same_device(op_name(op).data(), {&a, &b});
+    DType t = result_type(a, b);
+    if (op == Op::div && !is_floating(t)) t = kDefaultFloat;
+    Tensor pa = a.to(t), pb = b.to(t);
+    return binary_op(op, kind, pa, pb);
+  }
   Tensor out = binary_raw(op, a, b, a.dtype());
   if (autograd::needs_grad({&a, &b})) record(kind, out, {a, b}, {a, b});
   return out;
 }
 Tensor scalar_op(Op op, GradKind kind, const Tensor& a, double s, bool reverse) {
   check_same_device(op_name(op).data(), {&a});
+  if (op == Op::div && !is_floating(a.dtype())) [[unlikely]]
+    return scalar_op(op, kind, as_floating(a), s, reverse);
   Tensor out = scalar_raw(op, a, s, reverse, a.dtype());
   // param tells clamp_scalar which side passes the gradient: 0 maximum, 1 minimum.
   if (autograd::needs_grad({&a})) record(kind, out, {a}, {a, out}, s, op == Op::minimum ? 1 : 0);
   return out;
 }
 Tensor compare(Op op, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype()) [[unlikely]] {
+    check_same_device(op_name(op).data(), {&a, &b});
+    DType t = result_type(a, b);
+    return binary_raw(op, a.to(t), b.to(t), DType::boolean);
+  }
   return binary_raw(op, a, b, DType::boolean);
 }
 uint32_t all_axes(int rank) {
@@ -319,7 +376,29 @@ Tensor operator/(double a, const Tensor& b) {
 Tensor operator-(const Tensor& a) {
   return unary_op(Op::neg, GradKind::neg, a);
 }
+namespace {
+// Integer and bool tensors to a power (Note [Type promotion]): whole non-negative exponents keep
+// the integer dtype (square-and-multiply with integer mul, wrapping like PyTorch), fractional
+// ones compute in the default floating dtype.
+Tensor integer_pow(const Tensor& a0, double e) {
+  if (e != std::trunc(e)) return pow(as_floating(a0), e);
+  if (e < 0)
+    throw DTypeError("pow: integers to negative integer powers are not allowed (exponent " +
+                     std::to_string(e) + " on a " + std::string(dtype_name(a0.dtype())) +
+                     " tensor); cast the tensor to a floating dtype first");
+  Tensor base = a0.dtype() == DType::boolean ? a0.to(DType::i64) : a0;
+  Tensor result;
+  for (auto n = static_cast<uint64_t>(std::min(e, 1e18)); n != 0; n >>= 1) {
+    if (n & 1) result = result.defined() ? result * base : base.clone();
+    if (n > 1) base = base * base;
+  }
+  return result.defined() ? result : full(base.shape(), 1.0, base.device(), base.dtype());
+}
+}  // namespace
+
 Tensor pow(const Tensor& a, double b) {
+  if (!is_floating(a.dtype())) [[unlikely]]
+    return integer_pow(a, b);
   return scalar_op(Op::pow, GradKind::pow_scalar, a, b, false);
 }
 Tensor pow(const Tensor& a, const Tensor& b) {
@@ -362,6 +441,11 @@ Tensor lt(const Tensor& a, double b) {
   return scalar_raw(Op::lt, a, b, false, DType::boolean);
 }
 Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) {
+  if (a.dtype() != b.dtype()) [[unlikely]] {
+    check_same_device("where", {&c, &a, &b});
+    DType t = result_type(a, b);
+    return where(c, a.to(t), b.to(t));
+  }
   Tensor out = where_raw(c, a, b);
   if (autograd::needs_grad({&a, &b})) record(GradKind::where, out, {a, b}, {c, a, b});
   return out;
@@ -418,7 +502,9 @@ Tensor reduce_op(Op op, GradKind kind, const Tensor& a, uint32_t axes, bool keep
 }
 }  // namespace
 
+// Sums of bool and integer tensors are int64, as in PyTorch (so (pred == y).sum() counts).
 Tensor Tensor::sum() const {
+  if (!is_floating(dtype()) && dtype() != DType::i64) return to(DType::i64).sum();
   return reduce_op(Op::sum, GradKind::sum, *this, all_axes(rank()), false);
 }
 Tensor Tensor::mean() const {
@@ -428,6 +514,7 @@ Tensor Tensor::max() const {
   return reduce_op(Op::max, GradKind::max, *this, all_axes(rank()), false);
 }
 Tensor Tensor::sum(int axis, bool keepdim) const {
+  if (!is_floating(dtype()) && dtype() != DType::i64) return to(DType::i64).sum(axis, keepdim);
   return reduce_op(Op::sum, GradKind::sum, *this, 1u << normalize_axis(axis, rank(), "sum"),
                    keepdim);
 }

@@ -100,9 +100,20 @@ void save_checkpoint(const std::string& path, const nn::Module& model,
     if (!s.initialized)
       throw ShapeError(path + ": cannot save '" + s.key +
                        "': the parameter is not initialised yet (a lazy layer that has not run)");
+  save_checkpoint(path, model.state_dict(), optimizer, scheduler, step, metadata);
+}
+
+void save_checkpoint(const std::string& path, const std::map<std::string, Tensor>& model,
+                     const optim::Optimizer& optimizer,
+                     const optim::lr_scheduler::LRScheduler* scheduler, int64_t step,
+                     const Metadata& metadata) {
   const std::string id = new_save_id();
   std::map<std::string, Tensor> tensors;
-  for (const auto& [key, t] : model.state_dict()) tensors["model." + key] = t;
+  for (const auto& [key, t] : model) {
+    if (!t.defined())
+      throw ShapeError(path + ": cannot save '" + key + "': the tensor is undefined");
+    tensors["model." + key] = t;
+  }
   const optim::OptimizerStateDict os = optimizer.state_dict();
   json steps = json::object();
   for (const auto& [n, st] : os.state) {
@@ -128,6 +139,16 @@ void save_checkpoint(const std::string& path, const nn::Module& model,
 }
 
 CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model,
+                               optim::Optimizer& optimizer,
+                               optim::lr_scheduler::LRScheduler* scheduler) {
+  if (model.has_uninitialized_parameters())
+    throw ShapeError(path + ": the model has parameters that are not initialised yet (a lazy "
+                            "layer that has not run); run one forward pass before loading");
+  return load_checkpoint(path, model.state_dict(), optimizer, scheduler);
+}
+
+CheckpointInfo load_checkpoint(const std::string& path,
+                               const std::map<std::string, Tensor>& model,
                                optim::Optimizer& optimizer,
                                optim::lr_scheduler::LRScheduler* scheduler) {
   const std::string side_name = sidecar_path(path);
@@ -182,11 +203,7 @@ CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model,
   }
 
   // The model: every key and shape before reading any data.
-  if (model.has_uninitialized_parameters())
-    throw ShapeError(path +
-                     ": the model has parameters that are not initialised yet (a lazy "
-                     "layer that has not run); run one forward pass before loading");
-  std::map<std::string, Tensor> current = model.state_dict();
+  std::map<std::string, Tensor> current = model;
   std::vector<std::string> missing, unexpected;
   for (const auto& [key, t] : current) {
     const safetensors::TensorInfo* ti = reader.find("model." + key);

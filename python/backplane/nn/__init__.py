@@ -6,10 +6,10 @@ Note [Module state in Python]
   children, register_buffer adds buffers; keys follow PyTorch's state_dict ("0.weight",
   "block.0.bias"), so files written here load into the PyTorch model of the same structure and
   the other way round (backplane.save / backplane.load, safetensors).
-  - to(device) / to(dtype) replace every parameter and buffer with its copy (a new leaf that
-    keeps requires_grad and its gradient), as the C++ bp::nn::Module does: optimisers hold the
-    tensors they were given, so build them after moving the model (and after a LazyLinear has
-    run once).
+  - to(device) / to(dtype) move every parameter and buffer in place (Tensor._set_data, like
+    PyTorch's `param.data = fn(param.data)`), with its gradient: the Parameter objects stay
+    the same, so an optimiser built before the move keeps updating the model (build it after
+    a LazyLinear has run once, though: until then it has no parameters).
   - load_state_dict copies the given values into the existing parameters, on the parameters'
     devices (like PyTorch); an uninitialised LazyLinear takes the shapes, values and devices of
     the given tensors. Everything is checked before anything changes.
@@ -256,20 +256,16 @@ class Module:
     def _replace_tensors(self, fn):
         with no_grad():
             for m in self.modules():
-                for name, p in list(m._parameters.items()):
+                for p in list(m._parameters.values()) + list(m._buffers.values()):
                     if p is None:
                         continue
                     new = fn(p)
                     if new is p:
                         continue
-                    np_ = Parameter(new, requires_grad=p.requires_grad)
                     g = p.grad
+                    p._set_data(new.detach())
                     if g is not None:
-                        np_.grad = fn(g)
-                    m._parameters[name] = np_
-                for name, b in list(m._buffers.items()):
-                    if b is not None:
-                        m._buffers[name] = fn(b)
+                        p.grad = fn(g)
         return self
 
     def to(self, *args, **kwargs):
@@ -285,8 +281,11 @@ class Module:
             else:
                 try:
                     device = _core.device(a)
-                except _core.DeviceError:
-                    dt = _core._as_dtype(a)
+                except _core.DeviceError as device_error:
+                    try:
+                        dt = _core._as_dtype(a)
+                    except (_core.DTypeError, TypeError):
+                        raise device_error from None  # 'cuda' without CUDA: the reason
         if dt is not None:
             dt = _core._as_dtype(dt)
             if not dt.is_floating_point:

@@ -1,0 +1,222 @@
+"""torch.distributed's interface over bp::dist: a process group across processes and hosts
+(NCCL for CUDA memory, Gloo for host memory, host staging for the rest), its collectives
+returning Work, and DistributedDataParallel. Launch the ranks with `python -m backplane.run
+-n N script.py` (or bp-run); without a launcher the process is a group of one.
+
+Note [Python DDP]
+  DistributedDataParallel(module) broadcasts the module's parameters and buffers from rank 0,
+  then registers a post-accumulate hook on every parameter: when backward has finished a
+  parameter's gradient, its average over the ranks is started (an asynchronous all_reduce
+  with AVG), and the hook of the last parameter waits for all of them, so the gradients are
+  averaged when backward() returns and the optimiser steps on the same values on every rank.
+  A parameter that got no gradient in an iteration is reported by the next forward(), naming
+  it (PyTorch's find_unused_parameters=False behaviour). The hooks hold the wrapper weakly, so
+  nothing is kept alive past it.
+"""
+import weakref
+
+from . import _core
+from ._core import ReduceOp, Work
+from .nn import Module
+
+__all__ = ["init_process_group", "destroy_process_group", "is_initialized", "get_rank",
+           "get_world_size", "get_local_rank", "local_device", "ReduceOp", "Work",
+           "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
+           "reduce_scatter_tensor", "send", "recv", "isend", "irecv", "barrier",
+           "DistributedDataParallel"]
+
+
+def init_process_group(backend=None, init_method=None, rank=-1, world_size=-1, timeout=None):
+    """Joins the default process group. rank, world_size and init_method default to the
+    launcher's environment (BACKPLANE_RANK / _WORLD_SIZE / _INIT, MASTER_ADDR/PORT, mpirun,
+    Slurm); backend is "gloo", "nccl" or pairs "cpu:gloo,cuda:nccl" (None: per device type);
+    timeout is seconds or a datetime.timedelta."""
+    if timeout is None:
+        seconds = 0.0
+    elif hasattr(timeout, "total_seconds"):
+        seconds = timeout.total_seconds()
+    else:
+        seconds = float(timeout)
+    _core._dist_init(int(rank), int(world_size), init_method or "", seconds, backend or "")
+
+
+def destroy_process_group():
+    _core._dist_destroy()
+
+
+def is_initialized():
+    return _core._dist_is_initialized()
+
+
+def get_rank():
+    return _core._dist_rank()
+
+
+def get_world_size():
+    return _core._dist_world_size()
+
+
+def get_local_rank():
+    return _core._dist_local_rank()
+
+
+def local_device(type="cuda"):
+    """cuda:<local rank> (modulo the GPUs), or cpu:0 without a device of that type."""
+    return _core._dist_local_device(type)
+
+
+def _done(work, async_op):
+    if async_op:
+        return work
+    work.wait()
+    return None
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
+    """tensor = op over the ranks of tensor, in place."""
+    _no_group(group)
+    return _done(_core._dist_all_reduce(tensor, op), async_op)
+
+
+def broadcast(tensor, src=0, group=None, async_op=False):
+    """tensor = rank src's tensor, in place."""
+    _no_group(group)
+    return _done(_core._dist_broadcast(tensor, int(src)), async_op)
+
+
+def all_gather_into_tensor(output_tensor, input_tensor, group=None, async_op=False):
+    """output = the ranks' inputs along a new first dimension (or any shape holding
+    world * input.numel() elements)."""
+    _no_group(group)
+    return _done(_core._dist_all_gather(output_tensor, input_tensor), async_op)
+
+
+def all_gather(tensor_list, tensor, group=None, async_op=False):
+    """tensor_list[r] = rank r's tensor (torch's list form)."""
+    _no_group(group)
+    world = get_world_size()
+    if len(tensor_list) != world:
+        raise _core.ShapeError(f"all_gather: tensor_list has {len(tensor_list)} tensors for a "
+                               f"group of {world}")
+    out = _core._empty([world] + list(tensor.shape), tensor.device, tensor.dtype)
+    _core._dist_all_gather(out, tensor).wait()
+    for r, t in enumerate(tensor_list):
+        t.copy_(out[r])
+    return _done(_NoWork(), async_op) if async_op else None
+
+
+def reduce_scatter_tensor(output, input, op=ReduceOp.SUM, group=None, async_op=False):
+    """output = op over the ranks of this rank's chunk of input."""
+    _no_group(group)
+    return _done(_core._dist_reduce_scatter(output, input, op), async_op)
+
+
+def send(tensor, dst, group=None):
+    _no_group(group)
+    _core._dist_send(tensor, int(dst)).wait()
+
+
+def recv(tensor, src, group=None):
+    _no_group(group)
+    _core._dist_recv(tensor, int(src)).wait()
+    return int(src)
+
+
+def isend(tensor, dst, group=None):
+    _no_group(group)
+    return _core._dist_send(tensor, int(dst))
+
+
+def irecv(tensor, src, group=None):
+    _no_group(group)
+    return _core._dist_recv(tensor, int(src))
+
+
+def barrier(group=None):
+    _no_group(group)
+    _core._dist_barrier()
+
+
+class _NoWork:
+    def wait(self, timeout=None):
+        return None
+
+    def is_completed(self):
+        return True
+
+
+def _no_group(group):
+    if group is not None:
+        raise _core.UnsupportedError("only the default process group is available from Python "
+                                     "(group=None)")
+
+
+class DistributedDataParallel(Module):
+    """torch.nn.parallel.DistributedDataParallel for a module whose parameters are initialised
+    and on one device (Note [Python DDP]); state_dict keys get the prefix "module."."""
+
+    def __init__(self, module, device_ids=None, broadcast_buffers=True):
+        super().__init__()
+        if not is_initialized():
+            raise _core.Error("DistributedDataParallel: no process group; call "
+                              "backplane.distributed.init_process_group() first")
+        if module.has_uninitialized_parameters():
+            raise _core.Error("DistributedDataParallel: the module has uninitialised (lazy) "
+                              "parameters; run it once on an example batch first")
+        self.module = module
+        params = [p for p in module.parameters() if p.requires_grad]
+        devices = {str(p.device) for p in params}
+        if len(devices) > 1:
+            raise _core.Error(f"DistributedDataParallel: parameters on several devices "
+                              f"({', '.join(sorted(devices))}); move the module to one")
+        for p in module.parameters():
+            _core._dist_broadcast(p.detach(), 0).wait()
+        if broadcast_buffers:
+            for b in module.buffers():
+                _core._dist_broadcast(b, 0).wait()
+        object.__setattr__(self, "_ddp_params", params)
+        object.__setattr__(self, "_ddp_names", {id(p): n for n, p in module.named_parameters()})
+        object.__setattr__(self, "_ddp_pending", [])
+        object.__setattr__(self, "_ddp_ready", set())
+        ref = weakref.ref(self)
+        hooks = []
+        for k, p in enumerate(params):
+            def hook(t, k=k, ref=ref):
+                ddp = ref()
+                if ddp is not None:
+                    ddp._on_grad(k, t)
+            hooks.append((p, _core._register_post_accumulate_grad_hook(p, hook)))
+        object.__setattr__(self, "_ddp_hooks", hooks)
+
+    def _on_grad(self, k, param):
+        self._ddp_pending.append(_core._dist_all_reduce(param.grad, ReduceOp.AVG))
+        self._ddp_ready.add(k)
+        if len(self._ddp_ready) == len(self._ddp_params):
+            self.synchronize_gradients()
+
+    def synchronize_gradients(self):
+        """Waits until every started gradient average has finished."""
+        pending = self._ddp_pending
+        object.__setattr__(self, "_ddp_pending", [])
+        for w in pending:
+            w.wait()
+        self._ddp_ready.clear()
+
+    def forward(self, *args, **kwargs):
+        if self._ddp_ready or self._ddp_pending:
+            missing = [self._ddp_names.get(id(p), "?") for k, p in enumerate(self._ddp_params)
+                       if k not in self._ddp_ready]
+            self.synchronize_gradients()
+            raise _core.Error("DistributedDataParallel: parameters got no gradient in the last "
+                              "iteration, so their averages never ran: " + ", ".join(missing))
+        return self.module(*args, **kwargs)
+
+    def __del__(self):
+        for p, hook_id in getattr(self, "_ddp_hooks", []):
+            try:
+                _core._remove_post_accumulate_grad_hook(p, hook_id)
+            except Exception:  # noqa: BLE001  (interpreter shutdown)
+                pass
+
+
+
