@@ -26,9 +26,9 @@ namespace {
 std::string format_bytes(uint64_t n) {
   char buf[64];
   if (n >= (1ull << 30))
-    std::snprintf(buf, sizeof buf, "%.2f GiB", n / double(1ull << 30));
+    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(n) / double(1ull << 30));
   else if (n >= (1ull << 20))
-    std::snprintf(buf, sizeof buf, "%.2f MiB", n / double(1ull << 20));
+    std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(n) / double(1ull << 20));
   else
     std::snprintf(buf, sizeof buf, "%llu bytes", static_cast<unsigned long long>(n));
   return buf;
