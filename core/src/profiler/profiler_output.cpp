@@ -289,7 +289,10 @@ std::string table(size_t row_limit) {
   row("Total", std::to_string(total_calls), format_us(total_dev), "", "100.0%",
       format_us(total_host), "");
   // Note [Fallback policy]: the ops that ran as a decomposition or on another device.
-  if (!fallback_stats().empty()) out += "\n" + fallback_table();
+  if (!fallback_stats().empty()) {
+    out += '\n';
+    out += fallback_table();
+  }
   return out;
 }
 

@@ -72,9 +72,9 @@ std::set<Key>& warned() {
 std::string format_bytes(uint64_t n) {
   char buf[32];
   if (n >= (1ull << 20))
-    std::snprintf(buf, sizeof buf, "%.1f MiB", n / double(1ull << 20));
+    std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(n) / double(1ull << 20));
   else if (n >= (1ull << 10))
-    std::snprintf(buf, sizeof buf, "%.1f KiB", n / double(1ull << 10));
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(n) / double(1ull << 10));
   else
     std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(n));
   return buf;
