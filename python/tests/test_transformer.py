@@ -113,9 +113,11 @@ def test_layers_and_refusals():
     assert tuple(nn.Embedding(10, 3).weight.shape) == (10, 3)
     assert "tanh" in repr(nn.GELU("tanh"))
     with pytest.raises(bp.IndexError, match="index 10"):
-        F.embedding(bp.tensor([1, 10]), bp.zeros(10, 3))
+        F.embedding(bp.tensor([1, 10], dtype=bp.int64), bp.zeros(10, 3))
     with pytest.raises(IndexError):
-        F.embedding(bp.tensor([-1]), bp.zeros(10, 3))
+        F.embedding(bp.tensor([-1], dtype=bp.int64), bp.zeros(10, 3))
+    with pytest.raises(bp.DTypeError, match="indices must be int64, got f32"):
+        F.embedding(bp.tensor([1.0]), bp.zeros(10, 3))
     with pytest.raises(bp.ShapeError, match=r"query \[2x4x8x16\], key \[2x4x8x12\]"):
         F.scaled_dot_product_attention(bp.zeros(2, 4, 8, 16), bp.zeros(2, 4, 8, 12),
                                        bp.zeros(2, 4, 8, 16))
