@@ -11,11 +11,12 @@
 // on every device) and takes one Adam step on the mean cross-entropy of the next byte. Every
 // --eval-every steps it prints the training loss (mean of the steps since the last report) and
 // the validation loss (the mean over 8 fixed batches, in evaluation mode) as JSON lines; at the
-// end it prints --sample bytes generated greedily from a newline. Exits 1 when the last
-// validation loss is above --max-loss (the CI test runs a small configuration so).
+// end it prints --sample bytes sampled from a newline (temperature 0.8, seeded by --seed). Exits 1
+// when the last validation loss is above --max-loss (the CI test runs a small configuration so).
 #include <backplane/backplane.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -177,6 +178,7 @@ int main(int argc, char** argv) try {
     bp::NoGradGuard no_grad;
     model.eval();
     std::vector<int64_t> ctx = {0};
+    std::mt19937_64 sample_rng(seed + 2);
     for (size_t t = 0; t < d.itos.size(); ++t)
       if (d.itos[t] == '\n') ctx[0] = static_cast<int64_t>(t);
     std::string out;
@@ -184,7 +186,13 @@ int main(int argc, char** argv) try {
       const int64_t T = std::min<int64_t>(static_cast<int64_t>(ctx.size()), cfg.block_size);
       std::vector<int64_t> window(ctx.end() - T, ctx.end());
       bp::Tensor logits = model.forward(bp::from_vector(window, {1, T}, dev));
-      const int64_t next = bp::argmax(logits.select(1, T - 1).reshape({-1})).item<int64_t>();
+      // nanoGPT's sampling: softmax of the last position's logits at temperature 0.8, one draw
+      // (greedy decoding of a licence text repeats its indentation forever).
+      std::vector<double> p = logits.select(1, T - 1).reshape({-1}).to_vector<double>();
+      const double top = *std::max_element(p.begin(), p.end());
+      for (double& v : p) v = std::exp((v - top) / 0.8);
+      std::discrete_distribution<int64_t> pick(p.begin(), p.end());
+      const int64_t next = pick(sample_rng);
       ctx.push_back(next);
       out.push_back(static_cast<char>(d.itos[static_cast<size_t>(next)]));
     }
