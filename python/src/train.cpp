@@ -4,9 +4,9 @@
 
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/map.h>
-#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <map>
@@ -96,7 +96,8 @@ void register_train(nb::module_& m) {
              }
              nb::list groups;
              for (size_t g = 0; g < d.param_groups.size(); ++g) {
-               nb::dict e = nb::cast(d.param_groups[g]);
+               nb::dict e;
+               for (const auto& [k, v] : d.param_groups[g]) e[nb::str(k.c_str())] = v;
                e["params"] = nb::cast(d.params[g]);
                groups.append(e);
              }
@@ -169,8 +170,9 @@ void register_train(nb::module_& m) {
           "__init__",
           [groups_of](optim::SGD* self, nb::handle params, double lr, double momentum,
                       double dampening, double weight_decay, bool nesterov) {
-            new (self) optim::SGD(groups_of(params, "SGD"),
-                                  optim::SGDOptions{lr, momentum, dampening, weight_decay, nesterov});
+            new (self)
+                optim::SGD(groups_of(params, "SGD"),
+                           optim::SGDOptions{lr, momentum, dampening, weight_decay, nesterov});
           },
           nb::arg("params"), nb::arg("lr") = 0.01, nb::arg("momentum") = 0.0,
           nb::arg("dampening") = 0.0, nb::arg("weight_decay") = 0.0, nb::arg("nesterov") = false)
@@ -183,8 +185,8 @@ void register_train(nb::module_& m) {
   nb::class_<optim::Adam, optim::Optimizer>(m, "Adam", "torch.optim.Adam (amsgrad off).")
       .def(
           "__init__",
-          [groups_of](optim::Adam* self, nb::handle params, double lr, nb::handle betas,
-                      double eps, double weight_decay) {
+          [groups_of](optim::Adam* self, nb::handle params, double lr, nb::handle betas, double eps,
+                      double weight_decay) {
             auto b = nb::cast<std::pair<double, double>>(betas);
             new (self) optim::Adam(groups_of(params, "Adam"),
                                    optim::AdamOptions{lr, b.first, b.second, eps, weight_decay});
@@ -193,9 +195,8 @@ void register_train(nb::module_& m) {
           nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 0.0)
       .def("__repr__", [](const optim::Adam& o) {
         const auto& s = o.options();
-        return o.name() + "(lr=" + std::to_string(o.lr()) + ", betas=(" +
-               std::to_string(s.beta1) + ", " + std::to_string(s.beta2) +
-               "), eps=" + std::to_string(s.eps) + ")";
+        return o.name() + "(lr=" + std::to_string(o.lr()) + ", betas=(" + std::to_string(s.beta1) +
+               ", " + std::to_string(s.beta2) + "), eps=" + std::to_string(s.eps) + ")";
       });
 
   nb::class_<optim::AdamW, optim::Adam>(m, "AdamW",
@@ -227,8 +228,8 @@ void register_train(nb::module_& m) {
            nb::arg("start_factor") = 1.0 / 3, nb::arg("end_factor") = 1.0,
            nb::arg("total_iters") = 5, nb::keep_alive<1, 2>());
   nb::class_<sch::CosineAnnealingLR, sch::LRScheduler>(m, "CosineAnnealingLR")
-      .def(nb::init<optim::Optimizer&, int64_t, double>(), nb::arg("optimizer"),
-           nb::arg("T_max"), nb::arg("eta_min") = 0.0, nb::keep_alive<1, 2>());
+      .def(nb::init<optim::Optimizer&, int64_t, double>(), nb::arg("optimizer"), nb::arg("T_max"),
+           nb::arg("eta_min") = 0.0, nb::keep_alive<1, 2>());
   nb::class_<sch::LambdaLR, sch::LRScheduler>(m, "LambdaLR")
       .def(
           "__init__",
@@ -243,13 +244,13 @@ void register_train(nb::module_& m) {
           "__init__",
           [](sch::OneCycleLR* self, optim::Optimizer& opt, nb::handle max_lr, int64_t total_steps,
              double pct_start, const std::string& anneal_strategy, bool cycle_momentum,
-             double base_momentum, double max_momentum, double div_factor,
-             double final_div_factor, bool three_phase) {
+             double base_momentum, double max_momentum, double div_factor, double final_div_factor,
+             bool three_phase) {
             if (anneal_strategy != "cos" && anneal_strategy != "linear")
               throw Error("OneCycleLR: anneal_strategy '" + anneal_strategy +
                           "' is not 'cos' or 'linear'");
-            sch::OneCycleOptions o{total_steps,   pct_start,    anneal_strategy == "cos",
-                                   cycle_momentum, base_momentum, max_momentum,
+            sch::OneCycleOptions o{total_steps,    pct_start,        anneal_strategy == "cos",
+                                   cycle_momentum, base_momentum,    max_momentum,
                                    div_factor,     final_div_factor, three_phase};
             if (nb::isinstance<nb::float_>(max_lr) || nb::isinstance<nb::int_>(max_lr))
               new (self) sch::OneCycleLR(opt, nb::cast<double>(max_lr), o);
@@ -281,8 +282,8 @@ void register_train(nb::module_& m) {
       nb::arg("step"), nb::arg("metadata"));
   m.def(
       "_load_checkpoint",
-      [](const std::string& path, const std::map<std::string, Tensor>& model,
-         optim::Optimizer& opt, sch::LRScheduler* scheduler) {
+      [](const std::string& path, const std::map<std::string, Tensor>& model, optim::Optimizer& opt,
+         sch::LRScheduler* scheduler) {
         CheckpointInfo info = load_checkpoint(path, model, opt, scheduler);
         return std::make_pair(info.step, info.metadata);
       },

@@ -36,7 +36,7 @@ def test_adamw_groups_match_a_float64_reference(device, rng):
     np.testing.assert_allclose(a.numpy(), ref[0][0], rtol=2e-6, atol=2e-6)
     np.testing.assert_allclose(b.numpy(), ref[1][0], rtol=2e-6, atol=2e-6)
     sd = opt.state_dict()
-    assert sd["state"][1]["step"] == 3 and sd["param_groups"][1]["params"] == [1]
+    assert sd["state"][1]["step"].item() == 3 and sd["param_groups"][1]["params"] == [1]
     with pytest.raises(bp.Error, match="unknown option 'amsgrad'"):
         bp.optim.AdamW([{"params": [a], "amsgrad": 1}])
 

@@ -71,7 +71,11 @@ def _add_param_group(self, group):
 
 
 def _state_dict(self):
+    from .._tensor import tensor
+
     sd = self._state_dict()
+    for entry in sd["state"].values():  # torch keeps "step" as a 0-d float32 cpu tensor
+        entry["step"] = tensor(float(entry["step"]), dtype=_core.dtype.float32, device="cpu")
     sd["param_groups"] = [{**_to_python({k: v for k, v in g.items() if k != "params"}),
                            "params": g["params"]} for g in sd["param_groups"]]
     return sd
