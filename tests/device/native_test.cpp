@@ -1,6 +1,7 @@
 // Native handles and external memory (plugin ABI 1.2) on every device: Tensor::native and
 // data_ptr, bp::from_blob (zero copy both ways, strides, release exactly once after the last
 // view), Device::import_buffer / import_stream, Stream::native_handle, and the typed errors.
+#include <backplane_test/throws.hpp>
 #include "device_params.hpp"
 
 #include <backplane/abi/plugin_abi.h>  // BP_DLPACK_* values
@@ -38,22 +39,7 @@ class NativeTest : public bptest::DeviceTest {
   }
 };
 
-template <class E, class F>
-std::string expect_throw(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
-
-#define EXPECT_HAS(text, fragment) \
-  EXPECT_NE(std::string(text).find(fragment), std::string::npos) << (text)
+using bp_test::expect_throw;
 
 TEST_P(NativeTest, AddressesOfViews) {
   bp::Tensor t = make(bptest::random_values(12), {3, 4});

@@ -1,6 +1,7 @@
 // Training state on every device: AdamW against a float64 host reference with two parameter
 // groups, options changed between steps, optimiser and scheduler state dicts, the schedulers'
 // formulas, and checkpoints whose resumed run repeats the uninterrupted run's losses exactly.
+#include <backplane_test/throws.hpp>
 #include "nn_test_support.hpp"
 
 #include <backplane/checkpoint.hpp>
@@ -17,21 +18,7 @@ using bp::Tensor;
 using namespace bp::optim;
 using namespace bp::optim::lr_scheduler;
 
-template <typename E, typename F>
-std::string expect_throw(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return {};
-  }
-  ADD_FAILURE() << "no exception";
-  return {};
-}
-#define EXPECT_HAS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << (text) << " lacks: " << (part)
+using bp_test::expect_throw;
 
 class TrainStateTest : public ::testing::TestWithParam<std::string> {
  protected:

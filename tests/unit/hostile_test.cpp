@@ -7,6 +7,7 @@
 
 #include <backplane_test/plugin_test.hpp>
 #include <backplane_test/seed.hpp>
+#include <backplane_test/throws.hpp>
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -26,20 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-template <class E, class F>
-std::string expect_throw(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
-#define EXPECT_HAS(msg, frag) EXPECT_NE((msg).find(frag), std::string::npos) << (msg)
+using bp_test::expect_throw;
 
 constexpr int64_t k40 = int64_t{1} << 40;
 
