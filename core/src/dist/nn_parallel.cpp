@@ -194,17 +194,30 @@ void DistributedDataParallel::finish_iteration(bool throw_unused) {
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {
   finish_iteration(true);
-  // The hooks sit on the parameter tensors of construction time: Module::to(),
-  // to(DType) or load_state_dict replace them (Note [Module state] in nn.hpp).
+  // The hooks sit on the parameter tensors of construction time and the buckets on their
+  // dtypes and device: load_state_dict replaces tensors, and to() / to(DType) change them in
+  // place (Note [Module state] in nn.hpp).
   auto now = module_->parameters();
   bool same = now.size() == slots_.size();
-  for (size_t k = 0; same && k < now.size(); ++k)
-    same = now[k].is_same(slots_[now.size() - 1 - k].param);
+  std::string changed;
+  for (size_t k = 0; same && k < now.size(); ++k) {
+    const Slot& slot = slots_[now.size() - 1 - k];
+    same = now[k].is_same(slot.param);
+    const DType built = buckets_[slot.bucket].flat.dtype();
+    if (same && (now[k].dtype() != built || &now[k].device() != device_)) {
+      same = false;
+      changed = " (" + slot.key + " is now " + std::string(dtype_name(now[k].dtype())) + " on " +
+                now[k].device().str() + "; the buckets hold " + std::string(dtype_name(built)) +
+                " on " + device_->str() + ")";
+    }
+  }
   if (!same)
     throw Error(
-        "DistributedDataParallel: the module's parameters were replaced after it was wrapped "
-        "(to(), to(DType) or load_state_dict make new tensors); move or load the model first, "
-        "then build DistributedDataParallel");
+        "DistributedDataParallel: the module's parameters were replaced or changed after it "
+        "was wrapped" +
+        changed +
+        " (load_state_dict makes new tensors, to() and to(DType) change them); move or load "
+        "the model first, then build DistributedDataParallel");
   return module_->forward(input);
 }
 
