@@ -166,11 +166,14 @@ TEST_P(DeviceTest, ShapeAndDtypeErrors) {
 TEST_P(DeviceTest, TypePromotionFollowsPyTorch) {
   auto fv = bptest::random_values(6, -50, 50);
   std::vector<double> iv(6);
-  for (size_t k = 0; k < 6; ++k) iv[k] = std::trunc(fv[k]) + (k % 2 ? 1 : -1) * 3;  // never 0
-  auto f = make(fv, {2, 3});                                                        // f32
-  auto i = make(iv, {2, 3}, bp::DType::i32);                                        // i32
-  auto l = make(iv, {2, 3}, bp::DType::i64);                                        // i64
-  auto u = make({1, 2, 3}, {3}, bp::DType::u8);                                     // u8
+  for (size_t k = 0; k < 6; ++k) {  // |iv| >= 3, never 0 (i / l divides by them)
+    const double t = std::trunc(fv[k]);
+    iv[k] = t >= 0 ? t + 3 : t - 3;
+  }
+  auto f = make(fv, {2, 3});                     // f32
+  auto i = make(iv, {2, 3}, bp::DType::i32);     // i32
+  auto l = make(iv, {2, 3}, bp::DType::i64);     // i64
+  auto u = make({1, 2, 3}, {3}, bp::DType::u8);  // u8
   auto rf = bptest::rounded(fv, bp::DType::f32);
   auto sum = i + f;
   EXPECT_EQ(sum.dtype(), bp::DType::f32);
