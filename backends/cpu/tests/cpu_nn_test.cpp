@@ -434,8 +434,8 @@ TEST_P(NnTest, BatchNormTrainingEvaluationAndBackward) {
           ym[k] = (std::abs(xv[k]) + std::abs(mean[ch])) * inv[ch] * std::abs(wv[ch]) +
                   std::abs(bv[ch]);
           ye[k] = (xv[k] - rmv[ch]) * einv * wv[ch] + bv[ch];
-          yem[k] = (std::abs(xv[k]) + std::abs(rmv[ch])) * einv * std::abs(wv[ch]) +
-                   std::abs(bv[ch]);
+          yem[k] =
+              (std::abs(xv[k]) + std::abs(rmv[ch])) * einv * std::abs(wv[ch]) + std::abs(bv[ch]);
         }
     }
     const std::vector<bp_attr> train = {attr_i("training", 1), attr_f("eps", eps),

@@ -142,13 +142,13 @@ CheckpointInfo load_checkpoint(const std::string& path, nn::Module& model,
                                optim::Optimizer& optimizer,
                                optim::lr_scheduler::LRScheduler* scheduler) {
   if (model.has_uninitialized_parameters())
-    throw ShapeError(path + ": the model has parameters that are not initialised yet (a lazy "
-                            "layer that has not run); run one forward pass before loading");
+    throw ShapeError(path +
+                     ": the model has parameters that are not initialised yet (a lazy "
+                     "layer that has not run); run one forward pass before loading");
   return load_checkpoint(path, model.state_dict(), optimizer, scheduler);
 }
 
-CheckpointInfo load_checkpoint(const std::string& path,
-                               const std::map<std::string, Tensor>& model,
+CheckpointInfo load_checkpoint(const std::string& path, const std::map<std::string, Tensor>& model,
                                optim::Optimizer& optimizer,
                                optim::lr_scheduler::LRScheduler* scheduler) {
   const std::string side_name = sidecar_path(path);
@@ -242,12 +242,11 @@ CheckpointInfo load_checkpoint(const std::string& path,
   }
 
   if (has_sched) {
-    const std::string& name = sched_name;
     if (!scheduler)
-      throw Error(side_name + ": the checkpoint has a " + name +
+      throw Error(side_name + ": the checkpoint has a " + sched_name +
                   " scheduler's state; pass a scheduler to load it into");
-    if (name != scheduler->name())
-      throw Error(side_name + ": the checkpoint's scheduler is " + name + ", this one " +
+    if (sched_name != scheduler->name())
+      throw Error(side_name + ": the checkpoint's scheduler is " + sched_name + ", this one " +
                   scheduler->name());
     if (sched_state.size() != optimizer.param_groups().size() + 1)
       throw Error(side_name + ": the checkpoint's scheduler drives " +
