@@ -62,7 +62,7 @@ extern "C" {
 
 #define BP_COMM_ABI_MAJOR 1
 /* Minor history: see plugins/COMM-CHANGELOG.md. */
-#define BP_COMM_ABI_MINOR 0
+#define BP_COMM_ABI_MINOR 1
 
 /* Error codes of communicators, beside bp_error_code (their values never overlap). */
 typedef enum bp_comm_error_code {
@@ -128,7 +128,22 @@ typedef struct bp_comm_config {
   /* The address of this host's interface that reached the rendezvous store ("10.0.0.2"), a
    * hint for plugins that listen on TCP; "" when the store is a file. */
   const char* local_address;
+  /* ---- 1.1 (read only when struct_size covers it; a 1.0 host's config lacks it: flags 0) */
+  uint32_t flags; /* BP_COMM_CONFIG_* bits */
 } bp_comm_config;
+
+/* bp_comm_config::flags (1.1). A plugin ignores bits it does not know.
+ * NONBLOCKING: the host prefers a communicator whose calls never block the issuing thread
+ *   (NCCL's non-blocking mode, ncclConfig_t::blocking = 0), at a cost per call. Without it a
+ *   stream plugin enqueues inline on the caller's thread (Note [Comm hot path]). */
+#define BP_COMM_CONFIG_NONBLOCKING (1u << 0)
+
+/* Note [Comm hot path]
+ *   A collective's latency is the host's issue cost plus the device's. Stream plugins enqueue
+ *   on the caller's thread and return without polling; the host waits on a work by making the
+ *   consumer's stream wait (plugin_abi.h's events) and tests the work from its watchdog, never
+ *   spinning on the issuing thread. Plugins keep per-call allocations (events, strings) off
+ *   this path. */
 
 /* ---- The table ---------------------------------------------------------------------------- */
 

@@ -21,12 +21,18 @@
 #include <backplane/sdk/plugin_sdk.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
 
 namespace bp::sdk {
+
+// bp_comm_config::flags when the host filled them (1.1), else 0 (a 1.0 host).
+inline uint32_t config_flags(const bp_comm_config& c) {
+  return c.struct_size >= offsetof(bp_comm_config, flags) + sizeof(c.flags) ? c.flags : 0u;
+}
 
 // One queued operation (a bp_comm_work).
 class CommWork {
@@ -149,7 +155,9 @@ struct Table {
   static bp_error* comm_create(const bp_comm_config* cfg, const bp_comm_host* host, bp_comm** out) {
     return guard([&] {
       if (!cfg || !host || !out) fail(BP_ERROR_INVALID_ARGUMENT, "NULL argument");
-      if (cfg->struct_size < sizeof(bp_comm_config) || host->struct_size < sizeof(bp_comm_host))
+      // A 1.0 host's config ends at local_address (Note [Comm ABI versioning]).
+      if (cfg->struct_size < offsetof(bp_comm_config, flags) ||
+          host->struct_size < sizeof(bp_comm_host))
         fail(BP_ERROR_INVALID_ARGUMENT, "bp_comm_config or bp_comm_host too small");
       if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
         fail(BP_ERROR_INVALID_ARGUMENT,
