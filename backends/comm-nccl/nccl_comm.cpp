@@ -1,6 +1,7 @@
 // The NCCL communicator (Note [NCCL without hangs] in nccl_comm.hpp).
 #include "nccl_comm.hpp"
 
+#include <backplane/sdk/comm_sdk.hpp>
 #include <backplane/sdk/plugin_sdk.hpp>
 
 #include <cuda_runtime_api.h>
@@ -184,7 +185,7 @@ std::string Comm::where() const {
 
 void Comm::raise(ncclResult_t r, const std::string& what) {
   std::string detail = lib_.GetErrorString ? lib_.GetErrorString(r) : "";
-  if (lib_.GetLastError && comm_) {
+  if (lib_.GetLastError && comm_ && !aborted_.load()) {
     const char* last = lib_.GetLastError(comm_);
     if (last && *last) detail += std::string(": ") + last;
   }
@@ -222,7 +223,8 @@ Comm::Comm(const bp_comm_config& cfg, const bp_comm_host& host)
       rank_(cfg.rank),
       size_(cfg.world_size),
       device_(cfg.device_ordinal),
-      timeout_(milliseconds(cfg.timeout_ms)) {
+      timeout_(milliseconds(cfg.timeout_ms)),
+      nonblocking_((sdk::config_flags(cfg) & BP_COMM_CONFIG_NONBLOCKING) != 0) {
   if (!lib_.loaded) fail(BP_ERROR_UNAVAILABLE, lib_.reason);
   if (cfg.dlpack_device_type != 2)
     fail(BP_ERROR_INVALID_ARGUMENT, "nccl reduces CUDA memory only (DLPack device type 2), got " +
@@ -249,11 +251,14 @@ Comm::Comm(const bp_comm_config& cfg, const bp_comm_host& host)
     host.store_free(host.ctx, v);
   }
   if (host.log)
-    host.log(host.ctx, (lib_.describe + ": rank " + std::to_string(rank_) +
-                        " joins on CUDA device " + std::to_string(device_))
-                           .c_str());
+    host.log(host.ctx,
+             (lib_.describe + ": rank " + std::to_string(rank_) + " joins on CUDA device " +
+              std::to_string(device_) +
+              (nonblocking_ ? " (non-blocking communicator)" : " (blocking communicator)"))
+                 .c_str());
+  if (!nonblocking_) arrive(host);
   bp_nccl_config config = BP_NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;  // Note [NCCL without hangs]
+  config.blocking = nonblocking_ ? 0 : 1;  // Note [NCCL without hangs]
   ncclResult_t r = lib_.CommInitRankConfig(&comm_, size_, id, rank_, &config);
   auto deadline = Clock::now() + timeout_;
   while (r == ncclInProgress ||
@@ -280,6 +285,27 @@ Comm::Comm(const bp_comm_config& cfg, const bp_comm_host& host)
          "creating the nccl communicator on " + where() + " failed: " + text, result_name(r));
   }
   BP_CUDA_CHECK(cudaMalloc(&scratch_, sizeof(int)));
+}
+
+void Comm::arrive(const bp_comm_host& host) {
+  int64_t n = 0;
+  host_check(host, host.store_add(host.ctx, "arrived", 1, &n), "counting in for the NCCL init");
+  const auto start = Clock::now(), deadline = start + timeout_;
+  while (n < size_) {
+    if (host.abort_requested && host.abort_requested(host.ctx))
+      fail(static_cast<bp_error_code>(BP_COMM_ERROR_ABORTED),
+           "nccl communicator of " + std::to_string(size_) + " ranks on " + where() +
+               ": the host gave up (another rank failed) while " + std::to_string(size_ - n) +
+               " rank(s) had not arrived");
+    if (Clock::now() > deadline)
+      fail(static_cast<bp_error_code>(BP_COMM_ERROR_TIMEOUT),
+           "nccl communicator of " + std::to_string(size_) + " ranks on " + where() + ": " +
+               std::to_string(size_ - n) + " rank(s) did not arrive within " +
+               std::to_string(timeout_.count()) + " ms (another rank did not create it)");
+    std::this_thread::sleep_for(Clock::now() - start < milliseconds(100) ? milliseconds(1)
+                                                                         : milliseconds(10));
+    host_check(host, host.store_add(host.ctx, "arrived", 0, &n), "counting in for the NCCL init");
+  }
 }
 
 Comm::~Comm() {
@@ -329,7 +355,7 @@ Work* Comm::finish_issue(const std::string& what, void* stream) {
     ncclResult_t r_;                                                                  \
     {                                                                                 \
       std::lock_guard<std::mutex> l_(mu_);                                            \
-      if (!comm_)                                                                     \
+      if (!comm_ || aborted_.load())                                                  \
         fail(static_cast<bp_error_code>(BP_COMM_ERROR_ABORTED),                       \
              "nccl " + (what) + " on " + where() + ": the communicator was aborted"); \
       r_ = (call);                                                                    \
@@ -439,9 +465,14 @@ void Comm::group_end() {
 
 void Comm::abort() {
   if (aborted_.exchange(true)) return;
-  std::lock_guard<std::mutex> l(mu_);
-  if (comm_) lib_.CommAbort(comm_);  // NCCL's kernels exit; streams move on
-  comm_ = nullptr;
+  // Note [NCCL without hangs]: a blocking call stuck on a dead peer holds mu_; every path
+  // checks aborted_ before it touches comm_ again, so aborting without the lock is safe.
+  std::unique_lock<std::mutex> l(mu_, std::defer_lock);
+  const auto until = Clock::now() + milliseconds(1000);
+  while (!l.try_lock() && Clock::now() < until) std::this_thread::sleep_for(milliseconds(1));
+  ncclComm_t c = comm_;
+  if (l.owns_lock()) comm_ = nullptr;
+  if (c) lib_.CommAbort(c);  // NCCL's kernels exit; streams move on
 }
 
 bool Comm::test(Work& w) {

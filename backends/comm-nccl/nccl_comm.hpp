@@ -1,15 +1,21 @@
-// The NCCL communicator: libnccl.so.2 opened at run time (NcclLib), one non-blocking NCCL
-// communicator per bp_comm, work handles that are CUDA events recorded after each operation.
+// The NCCL communicator: libnccl.so.2 opened at run time (NcclLib), one NCCL communicator per
+// bp_comm, work handles that are CUDA events recorded after each operation.
 //
 // Note [NCCL without hangs]
-//   Communicators are created non-blocking (ncclConfig_t::blocking = 0): ncclCommInitRankConfig
-//   and every enqueue return at once, possibly with ncclInProgress, and the plugin polls
-//   ncclCommGetAsyncError until the call has settled — bounded by the communicator's timeout
-//   and by the host's abort_requested. A work completes when its event has passed; while it
-//   waits, ncclCommGetAsyncError reports a peer's failure (ncclRemoteError) instead of a hang.
+//   By default a communicator is blocking, as PyTorch's (Note [Comm hot path] in comm_abi.h):
+//   every call enqueues inline on the caller's thread and returns, and a work completes when
+//   its event has passed; while it waits, ncclCommGetAsyncError reports a peer's failure
+//   (ncclRemoteError) instead of a hang. Before a blocking ncclCommInitRankConfig every rank
+//   counts itself in through the host's store, bounded by the timeout and abort_requested, so
+//   the init only starts once every rank has arrived. With BP_COMM_CONFIG_NONBLOCKING the
+//   communicator is non-blocking (ncclConfig_t::blocking = 0): init and enqueues may return
+//   ncclInProgress and the plugin polls ncclCommGetAsyncError until the call has settled
+//   (NCCL launches each group from a thread of its own then: tens of microseconds a call).
 //   When time is up the host calls comm_abort, which runs ncclCommAbort: NCCL's kernels exit
 //   and the stream moves on. NCCL's API calls on one communicator are serialised by a mutex;
-//   polling loops drop it between polls so that comm_abort never waits for them.
+//   polling loops drop it between polls, and comm_abort waits at most a second for it before
+//   aborting anyway (a blocking call stuck on a dead peer holds it; ncclCommAbort is what
+//   releases such a call), so comm_abort never hangs.
 #pragma once
 
 #include "nccl_api.h"
@@ -100,6 +106,8 @@ class Comm {
   [[noreturn]] void raise(ncclResult_t r, const std::string& what);
   Work* finish_issue(const std::string& what, void* stream);
   void select_device() const;
+  // Blocking mode: every rank counts itself in through the store before the init.
+  void arrive(const bp_comm_host& host);
 
   const NcclLib& lib_;
   void check_peer(const char* op, int32_t peer) const;  // INVALID_ARGUMENT unless another rank
@@ -108,6 +116,7 @@ class Comm {
   std::mutex mu_;  // serialises NCCL calls on comm_ (Note [NCCL without hangs])
   ncclComm_t comm_ = nullptr;
   std::atomic<bool> aborted_{false};
+  bool nonblocking_ = false;  // BP_COMM_CONFIG_NONBLOCKING
   bool in_group_ = false;
   std::vector<Work*> group_works_;
   void* scratch_ = nullptr;  // one int on the device for barrier

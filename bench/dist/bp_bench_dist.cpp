@@ -2,12 +2,15 @@
 // run under bp-run (tools/gpu/dist.sh runs it beside bench/dist/torch_dist.py and prints the
 // ratios with bench/dist/compare_dist.py).
 //
-//   bp-run -n 2 bp-bench-dist collectives [--sizes 1,64,256] [--dtypes f32,bf16] [--iters 20]
+//   bp-run -n 2 bp-bench-dist collectives [--sizes 64K,1,4,64,256] [--dtypes f32,bf16] [--iters 20]
+//   bp-run -n 2 bp-bench-dist latency [--iters 2000]
 //   bp-run -n 2 bp-bench-dist ddp [--steps 60] [--warmup 10] [--batch 1024]
 //   bp-run -n 2 bp-bench-dist curve [--steps 20] [--combined 2048]
 //
 // Rank 0 prints RESULT lines (the same as torch_dist.py's):
-//   RESULT collective <op> <dtype> <MiB> <us per op> <algbw GB/s> <busbw GB/s>
+//   RESULT collective <op> <dtype> <size> <us per op> <algbw GB/s> <busbw GB/s>
+//   RESULT latency all_reduce f32 4B <us per call>
+// A size is MiB, or KiB with a K suffix ("64K"); sizes under 64 MiB run at least 200 calls.
 //   RESULT ddp <world> <batch per rank> <samples/s> <ms per step>
 //   RESULT curve <world> <step> <loss averaged over ranks>
 // Bus bandwidth follows nccl-tests: all_reduce algbw * 2(n-1)/n; all_gather and reduce_scatter
@@ -19,6 +22,7 @@
 #include <backplane/parallel.hpp>
 #include <backplane/train.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -43,21 +47,49 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// "64K" KiB, "4B" bytes, "256" MiB.
+int64_t size_bytes(const std::string& s) {
+  const int64_t v = std::atoll(s.c_str());
+  if (!s.empty() && (s.back() == 'K' || s.back() == 'k')) return v << 10;
+  if (!s.empty() && s.back() == 'B') return v;
+  return v << 20;
+}
+
+// Per-call time of a one-element (4-byte) f32 all_reduce issued and waited on one at a time,
+// as a tensor-parallel layer or a barrier does: the host's issue cost plus NCCL's latency.
+int latency(const std::vector<std::string>& a, bp::Device& dev) {
+  const int calls = std::atoi(arg(a, "--iters", "2000").c_str());
+  bp::Tensor x = bp::rand({1}, dev);
+  for (int w = 0; w < 20; ++w) d::all_reduce(x).wait();
+  d::barrier();
+  dev.synchronize();
+  auto t0 = Clock::now();
+  for (int i = 0; i < calls; ++i) d::all_reduce(x).wait();
+  dev.synchronize();
+  const double per = seconds_since(t0) / calls;
+  if (d::get_rank() == 0) std::printf("RESULT latency all_reduce f32 4B %.2f\n", per * 1e6);
+  std::fflush(stdout);
+  return 0;
+}
+
 int collectives(const std::vector<std::string>& a, bp::Device& dev) {
   int n = d::get_world_size(), rank = d::get_rank();
   int iters = std::atoi(arg(a, "--iters", "20").c_str());
-  std::vector<int64_t> sizes;
-  std::stringstream ss(arg(a, "--sizes", "1,64,256"));
-  for (std::string s; std::getline(ss, s, ',');) sizes.push_back(std::atoll(s.c_str()));
+  std::vector<std::string> sizes;
+  std::stringstream ss(arg(a, "--sizes", "64K,1,4,64,256"));
+  for (std::string s; std::getline(ss, s, ',');) sizes.push_back(s);
   std::vector<bp::DType> dtypes;
   std::stringstream ds(arg(a, "--dtypes", "f32,bf16"));
   for (std::string s; std::getline(ds, s, ',');) dtypes.push_back(bp::dtype_from_name(s));
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter"})
     for (bp::DType dt : dtypes)
-      for (int64_t mib : sizes) {
+      for (const std::string& size : sizes) {
         const int64_t esize = static_cast<int64_t>(bp::dtype_size(dt));
-        int64_t elems = mib * (1 << 20) / esize;
+        int64_t elems = size_bytes(size) / esize;
         elems -= elems % n;
+        if (elems < n) elems = n;
+        // Small messages are latency-bound: more calls for a stable mean.
+        const int calls = size_bytes(size) < (64 << 20) ? std::max(iters, 200) : iters;
         bp::Tensor full = bp::rand({elems}, dev).to(dt), part = bp::rand({elems / n}, dev).to(dt);
         auto call = [&]() -> d::Work {
           if (!std::strcmp(op, "all_reduce")) return d::all_reduce(full);
@@ -69,17 +101,17 @@ int collectives(const std::vector<std::string>& a, bp::Device& dev) {
         dev.synchronize();
         auto t0 = Clock::now();
         std::vector<d::Work> works;
-        for (int i = 0; i < iters; ++i) works.push_back(call());
+        for (int i = 0; i < calls; ++i) works.push_back(call());
         for (auto& w : works) w.wait();
         dev.synchronize();
-        double t = seconds_since(t0) / iters;
+        double t = seconds_since(t0) / calls;
         double bytes = static_cast<double>(elems) * static_cast<double>(esize);
         double algbw = bytes / t / 1e9;
         double factor = !std::strcmp(op, "all_reduce") ? 2.0 * (n - 1) / n : (n - 1.0) / n;
         if (rank == 0)
-          std::printf("RESULT collective %s %s %lld %.1f %.1f %.1f\n", op,
-                      std::string(bp::dtype_name(dt)).c_str(), static_cast<long long>(mib), t * 1e6,
-                      algbw, algbw * factor);
+          std::printf("RESULT collective %s %s %s %.1f %.2f %.2f\n", op,
+                      std::string(bp::dtype_name(dt)).c_str(), size.c_str(), t * 1e6, algbw,
+                      algbw * factor);
         std::fflush(stdout);
       }
   return 0;
@@ -157,8 +189,10 @@ int ddp(const std::vector<std::string>& a, bp::Device& dev, bool curve) {
 
 int main(int argc, char** argv) try {
   std::vector<std::string> a(argv + 1, argv + argc);
-  if (a.empty() || (a[0] != "collectives" && a[0] != "ddp" && a[0] != "curve")) {
-    std::fprintf(stderr, "usage: bp-run -n N bp-bench-dist collectives|ddp|curve [options]\n");
+  if (a.empty() ||
+      (a[0] != "collectives" && a[0] != "latency" && a[0] != "ddp" && a[0] != "curve")) {
+    std::fprintf(stderr,
+                 "usage: bp-run -n N bp-bench-dist collectives|latency|ddp|curve [options]\n");
     return 2;
   }
   d::init_process_group();
@@ -166,7 +200,9 @@ int main(int argc, char** argv) try {
   if (d::get_rank() == 0)
     std::printf("bp-bench-dist %s: %d rank(s), rank 0 on %s (%s)\n", a[0].c_str(),
                 d::get_world_size(), dev.str().c_str(), dev.properties().name.c_str());
-  int rc = a[0] == "collectives" ? collectives(a, dev) : ddp(a, dev, a[0] == "curve");
+  int rc = a[0] == "collectives" ? collectives(a, dev)
+           : a[0] == "latency"   ? latency(a, dev)
+                                 : ddp(a, dev, a[0] == "curve");
   d::destroy_process_group();
   return rc;
 } catch (const bp::Error& e) {

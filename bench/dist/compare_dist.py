@@ -5,9 +5,10 @@ both measured in one run, with ratios and the goals that docs/distributed.md sta
     python3 bench/dist/compare_dist.py OUT_DIR N
 
 OUT_DIR holds the RESULT lines of each program (tools/gpu/dist.sh writes them):
-bp_collectives.txt, torch_collectives.txt, bp_ddpW.txt and torch_ddpW.txt for W = 1 and every
+bp_collectives.txt, torch_collectives.txt, bp_latency.txt, torch_latency.txt, bp_ddpW.txt and torch_ddpW.txt for W = 1 and every
 power of two up to N (and N), bp_curve1.txt, bp_curveN.txt. Exit status 0 when every goal is
-met: bus bandwidth at least 0.95x PyTorch + NCCL for every op, dtype and size; W-GPU training at
+met: bus bandwidth at least 0.95x PyTorch + NCCL for every op, dtype and size; a 4-byte
+all_reduce no slower per call than PyTorch's; W-GPU training at
 least 0.9 * W times one GPU's samples/s; the N-GPU loss curve within 1e-4 of one GPU's.
 """
 import os
@@ -27,6 +28,18 @@ def results(path, kind):
     return out
 
 
+def size_bytes(s):
+    if s[-1] in "Kk":
+        return int(s[:-1]) << 10
+    if s[-1] == "B":
+        return int(s[:-1])
+    return int(s) << 20
+
+
+def size_label(s):
+    return s[:-1] + " KiB" if s[-1] in "Kk" else s[:-1] + " B" if s[-1] == "B" else s + " MiB"
+
+
 def main():
     out, n = sys.argv[1], int(sys.argv[2])
     ok = True
@@ -35,13 +48,21 @@ def main():
     tc = {tuple(r[:3]): float(r[5]) for r in results(f"{out}/torch_collectives.txt", "collective")}
     print(f"\nbench/dist on {n} GPUs (bus bandwidth GB/s; ratio = Backplane / PyTorch + NCCL)")
     print(f"{'metric':44s} {'Backplane':>12s} {'PyTorch':>12s} {'ratio':>8s}  goal")
-    for key in sorted(tc, key=lambda k: (k[0], k[1], int(k[2]))):
+    for key in sorted(tc, key=lambda k: (k[0], k[1], size_bytes(k[2]))):
         b, t = bp.get(key), tc[key]
         ratio = b / t if b else 0.0
         goal = ratio >= 0.95
         ok &= goal
-        print(f"{key[0] + ' ' + key[1] + ' ' + key[2] + ' MiB busbw':44s} {b or 0:12.1f} "
-              f"{t:12.1f} {ratio:8.3f}  >= 0.95 {'PASS' if goal else 'FAIL'}")
+        print(f"{key[0] + ' ' + key[1] + ' ' + size_label(key[2]) + ' busbw':44s} {b or 0:12.2f} "
+              f"{t:12.2f} {ratio:8.3f}  >= 0.95 {'PASS' if goal else 'FAIL'}")
+    bl = results(f"{out}/bp_latency.txt", "latency")
+    tl = results(f"{out}/torch_latency.txt", "latency")
+    if bl and tl:
+        b, t = float(bl[-1][3]), float(tl[-1][3])
+        goal = b <= t
+        ok &= goal
+        print(f"{'all_reduce f32 4 B, us per call (lower wins)':44s} {b:12.2f} {t:12.2f} "
+              f"{t / b:8.3f}  <= PyTorch {'PASS' if goal else 'FAIL'}")
 
     def ddp(path):
         r = results(path, "ddp")

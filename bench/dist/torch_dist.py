@@ -2,6 +2,7 @@
 """PyTorch + NCCL side of bench/dist, measured exactly as bp-bench-dist measures Backplane.
 
     python3 -m torch.distributed.run --nproc_per_node=2 bench/dist/torch_dist.py collectives
+    python3 -m torch.distributed.run --nproc_per_node=2 bench/dist/torch_dist.py latency
     python3 -m torch.distributed.run --nproc_per_node=2 bench/dist/torch_dist.py ddp
     python3 -m torch.distributed.run --nproc_per_node=2 bench/dist/torch_dist.py curve
 
@@ -18,10 +19,10 @@ import time
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["collectives", "ddp", "curve"])
-    ap.add_argument("--sizes", default="1,64,256")
+    ap.add_argument("mode", choices=["collectives", "latency", "ddp", "curve"])
+    ap.add_argument("--sizes", default="64K,1,4,64,256")
     ap.add_argument("--dtypes", default="f32,bf16")
-    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--iters", type=int, default=None)
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--batch", type=int, default=1024)
@@ -42,16 +43,40 @@ def main():
               f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, "
               f"{torch.cuda.get_device_name(dev)}", flush=True)
 
-    if args.mode == "collectives":
+    def size_bytes(s):
+        if s[-1] in "Kk":
+            return int(s[:-1]) << 10
+        if s[-1] == "B":
+            return int(s[:-1])
+        return int(s) << 20
+
+    if args.mode == "latency":
+        x = torch.rand(1, device=dev)
+        for _ in range(20):
+            dist.all_reduce(x, async_op=True).wait()
+        dist.barrier()
+        torch.cuda.synchronize()
+        calls = args.iters or 2000
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            dist.all_reduce(x, async_op=True).wait()
+        torch.cuda.synchronize()
+        if rank == 0:
+            print(f"RESULT latency all_reduce f32 4B {(time.perf_counter() - t0) / calls * 1e6:.2f}",
+                  flush=True)
+    elif args.mode == "collectives":
         dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
                   "f64": torch.float64}
-        cases = [(op, d, int(m)) for op in ["all_reduce", "all_gather", "reduce_scatter"]
+        cases = [(op, d, m) for op in ["all_reduce", "all_gather", "reduce_scatter"]
                  for d in args.dtypes.split(",") for m in args.sizes.split(",")]
-        for op, dname, mib in cases:
+        for op, dname, size in cases:
             dt = dtypes[dname]
             esize = torch.empty(0, dtype=dt).element_size()
-            elems = mib * (1 << 20) // esize
+            elems = size_bytes(size) // esize
             elems -= elems % n
+            elems = max(elems, n)
+            iters = args.iters or 20
+            calls = max(iters, 200) if size_bytes(size) < (64 << 20) else iters
             full = torch.rand(elems, device=dev).to(dt)
             part = torch.rand(elems // n, device=dev).to(dt)
 
@@ -67,16 +92,16 @@ def main():
             dist.barrier()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            works = [call() for _ in range(args.iters)]
+            works = [call() for _ in range(calls)]
             for w in works:
                 w.wait()
             torch.cuda.synchronize()
-            t = (time.perf_counter() - t0) / args.iters
+            t = (time.perf_counter() - t0) / calls
             algbw = elems * esize / t / 1e9
             factor = 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1.0) / n
             if rank == 0:
-                print(f"RESULT collective {op} {dname} {mib} {t * 1e6:.1f} {algbw:.1f} "
-                      f"{algbw * factor:.1f}", flush=True)
+                print(f"RESULT collective {op} {dname} {size} {t * 1e6:.1f} {algbw:.2f} "
+                      f"{algbw * factor:.2f}", flush=True)
     else:
         curve = args.mode == "curve"
         steps = args.steps or (20 if curve else 60)

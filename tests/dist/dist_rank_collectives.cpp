@@ -5,6 +5,8 @@
 
 #include <backplane_test/compare.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -159,6 +161,43 @@ void all_reduce_cases(Ctx& c) {
           why = "staged() is " + std::to_string(w.staged()) + " on " + c.dev.str();
         c.expect(name, why);
       }
+}
+
+// Note [Collective checks]: a repeated signature is compared once (the default) or every time
+// (BACKPLANE_DIST_CHECK=full); the flight recorder says which, and every result is right
+// either way (on cuda, after a wait() that is a stream wait).
+void check_mode_cases(Ctx& c) {
+  const char* mode = std::getenv("BACKPLANE_DIST_CHECK");
+  const bool full = mode && std::string(mode) == "full";
+  std::vector<std::string> expected;
+  for (int64_t n : {int64_t{3001}, int64_t{3001}, int64_t{3001}, int64_t{3001}, int64_t{3002}}) {
+    const bool first = expected.empty() || n == 3002;
+    expected.push_back(full || first ? "compared" : "repeat");
+    int s = ++c.salt;
+    Tensor t = c.mine(DType::f32, n, s);
+    d::all_reduce(t).wait();
+    auto all = c.all_inputs(DType::f32, n, s);
+    c.expect(case_name("checks all_reduce", DType::f32, n, full ? "full" : "first call"),
+             compare(host(t), reference(all, d::ReduceOp::sum, DType::f32), DType::f32, c.world,
+                     magnitude(all, d::ReduceOp::sum)));
+  }
+  nlohmann::json rec = nlohmann::json::parse(d::flight_record());
+  const auto& es = rec["entries"];
+  std::string why;
+  if (rec["rank"] != c.rank || rec["world_size"] != c.world || es.size() < expected.size()) {
+    why = "flight record header or length wrong: " + rec.dump().substr(0, 300);
+  } else {
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const auto& e = es[es.size() - expected.size() + i];
+      if (e["check"] != expected[i] || e["op"] != "all_reduce")
+        why += "entry " + e.dump() + " should be an all_reduce with check " + expected[i] + "; ";
+    }
+    const int64_t s0 = es[es.size() - expected.size()]["seq"].get<int64_t>();
+    for (size_t i = 1; i < expected.size(); ++i)
+      if (es[es.size() - expected.size() + i]["seq"].get<int64_t>() != s0 + static_cast<int64_t>(i))
+        why += "sequence numbers are not consecutive; ";
+  }
+  c.expect(std::string("flight record check labels (") + (full ? "full" : "first call") + ")", why);
 }
 
 void broadcast_cases(Ctx& c) {
@@ -324,6 +363,7 @@ int run_collectives(const std::vector<std::string>& args) {
   if (want("empty")) empty_cases(c);
   if (want("noncontiguous")) noncontiguous_cases(c);
   if (want("barrier")) barrier_cases(c);
+  if (want("checks")) check_mode_cases(c);
   d::destroy_process_group();
   return ck.finish("collectives");
 }

@@ -1,6 +1,7 @@
 // Distributed tests: the stores, configuration errors, the communicator load report, a group of
 // one, the sampler and gradient hooks in process; then multi-rank scenarios through bp-run with
 // the rank program (bp_dist_rank), and the communicator conformance suite.
+#include <backplane/abi/comm_abi.h>
 #include <backplane/backplane.hpp>
 #include <backplane/dist.hpp>
 #include <backplane/nn.hpp>
@@ -267,11 +268,19 @@ TEST(InitErrors, MalformedRendezvousAndRankVariables) {
                      "' is not a number of seconds from 0.001 to 31536000");
     }
     env.set("BACKPLANE_DIST_TIMEOUT", "30");
-    for (const char* v : {"yes", "true", "00", " 1"}) {  // "yes" once meant on, silently
+    for (const char* v : {"yes", "true", "00", " 1", "2", "Full"}) {  // "yes" once meant on
       env.set("BACKPLANE_DIST_CHECK", v);
       expect({}, std::string("BACKPLANE_DIST_CHECK='") + v +
-                     "' is not 0 (no per-call descriptor check) or 1 (the check, the default)");
+                     "' is not 0 (no descriptor checks), 1 (each signature's first call, the "
+                     "default) or full (every call)");
     }
+    env.set("BACKPLANE_DIST_CHECK", "1");
+    for (const char* v : {"yes", "2", "true"}) {
+      env.set("BACKPLANE_DIST_NONBLOCKING", v);
+      expect({}, std::string("BACKPLANE_DIST_NONBLOCKING='") + v +
+                     "' is not 0 (blocking communicators, the default) or 1");
+    }
+    ::unsetenv("BACKPLANE_DIST_NONBLOCKING");
   }
   try {  // once silently Gloo
     d::init_process_group({.rank = 0,
@@ -440,7 +449,9 @@ TEST(CommReport, EveryBrokenFixtureHasItsReason) {
   auto has = [&](const std::string& f, const std::string& frag) {
     EXPECT_NE(reason[f].find(frag), std::string::npos) << f << ": " << reason[f];
   };
-  has("libbackplane-comm-fxmajor2.so", "comm ABI 2.0 vs host 1.0: major versions differ");
+  has("libbackplane-comm-fxmajor2.so", "comm ABI 2." + std::to_string(BP_COMM_ABI_MINOR) +
+                                           " vs host 1." + std::to_string(BP_COMM_ABI_MINOR) +
+                                           ": major versions differ");
   has("libbackplane-comm-fxnoentry.so", "missing entry symbol bp_comm_get_api");
   has("libbackplane-comm-fxnoslot.so", "required slot 'all_reduce' is NULL");
   has("libbackplane-comm-fxinitfail.so", "init failed: the fixture's init fails on purpose");
@@ -570,6 +581,12 @@ TEST(Ranks, GlooCollectivesEveryDtypeAndReduction2) {
   expect_all_pass(run(rank_cmd(2, "collectives")), 2, "collectives");
 }
 
+TEST(Ranks, RepeatedSignaturesAreComparedOnceUnlessChecksAreFull) {
+  expect_all_pass(run(rank_cmd(2, "collectives --only checks")), 2, "collectives");
+  expect_all_pass(run(rank_cmd(2, "collectives --only checks", "BACKPLANE_DIST_CHECK=full")), 2,
+                  "collectives");
+}
+
 TEST(Ranks, GlooCollectivesEveryDtypeAndReduction4) {
   expect_all_pass(run(rank_cmd(4, "collectives")), 4, "collectives");
 }
@@ -625,8 +642,10 @@ TEST(Faults, MismatchedCollectives) {
 TEST(Faults, MismatchedShapes) {
   expect_fault("mismatch_shape", "", "", 2);
 }
-TEST(Faults, MismatchInABurstOfCollectives) {
-  expect_fault("mismatch_in_burst", "", "", 2);
+TEST(Faults, MismatchInABurstOfCollectivesWithEveryCallChecked) {
+  // Rank 1's fifteenth call repeats no earlier signature of rank 0's: only every_call checks
+  // compare it (Note [Collective checks]).
+  expect_fault("mismatch_in_burst", "", "BACKPLANE_DIST_CHECK=full", 2);
 }
 TEST(Faults, MismatchedDtypes) {
   expect_fault("mismatch_dtype", "", "", 2);

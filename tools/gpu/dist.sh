@@ -12,7 +12,8 @@
 #                   through bp::dist (NCCL), non-contiguous tensors, point to point
 #   ddp             bp_dist_rank ddp on the GPUs: DDP = one process on the combined batch
 #   bandwidth       bp-bench-dist and PyTorch + NCCL (torch_dist.py): all_reduce, all_gather,
-#                   reduce_scatter in f32 and bf16 at 1, 64 and 256 MiB, bus bandwidth
+#                   reduce_scatter in f32 and bf16 at 64 KiB, 1, 4, 64 and 256 MiB, bus
+#                   bandwidth; the per-call time of a 4-byte all_reduce (latency)
 #   multi_gpu       bp-exercise-multi_gpu: one process, matmuls on every GPU vs one GPU
 #   training        MLP 4096-4096-4096-10, batch 4096 per GPU, SGD: 1, 2, 4, ... and N GPUs (DDP),
 #                   both libraries; and the loss curve of N GPUs vs 1 GPU on the combined batch
@@ -24,10 +25,12 @@ build=${1:?usage: bash tools/gpu/dist.sh BUILD_DIR [-n N]}
 shift
 n=2
 batch=4096  # per GPU in the training comparison (compute-bound: see README)
+only=""      # --only smi,conformance,collectives,ddp,bandwidth,training,multi_gpu: those steps
 while [ $# -gt 0 ]; do
   case "$1" in
     -n) n=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -45,6 +48,7 @@ echo "BACKPLANE_NCCL_LIBRARY=${BACKPLANE_NCCL_LIBRARY:-unset (libnccl.so.2 from 
 export BACKPLANE_DIST_TIMEOUT=${BACKPLANE_DIST_TIMEOUT:-120}
 
 rows=()
+want() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 run() {  # run NAME LIMIT_S CMD...
   local name=$1 limit=$2
   shift 2
@@ -67,28 +71,36 @@ torchrun_cmd() {
     --nproc_per_node="$1" "${@:2}"
 }
 
-run smi 60 "$build/tools/bp-smi"
-grep -A1 "comm-nccl" "$out/smi.txt" | head -n 2
-run conformance 280 "$build/bin/bp-conformance" --comm nccl --world-size "$n" \
-  --json "$out/conformance.json"
-run collectives 240 "$build/bin/bp-run" -n "$n" "$build/bin/bp_dist_rank" collectives \
-  --device local
-run ddp 120 "$build/bin/bp-run" -n "$n" "$build/bin/bp_dist_rank" ddp
-run bp_collectives 200 "$build/bin/bp-run" -n "$n" "$build/bin/bp-bench-dist" collectives
-run torch_collectives 200 $(torchrun_cmd "$n" "$top/bench/dist/torch_dist.py" collectives)
+if want smi; then
+  run smi 60 "$build/tools/bp-smi"
+  grep -A1 "comm-nccl" "$out/smi.txt" | head -n 2
+fi
+want conformance && run conformance 280 "$build/bin/bp-conformance" --comm nccl \
+  --world-size "$n" --json "$out/conformance.json"
+want collectives && run collectives 240 "$build/bin/bp-run" -n "$n" "$build/bin/bp_dist_rank" \
+  collectives --device local
+want ddp && run ddp 120 "$build/bin/bp-run" -n "$n" "$build/bin/bp_dist_rank" ddp
+if want bandwidth; then
+  run bp_collectives 300 "$build/bin/bp-run" -n "$n" "$build/bin/bp-bench-dist" collectives
+  run torch_collectives 300 $(torchrun_cmd "$n" "$top/bench/dist/torch_dist.py" collectives)
+  run bp_latency 120 "$build/bin/bp-run" -n "$n" "$build/bin/bp-bench-dist" latency
+  run torch_latency 120 $(torchrun_cmd "$n" "$top/bench/dist/torch_dist.py" latency)
+fi
 worlds=1
 for w in 2 4 8 16 32; do [ "$w" -lt "$n" ] && worlds="$worlds $w"; done
 [ "$n" -gt 1 ] && worlds="$worlds $n"
-for w in $worlds; do
-  run "bp_ddp$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" ddp --batch "$batch"
-  run "torch_ddp$w" 200 $(torchrun_cmd "$w" "$top/bench/dist/torch_dist.py" ddp --batch "$batch")
-done
-for w in 1 "$n"; do
-  run "bp_curve$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" curve
-done
+if want training; then
+  for w in $worlds; do
+    run "bp_ddp$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" ddp --batch "$batch"
+    run "torch_ddp$w" 200 $(torchrun_cmd "$w" "$top/bench/dist/torch_dist.py" ddp --batch "$batch")
+  done
+  for w in 1 "$n"; do
+    run "bp_curve$w" 200 "$build/bin/bp-run" -n "$w" "$build/bin/bp-bench-dist" curve
+  done
+fi
 # One process driving every GPU of the machine (walkthrough item 16 of docs/names.md).
-run multi_gpu 120 "$build/bin/bp-exercise-multi_gpu"
+want multi_gpu && run multi_gpu 120 "$build/bin/bp-exercise-multi_gpu"
 python3 "$top/bench/dist/compare_dist.py" "$out" "$n" | tee "$out/table.txt"
-tail -n 1 "$out/multi_gpu.txt"
+[ -f "$out/multi_gpu.txt" ] && tail -n 1 "$out/multi_gpu.txt"
 echo "=== summary (communicators on $n x $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1))"
 printf '%s\n' "${rows[@]}" | tee "$out/summary.txt"

@@ -12,13 +12,22 @@
 //   - Every rank calls the same collectives in the same order with the same dtype, element
 //     count, shape, root, reduction and device type. Each call gets a sequence number; a
 //     descriptor of it (op, dtype, shape, root, reduction, device type) is checked against
-//     every other rank's through the store, so a mismatch is a MismatchError in every rank
+//     every other rank's through the store the first time a rank issues that signature (every
+//     time with CollectiveChecks::every_call), so a mismatch is a MismatchError in every rank
 //     naming both calls, not a hang or garbage.
 //   - Calls are asynchronous and return a Work. On devices with ordered streams (cuda) the
 //     operation is queued on the tensor's stream (or the stream given) and later work on that
 //     stream sees the result without waiting. On the CPU, whose stream runs eagerly, the
 //     operation runs on the communicator's thread: do not touch the tensor until wait()
-//     returns. Work::wait() blocks until the operation has finished on this rank.
+//     returns.
+//
+// Note [Work waits]
+//   Work::wait() on an operation queued on a device stream makes the device's default stream
+//   wait for it (an event, no host synchronisation) and returns, as PyTorch's does; the
+//   process group's watchdog keeps testing the operation, so a failure or a hang found later
+//   (a peer died inside NCCL) fails the group and the next call on it throws, and a timeout
+//   aborts the communicators so the device never waits forever. Work::wait(timeout) blocks the
+//   host. A Work dropped without wait() is still watched until it finishes.
 //   - Timeouts: nothing waits forever. A Work that has not completed within the group's
 //     timeout (InitOptions::timeout, BACKPLANE_DIST_TIMEOUT seconds) fails with a TimeoutError
 //     naming the op, its sequence number, this rank, the sizes, and the ranks that never
@@ -109,6 +118,9 @@ BP_API CommPluginReport inspect_comm_plugin(const std::string& path);
 enum class ReduceOp { sum, avg, min, max };
 BP_API const char* reduce_op_name(ReduceOp op);
 
+// Which collectives have their descriptors compared across ranks (InitOptions::checks).
+enum class CollectiveChecks { off, first_call, every_call };
+
 struct InitOptions {
   // Rank and world size; -1 reads the environment: BACKPLANE_RANK / BACKPLANE_WORLD_SIZE, else
   // OMPI_COMM_WORLD_RANK / _SIZE (mpirun), PMI_RANK / PMI_SIZE, SLURM_PROCID / SLURM_NTASKS.
@@ -130,9 +142,18 @@ struct InitOptions {
   // "cpu:gloo,cuda:nccl". Naming a plugin for a type it does not declare (e.g. "cuda:gloo")
   // stages that type through host memory on purpose.
   std::string backend{};
-  // The per-call descriptor check (Note [Collective checks]); false skips it (faster tiny
-  // collectives, no mismatch detection). BACKPLANE_DIST_CHECK=0 also turns it off.
+  // Descriptor checks (Note [Collective checks]): first_call checks each new signature (op,
+  // dtype, shape, reduction, root, device type) once, the first time this rank issues it;
+  // every_call checks every call (for debugging: names the first call that differs, at a
+  // store round trip per burst); off checks nothing. BACKPLANE_DIST_CHECK=0, 1 or full
+  // overrides it (off, first_call, every_call); every rank must use the same mode.
+  CollectiveChecks checks = CollectiveChecks::first_call;
+  // false is CollectiveChecks::off (kept for older callers).
   bool check_collectives = true;
+  // Ask communicator plugins for calls that never block the issuing thread (NCCL's
+  // non-blocking communicator, BP_COMM_CONFIG_NONBLOCKING): slower per call. Also
+  // BACKPLANE_DIST_NONBLOCKING=1.
+  bool nonblocking = false;
 };
 
 class ProcessGroup;
@@ -141,9 +162,13 @@ class ProcessGroup;
 class BP_API Work {
  public:
   Work() = default;
-  // Blocks until the operation has finished on this rank, at most the group's timeout;
-  // throws TimeoutError, MismatchError, PeerError or DistError (naming op, rank and sizes).
+  // Waits for the operation as PyTorch's Work.wait() does (Note [Work waits]): on a device
+  // with ordered streams (cuda) the device's default stream waits for it and the host returns
+  // at once; on the CPU, for staged tensors and for copies back, the host blocks until it has
+  // finished, at most the group's timeout. Throws TimeoutError, MismatchError, PeerError or
+  // DistError (naming op, rank and sizes) for a failure known by then.
   void wait();
+  // Blocks the host until the operation has finished on this rank, at most `timeout`.
   void wait(std::chrono::milliseconds timeout);
   // True once finished (also finishes a staged copy-back); throws as wait() on failure.
   bool is_completed();
@@ -205,6 +230,12 @@ class BP_API ProcessGroup {
   // Aborts the group from this rank: pending operations fail, the other ranks are told.
   void abort(const std::string& reason);
 
+  // The flight recorder (Note [Flight recorder]): this rank's last operations, oldest first,
+  // as JSON: {"rank", "world_size", "failed", "failure", "entries": [{"id", "seq", "op",
+  // "description", "check", "state", "age_ms"}]}. Also written to
+  // <BACKPLANE_DIST_FLIGHT_DUMP><rank>.json when the group fails.
+  std::string flight_record();
+
   struct Impl;
   explicit ProcessGroup(std::unique_ptr<Impl> impl);
   Impl& impl() { return *impl_; }
@@ -238,5 +269,7 @@ BP_API Work send(const Tensor& t, int dst);
 BP_API Work recv(const Tensor& t, int src);
 BP_API std::vector<Work> batch_isend_irecv(const std::vector<ProcessGroup::P2POp>& ops);
 BP_API void barrier();
+// The default group's flight recorder (ProcessGroup::flight_record).
+BP_API std::string flight_record();
 
 }  // namespace bp::dist

@@ -163,6 +163,7 @@ Communicator& Group::communicator(const std::string& memory_type, Device& memory
   cfg.dlpack_device_type = loc.dlpack_device_type;
   cfg.timeout_ms = timeout.count();
   cfg.local_address = local.c_str();
+  cfg.flags = nonblocking ? BP_COMM_CONFIG_NONBLOCKING : 0u;
   debug_log(this, "creating the " + plugin.report.name + " communicator for " +
                       memory_device.str() + " (" + std::to_string(size) + " ranks)");
   if (bp_error* e = plugin.api->comm_create(&cfg, &host, &c->comm)) {
@@ -228,7 +229,16 @@ class Issue {
       chk.key = g.prefix + "p/" + std::to_string(peer) + "-" + std::to_string(g.rank) + "/" +
                 std::to_string(transfer_);
     }
-    if (g.check && g.size > 1) {
+    // CollectiveChecks::first_call: a signature this rank issued before is not checked again
+    // (every rank makes the same choice when they agree; Note [Collective checks]).
+    const bool repeat = kind == Check::Kind::collective &&
+                        g.check_mode == CollectiveChecks::first_call &&
+                        !g.signatures.insert(descriptor).second;
+    check_label_ = !g.check || g.size == 1           ? "off"
+                   : kind != Check::Kind::collective ? "p2p"
+                   : repeat                          ? "repeat"
+                                                     : "compared";
+    if (g.check && g.size > 1 && !repeat) {
       s_->check_ok = kind == Check::Kind::p2p_post;
       chk.work = s_;
       g.enqueue(std::move(chk));
@@ -331,8 +341,20 @@ class Issue {
       raise(kind_of_code(code), msg);
     }
     s_->handle = w;
+    if (native_stream_ && !defer_post_ && finish_.empty()) {
+      // Note [Work waits]: wait() becomes a stream wait.
+      s_->stream_wait = true;
+      s_->stream = stream_;
+      if (stream_ != &dev_.default_stream()) {
+        s_->event = dev_.create_event();
+        s_->event->record(*stream_);
+      }
+    }
     if (t0 != 0) [[unlikely]]
       bp::detail::on_collective(op_, dev_, bytes_, t0, s_->description);
+    s_->flight = std::make_shared<FlightMark>();
+    g_.flight.add(
+        FlightEntry{0, s_->seq, op_, s_->description, check_label_, s_->start, s_->flight});
     if (!defer_post_) run_post();
     if (!finish_.empty()) {
       auto steps = std::move(finish_);
@@ -352,7 +374,8 @@ class Issue {
   std::shared_ptr<Work::State> s_;
   Route route_;
   int64_t transfer_ = -1;
-  uint64_t bytes_ = 0;  // of every tensor argument, for the profiler
+  const char* check_label_ = "off";  // Note [Flight recorder]
+  uint64_t bytes_ = 0;               // of every tensor argument, for the profiler
   bool defer_post_ = false;
   Stream* stream_ = nullptr;
   void* native_stream_ = nullptr;
@@ -401,7 +424,25 @@ const char* reduce_op_name(ReduceOp op) {
 
 void Work::wait() {
   if (!s_) throw DistError("wait: this Work is empty (default-constructed)");
-  wait(s_->g->timeout);
+  State& s = *s_;
+  if (s.stream_wait) {
+    // Note [Work waits]: once its check has passed, a stream-ordered operation is waited on by
+    // the default stream; the watchdog keeps testing it.
+    std::lock_guard<std::mutex> l(s.mu);
+    if (s.complete) return;
+    if (s.detached)
+      throw DistError(s.description +
+                      ": the process group was destroyed before this operation was waited on");
+    s.g->throw_if_failed(s.description);
+    if (s.check_ok.load()) {
+      if (s.event) {
+        s.stream->device().default_stream().wait(*s.event);
+        s.event.reset();
+      }
+      return;
+    }
+  }
+  wait(s.g->timeout);
 }
 
 void Work::wait(std::chrono::milliseconds timeout) {
@@ -462,6 +503,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
           f();
         }
         s.complete = true;
+        if (s.flight) s.flight->state = 1;
         s.comm->api->work_free(s.handle);
         s.handle = nullptr;
         s.keep.clear();

@@ -255,7 +255,8 @@ void rendezvous(Group& g, const std::string& where) {
     fail_all("rank " + std::to_string(g.rank) +
              " was claimed twice: two processes were started with the same rank, or the store "
              "holds state from an earlier run (give file:// a fresh directory)");
-  std::string mine = "world_size=" + std::to_string(g.size) + ";check=" + (g.check ? "1" : "0") +
+  std::string mine = "world_size=" + std::to_string(g.size) +
+                     ";check=" + std::to_string(static_cast<int>(g.check_mode)) +
                      ";backend=" + g.backend_spec + ";host=" + hostname() +
                      ";pid=" + std::to_string(::getpid());
   st.set(base + "rank/" + std::to_string(g.rank), mine);
@@ -272,7 +273,8 @@ void rendezvous(Group& g, const std::string& where) {
                  std::to_string(g.rank) + " has " + (me[field].empty() ? "''" : me[field]));
     };
     differs("world_size", "world size");
-    differs("check", "collective checks (BACKPLANE_DIST_CHECK)");
+    differs("check",
+            "collective check mode (BACKPLANE_DIST_CHECK; 0 off, 1 first call, 2 every call)");
     differs("backend", "backend");
     seen[static_cast<size_t>(r)] = true;
   };
@@ -355,12 +357,38 @@ void init_process_group(const InitOptions& options) {
   g->size = info.size;
   g->local_rank = info.local_rank >= 0 ? info.local_rank : info.rank;
   g->timeout = timeout_from(options);
-  const char* chk = env("BACKPLANE_DIST_CHECK");
-  if (chk && *chk && std::strcmp(chk, "0") != 0 && std::strcmp(chk, "1") != 0)
-    throw RendezvousError(std::string("BACKPLANE_DIST_CHECK='") + std::string(chk).substr(0, 64) +
-                          "' is not 0 (no per-call descriptor check) or 1 (the check, the "
-                          "default)");
-  g->check = options.check_collectives && !(chk && std::strcmp(chk, "0") == 0);
+  g->check_mode = options.check_collectives ? options.checks : CollectiveChecks::off;
+  if (const char* chk = env("BACKPLANE_DIST_CHECK"); chk && *chk) {
+    if (std::strcmp(chk, "0") == 0)
+      g->check_mode = CollectiveChecks::off;
+    else if (std::strcmp(chk, "1") == 0)
+      g->check_mode = CollectiveChecks::first_call;
+    else if (std::strcmp(chk, "full") == 0)
+      g->check_mode = CollectiveChecks::every_call;
+    else
+      throw RendezvousError(std::string("BACKPLANE_DIST_CHECK='") + std::string(chk).substr(0, 64) +
+                            "' is not 0 (no descriptor checks), 1 (each signature's first call, "
+                            "the default) or full (every call)");
+  }
+  g->check = g->check_mode != CollectiveChecks::off;
+  if (const char* fr = env("BACKPLANE_DIST_FLIGHT_RECORDER"); fr && *fr) {
+    char* end = nullptr;
+    long long n = std::strtoll(fr, &end, 10);
+    if (*end != '\0' || n < 0 || n > 1000000)
+      throw RendezvousError(std::string("BACKPLANE_DIST_FLIGHT_RECORDER='") +
+                            std::string(fr).substr(0, 64) +
+                            "' is not a number of operations from 0 (off) to 1000000");
+    g->flight.set_capacity(static_cast<size_t>(n));
+  }
+  if (const char* nb = env("BACKPLANE_DIST_NONBLOCKING"); nb && *nb) {
+    if (std::strcmp(nb, "0") != 0 && std::strcmp(nb, "1") != 0)
+      throw RendezvousError(std::string("BACKPLANE_DIST_NONBLOCKING='") +
+                            std::string(nb).substr(0, 64) +
+                            "' is not 0 (blocking communicators, the default) or 1");
+    g->nonblocking = std::strcmp(nb, "1") == 0;
+  } else {
+    g->nonblocking = options.nonblocking;
+  }
   std::string backend = options.backend;
   if (backend.empty())
     if (const char* b = env("BACKPLANE_DIST_BACKEND")) backend = b;

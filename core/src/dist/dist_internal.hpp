@@ -16,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 namespace bp::dist::internal {
@@ -62,6 +63,35 @@ struct Route {
 
 struct Group;
 
+// Note [Flight recorder]: what became of one operation, kept beyond its Work.
+struct FlightMark {
+  std::atomic<int> state{0};  // 0 issued, 1 finished, 2 dropped before it finished
+};
+
+// One operation in the flight recorder.
+struct FlightEntry {
+  uint64_t id = 0;
+  int64_t seq = -1;
+  std::string op, description;
+  const char* check = "";  // "compared", "repeat", "off", "p2p"
+  Clock::time_point issued{};
+  std::shared_ptr<FlightMark> mark;
+};
+
+// The last `capacity` operations of one rank (BACKPLANE_DIST_FLIGHT_RECORDER, default 2000).
+class FlightRecorder {
+ public:
+  void set_capacity(size_t n);
+  void add(FlightEntry e);
+  std::vector<FlightEntry> entries() const;  // oldest first
+
+ private:
+  mutable std::mutex mu_;
+  size_t capacity_ = 2000;
+  uint64_t next_ = 0;
+  std::vector<FlightEntry> ring_;
+};
+
 }  // namespace bp::dist::internal
 
 namespace bp::dist {
@@ -75,6 +105,12 @@ struct Work::State {
   std::string op;           // "all_reduce"
   int64_t seq = -1;         // collective number; -1 for point to point
   bool staged = false;
+  // Note [Work waits]: wait() is a stream wait when the operation is queued on `stream` (a
+  // device stream) and has no host copy-back; `event` marks its end when `stream` is not the
+  // device's default stream.
+  bool stream_wait = false;
+  Stream* stream = nullptr;
+  std::unique_ptr<Event> event;
   internal::Clock::time_point start;
   std::atomic<bool> plugin_done{false};     // the plugin reported completion
   std::atomic<bool> check_ok{true};         // its descriptor check passed (or none is needed)
@@ -83,6 +119,7 @@ struct Work::State {
   std::function<void()> finish;             // copy-backs that must follow completion
   std::vector<std::shared_ptr<void>> keep;  // memory the plugin may touch until completion
   std::vector<Tensor> tensors;
+  std::shared_ptr<internal::FlightMark> flight;  // Note [Flight recorder]
   ~State();
 };
 
@@ -113,7 +150,9 @@ struct Orphan {
 struct Group : std::enable_shared_from_this<Group> {
   int rank = 0, size = 1, local_rank = 0;
   milliseconds timeout{300000};
-  bool check = true;
+  bool check = true;  // check_mode != off
+  CollectiveChecks check_mode = CollectiveChecks::first_call;
+  bool nonblocking = false;    // BP_COMM_CONFIG_NONBLOCKING for every communicator
   std::string prefix = "bp/";  // every key of this group starts with it
   std::string backend_spec;    // as given ("", "gloo", "cpu:gloo,cuda:nccl")
   std::map<std::string, std::string> backend_for_type;
@@ -129,6 +168,8 @@ struct Group : std::enable_shared_from_this<Group> {
   std::map<std::string, std::unique_ptr<Communicator>> comms;  // by the memory's device type
   Device* last_device = nullptr;
   std::map<int, int64_t> sent, received;  // per peer
+  // Collective signatures this rank has issued (CollectiveChecks::first_call).
+  std::unordered_set<std::string> signatures;
 
   // Failure, checks, live work (guarded by mu).
   std::mutex mu;
@@ -144,6 +185,11 @@ struct Group : std::enable_shared_from_this<Group> {
   std::vector<Orphan> orphans;
   bool stopping = false;
   std::thread monitor;
+  FlightRecorder flight;  // Note [Flight recorder]
+
+  // dist_flight.cpp: the flight record as JSON, and its dump when the group fails.
+  std::string flight_json();
+  void dump_flight(const std::string& why);
 
   std::string abort_key() const { return prefix + "abort"; }
   // Collective #seq's keys (Note [Collective checks]): <base><rank> holds each rank's

@@ -45,6 +45,7 @@
 namespace bp::dist {
 
 Work::State::~State() {
+  if (flight && flight->state.load() == 0) flight->state = plugin_done.load() ? 1 : 2;
   if (!handle) return;
   if (!complete && !detached && g) {
     // Dropped before completion: the plugin may still use the memory (Note [Comm memory]).
@@ -154,6 +155,7 @@ void Group::fail(FailKind kind, const std::string& message, bool local) {
     if (bp_error* e = c->api->comm_abort(c->comm)) bp::detail::take_comm_error(c->api, e);
   cv.notify_all();
   if (local) publish_failure();
+  dump_flight("the process group failed (" + message.substr(0, 200) + ")");
 }
 
 void Group::publish_failure() {
@@ -439,6 +441,7 @@ void Group::monitor_loop() {
       }
       if (done) {
         w->plugin_done = true;
+        if (w->flight) w->flight->state = 1;
         cv.notify_all();
       } else if (Clock::now() - w->start > timeout) {
         fail(FailKind::timeout,
