@@ -11,6 +11,7 @@
 //   RESULT collective <op> <dtype> <size> <us per op> <algbw GB/s> <busbw GB/s>
 //   RESULT latency all_reduce f32 4B <us per call>
 // A size is MiB, or KiB with a K suffix ("64K"); sizes under 64 MiB run at least 200 calls.
+// Each timed loop runs --repeat times (default 5); the median is printed.
 //   RESULT ddp <world> <batch per rank> <samples/s> <ms per step>
 //   RESULT curve <world> <step> <loss averaged over ranks>
 // Bus bandwidth follows nccl-tests: all_reduce algbw * 2(n-1)/n; all_gather and reduce_scatter
@@ -47,6 +48,11 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // "64K" KiB, "4B" bytes, "256" MiB.
 int64_t size_bytes(const std::string& s) {
   const int64_t v = std::atoll(s.c_str());
@@ -59,14 +65,19 @@ int64_t size_bytes(const std::string& s) {
 // as a tensor-parallel layer or a barrier does: the host's issue cost plus NCCL's latency.
 int latency(const std::vector<std::string>& a, bp::Device& dev) {
   const int calls = std::atoi(arg(a, "--iters", "2000").c_str());
+  const int repeats = std::max(1, std::atoi(arg(a, "--repeat", "5").c_str()));
   bp::Tensor x = bp::rand({1}, dev);
   for (int w = 0; w < 20; ++w) d::all_reduce(x).wait();
   d::barrier();
   dev.synchronize();
-  auto t0 = Clock::now();
-  for (int i = 0; i < calls; ++i) d::all_reduce(x).wait();
-  dev.synchronize();
-  const double per = seconds_since(t0) / calls;
+  std::vector<double> times;
+  for (int r = 0; r < repeats; ++r) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < calls; ++i) d::all_reduce(x).wait();
+    dev.synchronize();
+    times.push_back(seconds_since(t0) / calls);
+  }
+  const double per = median(times);
   if (d::get_rank() == 0) std::printf("RESULT latency all_reduce f32 4B %.2f\n", per * 1e6);
   std::fflush(stdout);
   return 0;
@@ -75,6 +86,7 @@ int latency(const std::vector<std::string>& a, bp::Device& dev) {
 int collectives(const std::vector<std::string>& a, bp::Device& dev) {
   int n = d::get_world_size(), rank = d::get_rank();
   int iters = std::atoi(arg(a, "--iters", "20").c_str());
+  const int repeats = std::max(1, std::atoi(arg(a, "--repeat", "5").c_str()));
   std::vector<std::string> sizes;
   std::stringstream ss(arg(a, "--sizes", "64K,1,4,64,256"));
   for (std::string s; std::getline(ss, s, ',');) sizes.push_back(s);
@@ -99,12 +111,16 @@ int collectives(const std::vector<std::string>& a, bp::Device& dev) {
         for (int w = 0; w < 3; ++w) call().wait();  // the first creates the communicator
         d::barrier();
         dev.synchronize();
-        auto t0 = Clock::now();
-        std::vector<d::Work> works;
-        for (int i = 0; i < calls; ++i) works.push_back(call());
-        for (auto& w : works) w.wait();
-        dev.synchronize();
-        double t = seconds_since(t0) / calls;
+        std::vector<double> times;
+        for (int r = 0; r < repeats; ++r) {
+          auto t0 = Clock::now();
+          std::vector<d::Work> works;
+          for (int i = 0; i < calls; ++i) works.push_back(call());
+          for (auto& w : works) w.wait();
+          dev.synchronize();
+          times.push_back(seconds_since(t0) / calls);
+        }
+        double t = median(times);
         double bytes = static_cast<double>(elems) * static_cast<double>(esize);
         double algbw = bytes / t / 1e9;
         double factor = !std::strcmp(op, "all_reduce") ? 2.0 * (n - 1) / n : (n - 1.0) / n;

@@ -17,6 +17,10 @@ import sys
 import time
 
 
+def median(v):
+    return sorted(v)[len(v) // 2]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=["collectives", "latency", "ddp", "curve"])
@@ -24,6 +28,7 @@ def main():
     ap.add_argument("--dtypes", default="f32,bf16")
     ap.add_argument("--iters", type=int, default=None)
     ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--batch", type=int, default=1024)
     ap.add_argument("--combined", type=int, default=2048)
@@ -57,13 +62,15 @@ def main():
         dist.barrier()
         torch.cuda.synchronize()
         calls = args.iters or 2000
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            dist.all_reduce(x, async_op=True).wait()
-        torch.cuda.synchronize()
+        times = []
+        for _ in range(max(1, args.repeat)):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                dist.all_reduce(x, async_op=True).wait()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) / calls)
         if rank == 0:
-            print(f"RESULT latency all_reduce f32 4B {(time.perf_counter() - t0) / calls * 1e6:.2f}",
-                  flush=True)
+            print(f"RESULT latency all_reduce f32 4B {median(times) * 1e6:.2f}", flush=True)
     elif args.mode == "collectives":
         dtypes = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16,
                   "f64": torch.float64}
@@ -91,12 +98,15 @@ def main():
                 call().wait()
             dist.barrier()
             torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            works = [call() for _ in range(calls)]
-            for w in works:
-                w.wait()
-            torch.cuda.synchronize()
-            t = (time.perf_counter() - t0) / calls
+            times = []
+            for _ in range(max(1, args.repeat)):
+                t0 = time.perf_counter()
+                works = [call() for _ in range(calls)]
+                for w in works:
+                    w.wait()
+                torch.cuda.synchronize()
+                times.append((time.perf_counter() - t0) / calls)
+            t = median(times)
             algbw = elems * esize / t / 1e9
             factor = 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1.0) / n
             if rank == 0:
