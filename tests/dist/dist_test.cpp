@@ -582,6 +582,12 @@ TEST(Ranks, HostStagingForADeviceTypeNoCommunicatorServes) {
                   "collectives");
 }
 
+// Review F3: eight receives from one peer in flight at once, 200 times; each must get the
+// payload of the send it matches (before the fix 769-904 of the 1,600 held another's).
+TEST(Ranks, GlooManyReceivesFromOnePeerGetTheirOwnPayloads) {
+  expect_all_pass(run(rank_cmd(2, "collectives --only p2p_burst --rounds 200")), 2, "collectives");
+}
+
 TEST(Ranks, DataParallelMatchesOneProcessOnTheCombinedBatch2) {
   expect_all_pass(run(rank_cmd(2, "ddp")), 2, "ddp");
 }
