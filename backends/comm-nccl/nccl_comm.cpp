@@ -429,12 +429,42 @@ void Comm::group_end() {
     std::lock_guard<std::mutex> l(mu_);
     r = lib_.GroupEnd();
   }
-  settle(r, "group of " + std::to_string(works.size()) + " operations");
+  try {
+    settle(r, "group of " + std::to_string(works.size()) + " operations");
+  } catch (...) {
+    // The works still get their events, which fire once the aborted operations are gone.
+    record_group_events(works);
+    throw;
+  }
   for (Work* w : works) {
     BP_CUDA_CHECK(
         cudaEventRecord(static_cast<cudaEvent_t>(w->event), static_cast<cudaStream_t>(w->stream)));
     w->recorded = true;
   }
+}
+
+void Comm::record_group_events(const std::vector<Work*>& works) noexcept {
+  for (Work* w : works) {
+    cudaEventRecord(static_cast<cudaEvent_t>(w->event), static_cast<cudaStream_t>(w->stream));
+    w->recorded = true;
+  }
+}
+
+// Note [Errors inside a group]
+//   NCCL's group depth is per thread: a group left open defers every later NCCL call of the
+//   thread, creating a new communicator included, which then never starts. So an operation that
+//   fails between group_start and group_end ends the group here: the communicator is aborted
+//   first (the operations already grouped must not run half a group on the wire), then
+//   ncclGroupEnd closes NCCL's group, and the grouped works get their events (they complete,
+//   as aborted, once the streams pass them). The host's own group_end then finds no group open.
+void Comm::end_group_after_error() noexcept {
+  if (!in_group_) return;
+  in_group_ = false;
+  abort();
+  lib_.GroupEnd();
+  std::vector<Work*> works;
+  works.swap(group_works_);
+  record_group_events(works);
 }
 
 void Comm::abort() {

@@ -88,6 +88,8 @@ class Comm {
   Work* barrier(void* stream);
   void group_start();
   void group_end();
+  // For an operation that failed inside an open group (Note [Errors inside a group]).
+  void end_group_after_error() noexcept;
   void abort();
 
   // work_test: true when done; throws sdk::Failure when the operation failed.
@@ -99,6 +101,7 @@ class Comm {
   void settle(ncclResult_t r, const std::string& what);
   [[noreturn]] void raise(ncclResult_t r, const std::string& what);
   Work* finish_issue(const std::string& what, void* stream);
+  void record_group_events(const std::vector<Work*>& works) noexcept;
   void select_device() const;
 
   const NcclLib& lib_;

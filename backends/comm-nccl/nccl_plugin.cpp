@@ -34,36 +34,46 @@ class NcclCommunicator final : public sdk::Communicator {
   void abort() override { comm_.abort(); }
   std::unique_ptr<sdk::CommWork> all_reduce(const void* send, void* recv, uint64_t count,
                                             int32_t dtype, int32_t op, void* stream) override {
-    return work(comm_.all_reduce(send, recv, count, dtype, op, stream));
+    return issue([&] { return comm_.all_reduce(send, recv, count, dtype, op, stream); });
   }
   std::unique_ptr<sdk::CommWork> broadcast(const void* send, void* recv, uint64_t count,
                                            int32_t dtype, int32_t root, void* stream) override {
-    return work(comm_.broadcast(send, recv, count, dtype, root, stream));
+    return issue([&] { return comm_.broadcast(send, recv, count, dtype, root, stream); });
   }
   std::unique_ptr<sdk::CommWork> all_gather(const void* send, void* recv, uint64_t count,
                                             int32_t dtype, void* stream) override {
-    return work(comm_.all_gather(send, recv, count, dtype, stream));
+    return issue([&] { return comm_.all_gather(send, recv, count, dtype, stream); });
   }
   std::unique_ptr<sdk::CommWork> reduce_scatter(const void* send, void* recv, uint64_t count,
                                                 int32_t dtype, int32_t op, void* stream) override {
-    return work(comm_.reduce_scatter(send, recv, count, dtype, op, stream));
+    return issue([&] { return comm_.reduce_scatter(send, recv, count, dtype, op, stream); });
   }
   std::unique_ptr<sdk::CommWork> send(const void* buf, uint64_t count, int32_t dtype, int32_t peer,
                                       void* stream) override {
-    return work(comm_.send(buf, count, dtype, peer, stream));
+    return issue([&] { return comm_.send(buf, count, dtype, peer, stream); });
   }
   std::unique_ptr<sdk::CommWork> recv(void* buf, uint64_t count, int32_t dtype, int32_t peer,
                                       void* stream) override {
-    return work(comm_.recv(buf, count, dtype, peer, stream));
+    return issue([&] { return comm_.recv(buf, count, dtype, peer, stream); });
   }
   std::unique_ptr<sdk::CommWork> barrier(void* stream) override {
-    return work(comm_.barrier(stream));
+    return issue([&] { return comm_.barrier(stream); });
   }
   void group_start() override { comm_.group_start(); }
   void group_end() override { comm_.group_end(); }
 
  private:
   static std::unique_ptr<sdk::CommWork> work(Work* w) { return std::make_unique<NcclWork>(w); }
+  // An error inside an open group ends it (Note [Errors inside a group] in nccl_comm.cpp).
+  template <typename F>
+  std::unique_ptr<sdk::CommWork> issue(F&& f) {
+    try {
+      return work(f());
+    } catch (...) {
+      comm_.end_group_after_error();
+      throw;
+    }
+  }
   Comm comm_;
 };
 

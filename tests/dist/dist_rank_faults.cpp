@@ -201,6 +201,65 @@ int run_fault(const std::string& name, const std::vector<std::string>& args) {
     return expect_error("TimeoutError", {"another rank failed", "rank 0"},
                         [&] { d::all_reduce(f32(64)).wait(); });
   }
+  if (name == "local_error_after_numbering") {
+    // Review F18: rank 1's all_reduce is numbered, then staging its tensor to host memory fails
+    // on rank 1 alone (the reference backend's fault async_fail: the mul before it leaves an
+    // error for the staging copy's synchronisation). Rank 1 stays in the group until rank 0 is
+    // done (--marker), so rank 0 can learn of it only through the group: at once, not by its own
+    // timeout.
+    std::string marker = arg(args, "--marker");
+    if (rank == 1) ::setenv("BP_REFERENCE_FAULT", "async_fail", 1);
+    d::init_process_group();
+    d::all_reduce(f32(4)).wait();  // the Gloo communicator exists
+    bp::Device& ref = bp::device("distref:0");
+    Tensor t = bp::full({1000}, 1.5, ref) * bp::full({1000}, 2.0, ref);
+    int rc;
+    if (rank == 1) {
+      rc = expect_error("Error", {"stream synchronize", "simulated asynchronous fault"},
+                        [&] { d::all_reduce(t).wait(); });
+      for (int i = 0; i < 1200 && !std::filesystem::exists(marker); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } else {
+      rc = expect_error("DistError",
+                        {"another rank failed", "rank 1", "all_reduce on distref:0",
+                         "simulated asynchronous fault"},
+                        [&] { d::all_reduce(t).wait(); });
+      std::ofstream(marker) << "done\n";
+    }
+    d::destroy_process_group();
+    return rc;
+  }
+  if (name == "error_inside_group") {
+    // Review F6, with the fixture communicator fxgroup (BACKPLANE_DIST_BACKEND=fxgroup): its
+    // second send inside batch_isend_irecv's group fails; the host must still end the plugin's
+    // group, or comm_create of the next process group on this thread never starts.
+    d::init_process_group();
+    int bad = 0;
+    if (rank == 0)
+      bad += expect_error("DistError", {"grouped", "refuses sends of 13 elements"}, [&] {
+        d::batch_isend_irecv({{d::ProcessGroup::P2POp::Kind::send, f32(4), 1},
+                              {d::ProcessGroup::P2POp::Kind::send, f32(13), 1}});
+      });
+    else
+      bad += expect_error("DistError", {"another rank failed", "refuses sends of 13 elements"},
+                          [&] { d::barrier(); });
+    d::destroy_process_group();
+    try {
+      d::init_process_group();
+      d::all_reduce(f32(8)).wait();
+      d::batch_isend_irecv({{d::ProcessGroup::P2POp::Kind::send, f32(4), 1 - rank}});
+      d::barrier();
+      std::printf("rank %d: EXPECTED success: a new group on this thread after the failed one\n",
+                  rank);
+      d::destroy_process_group();
+    } catch (const std::exception& e) {
+      std::printf("rank %d: UNEXPECTED %s after re-initialising: %s\n", rank, class_of(e).c_str(),
+                  e.what());
+      ++bad;
+    }
+    std::fflush(stdout);
+    return bad ? 1 : 0;
+  }
   if (name == "missing_library") {
     // BACKPLANE_DIST_BACKEND=cpu:nccl and BACKPLANE_NCCL_LIBRARY=/nonexistent/libnccl.so.2.
     d::init_process_group();

@@ -78,6 +78,7 @@ const std::string kRank = BP_DIST_RANK;
 const std::string kBpRun = BP_RUN;
 const std::string kConformance = BP_CONFORMANCE;
 const std::string kCommFixtures = BP_COMM_FIXTURE_DIR;
+const std::string kDeviceFixtures = BP_DEVICE_FIXTURE_DIR;
 const std::string kSmi = BP_SMI;
 const std::string kSecret = d::generate_store_secret();
 
@@ -648,6 +649,20 @@ TEST(Faults, TimeoutNamesTheMissingRankInBothRanks) {
   std::string marker = temp_dir("marker") + "/done";
   expect_fault("timeout", "--marker " + marker, "BACKPLANE_DIST_TIMEOUT=3", 2);
   fs::remove_all(fs::path(marker).parent_path());
+}
+// Review F18: a local error after the call was numbered fails the group at once (before the fix
+// rank 0 waited out the timeout and got a TimeoutError).
+TEST(Faults, LocalErrorAfterNumberingReachesThePeerAtOnce) {
+  std::string marker = temp_dir("marker") + "/done";
+  expect_fault("local_error_after_numbering", "--marker " + marker,
+               "BACKPLANE_PLUGIN_PATH=" + kDeviceFixtures + " BP_REFERENCE_FAULT=", 2);
+  fs::remove_all(fs::path(marker).parent_path());
+}
+// Review F6: an error inside batch_isend_irecv's group still ends the plugin's group, so a new
+// process group can be made on the same thread (before the fix its comm_create failed).
+TEST(Faults, ErrorInsideAGroupLeavesTheThreadUsable) {
+  expect_fault("error_inside_group", "",
+               "BACKPLANE_PLUGIN_PATH=" + kCommFixtures + " BACKPLANE_DIST_BACKEND=fxgroup", 4);
 }
 TEST(Faults, CommPluginMissingItsLibrary) {
   if (!fs::exists(fs::path(BP_PLUGIN_DIR) / "libbackplane-comm-nccl.so"))
