@@ -6,6 +6,9 @@
 #include <backplane/nn.hpp>
 #include <backplane/parallel.hpp>
 #include <backplane/train.hpp>
+#include <backplane_test/gtest_compare.hpp>
+#include <backplane_test/seed.hpp>
+#include <backplane_test/throws.hpp>
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -383,6 +386,40 @@ TEST(GroupOfOne, DistributedDataParallelKeepsGradientsAndNoticesReplacedParamete
   d::destroy_process_group();
 }
 
+// Review F20: an exception inside backward (here from a gradient hook that runs before DDP's,
+// as an out-of-memory error would) must not leave DDP throwing on every later forward: the
+// next forward throws once, naming the parameter, then training goes on with correct
+// gradients.
+TEST(GroupOfOne, DistributedDataParallelRecoversFromAnExceptionInsideBackward) {
+  d::init_process_group({.rank = 0, .world_size = 1});
+  bp::manual_seed(bp_test::test_seed("bp_dist_tests"));
+  auto lin = std::make_shared<bp::nn::Linear>(6, 3);
+  bp::nn::Linear plain(6, 3);
+  plain.load_state_dict({{"weight", lin->weight().clone()}, {"bias", lin->bias().clone()}});
+  bool inject = true;
+  lin->weight().register_post_accumulate_grad_hook([&](const bp::Tensor&) {
+    if (inject) throw bp::OutOfMemory("injected: out of memory inside backward");
+  });
+  bp::nn::DistributedDataParallel ddp(lin, {.bucket_cap_mb = 0.00005});  // one bucket each
+  bp::Tensor x = bp::rand({4, 6});
+  EXPECT_HAS(bp_test::expect_throw<bp::OutOfMemory>([&] { (ddp(x) * 3.0).sum().backward(); }),
+             "injected: out of memory");
+  inject = false;
+  std::string once = bp_test::expect_throw<bp::Error>([&] { ddp(x); });
+  EXPECT_HAS(once, "1 parameter(s) got no gradient");
+  EXPECT_HAS(once, "(weight)");
+  ddp.zero_grad();
+  (ddp(x) * 3.0).sum().backward();  // the iteration was dropped: this one is whole
+  (plain(x) * 3.0).sum().backward();
+  const int32_t f32 = static_cast<int32_t>(bp::DType::f32);
+  EXPECT_TRUE(bp_test::all_close(f32, lin->weight().grad().to_vector<double>(),
+                                 plain.weight().grad().to_vector<double>()));
+  EXPECT_TRUE(bp_test::all_close(f32, lin->bias().grad().to_vector<double>(),
+                                 plain.bias().grad().to_vector<double>()));
+  EXPECT_NO_THROW(ddp(x));
+  d::destroy_process_group();
+}
+
 TEST(GroupOfOne, CollectivesAreRefusedDuringAGraphCapture) {
   d::init_process_group({.rank = 0, .world_size = 1});
   bp::Device& cpu = bp::device("cpu:0");
@@ -593,6 +630,14 @@ TEST(Ranks, DataParallelMatchesOneProcessOnTheCombinedBatch2) {
   expect_all_pass(run(rank_cmd(2, "ddp")), 2, "ddp");
 }
 
+// A device with streams of its own whose reductions are staged through host memory: the
+// gradients must be the averaged ones at the optimiser step (before the fix they were this
+// rank's own until the next forward copied the reduced values back).
+TEST(Ranks, DataParallelOnAStagedDeviceMatchesOneProcess) {
+  if (!has_opencl()) GTEST_SKIP() << "no opencl device (PoCL) to stage from";
+  expect_all_pass(run(rank_cmd(2, "ddp --device opencl:0")), 2, "ddp");
+}
+
 TEST(Ranks, DataParallelMatchesOneProcessOnTheCombinedBatch4) {
   expect_all_pass(run(rank_cmd(4, "ddp")), 4, "ddp");
 }
@@ -663,6 +708,26 @@ TEST(Faults, LocalErrorAfterNumberingReachesThePeerAtOnce) {
 TEST(Faults, ErrorInsideAGroupLeavesTheThreadUsable) {
   expect_fault("error_inside_group", "",
                "BACKPLANE_PLUGIN_PATH=" + kCommFixtures + " BACKPLANE_DIST_BACKEND=fxgroup", 4);
+}
+// Review F20 across ranks: rank 1's backward is interrupted; its next forward throws once and
+// aborts the group (rank 0 learns at once), and the forward after that runs. Before the fix rank
+// 1 threw the same error on every forward and rank 0 waited out its timeout.
+TEST(Faults, DataParallelBackwardInterruptedOnOneRank) {
+  std::string marker = temp_dir("marker") + "/done";
+  expect_fault("ddp_backward_error", "--marker " + marker, "", 5);
+  fs::remove_all(fs::path(marker).parent_path());
+}
+// Review F11: the last reduction of an iteration fails; the error must reach the rank before
+// its optimiser step (backward or synchronize_gradients), on the CPU and on a device with its
+// own streams whose reductions are staged through host memory (opencl).
+TEST(Faults, DataParallelFailedLastReductionSurfacesBeforeTheStep) {
+  std::string dir = temp_dir("marker");
+  expect_fault("ddp_last_reduction_fails", "--marker " + dir + "/cpu", "", 2);
+  if (has_opencl())
+    expect_fault("ddp_last_reduction_fails", "--device opencl:0 --marker " + dir + "/opencl", "",
+                 2);
+  fs::remove_all(dir);
+  if (!has_opencl()) GTEST_SKIP() << "no opencl device (PoCL) for a device with streams";
 }
 TEST(Faults, CommPluginMissingItsLibrary) {
   if (!fs::exists(fs::path(BP_PLUGIN_DIR) / "libbackplane-comm-nccl.so"))
