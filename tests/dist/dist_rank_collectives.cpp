@@ -313,6 +313,16 @@ void noncontiguous_cases(Ctx& c) {
     for (size_t i = 0; i < 10; i += 2) ref.push_back(v[i]);
   c.expect("all_gather[noncontiguous,f64,strided in, transposed out]",
            compare(host(out), ref, DType::f64, c.world));
+  // Review F10: the Work dropped without wait(); the copy-back into the view's base still
+  // happens, and a later barrier on this thread finds it done.
+  s = ++c.salt;
+  Tensor dropped_base = c.mine(DType::f32, 48, s).reshape({6, 8});
+  d::all_reduce(dropped_base.t());
+  d::barrier();
+  auto dropped_all = c.all_inputs(DType::f32, 48, s);
+  c.expect("all_reduce[noncontiguous,f32,8x6 view,Work dropped,checked after a barrier]",
+           compare(host(dropped_base), reference(dropped_all, d::ReduceOp::sum, DType::f32),
+                   DType::f32, c.world, magnitude(dropped_all, d::ReduceOp::sum)));
 }
 
 void barrier_cases(Ctx& c) {

@@ -348,6 +348,30 @@ int run_fault(const std::string& name, const std::vector<std::string>& args) {
     d::destroy_process_group();
     return rc;
   }
+  if (name == "dropped_work_timeout") {
+    // Review F5, with BACKPLANE_DIST_CHECK=0 (so only the watchdog can notice): rank 0 drops the
+    // Work of an all_reduce that rank 1 never joins. The watchdog must fail the group naming it,
+    // the next call on rank 0 must report that, rank 1 must learn it, and both must leave.
+    std::string marker = arg(args, "--marker");
+    d::init_process_group();
+    d::all_reduce(f32(4)).wait();  // the communicator exists
+    int rc;
+    if (rank == 0) {
+      d::all_reduce(f32(64));  // dropped
+      rc = expect_error("TimeoutError", {"all_reduce #2", "its Work was dropped"},
+                        [&] { d::barrier(); });
+      std::ofstream(marker) << "done\n";
+    } else {
+      for (int i = 0; i < 1200 && !std::filesystem::exists(marker); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      rc = expect_error("TimeoutError", {"another rank failed", "rank 0", "its Work was dropped"},
+                        [&] { d::barrier(); });
+    }
+    d::destroy_process_group();
+    std::printf("rank %d: EXPECTED success: destroy_process_group returned\n", rank);
+    std::fflush(stdout);
+    return rc;
+  }
   if (name == "missing_library") {
     // BACKPLANE_DIST_BACKEND=cpu:nccl and BACKPLANE_NCCL_LIBRARY=/nonexistent/libnccl.so.2.
     d::init_process_group();

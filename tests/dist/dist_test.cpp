@@ -729,6 +729,14 @@ TEST(Faults, DataParallelFailedLastReductionSurfacesBeforeTheStep) {
   fs::remove_all(dir);
   if (!has_opencl()) GTEST_SKIP() << "no opencl device (PoCL) for a device with streams";
 }
+// Review F5: a dropped Work whose peer never joins is failed by the watchdog, naming it (before
+// the fix it ran unwatched and its error was dropped), and destroy_process_group returns.
+TEST(Faults, ADroppedWorkIsWatchedAndTimesOut) {
+  std::string marker = temp_dir("marker") + "/done";
+  expect_fault("dropped_work_timeout", "--marker " + marker,
+               "BACKPLANE_DIST_CHECK=0 BACKPLANE_DIST_TIMEOUT=3", 4);
+  fs::remove_all(fs::path(marker).parent_path());
+}
 TEST(Faults, CommPluginMissingItsLibrary) {
   if (!fs::exists(fs::path(BP_PLUGIN_DIR) / "libbackplane-comm-nccl.so"))
     GTEST_SKIP() << "the nccl plugin is not built here (no CUDA toolkit)";

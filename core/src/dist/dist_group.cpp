@@ -484,6 +484,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
               g.cv.wait_until(gl, std::min(deadline, Clock::now() + std::chrono::seconds(5)),
                               [&] { return s.check_ok.load() || g.failed.load(); });
             }
+            g.reap_orphans(*g.store);  // an earlier dropped Work's failure is the cause
             g.fail_from_plugin(code, s.description + ": " + text, *g.store);
             internal::Failure f = g.current_failure();
             internal::raise(f.kind, f.message.rfind(s.description, 0) == 0
@@ -505,6 +506,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
         s.handle = nullptr;
         s.keep.clear();
         s.tensors.clear();
+        g.reap_orphans(*g.store);  // earlier dropped Works' copy-backs (Note [Dropped works])
         return;
       }
     }
@@ -526,6 +528,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
         msg += ": its descriptor check did not finish";
       else
         msg += "; a rank died or hangs inside it, or its device stalled";
+      g.reap_orphans(*g.store);  // an earlier dropped Work that timed out is the cause
       g.fail(internal::FailKind::timeout, msg);
       internal::Failure f = g.current_failure();
       internal::raise(f.kind, f.message.rfind(s.description, 0) == 0

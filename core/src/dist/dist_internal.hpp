@@ -102,12 +102,15 @@ struct Check {
 };
 
 // Outstanding operations whose Work was dropped before completion: kept until the plugin is
-// done with their memory.
+// done with their memory, watched like live ones (Note [Dropped works] in dist_monitor.cpp).
 struct Orphan {
   const bp_comm_api* api = nullptr;
   bp_comm_work* handle = nullptr;
   std::vector<std::shared_ptr<void>> keep;
   std::vector<Tensor> tensors;
+  std::string description;
+  Clock::time_point start{};
+  std::function<void()> finish;  // copy-backs, run once the operation has completed
 };
 
 struct Group : std::enable_shared_from_this<Group> {
@@ -142,6 +145,7 @@ struct Group : std::enable_shared_from_this<Group> {
   std::string check_note;  // what the head check waits for ("rank 1 has not reached ...")
   std::vector<std::weak_ptr<Work::State>> live;
   std::vector<Orphan> orphans;
+  std::mutex reap_mu;  // one thread reaps orphans at a time (taken before mu)
   bool stopping = false;
   std::thread monitor;
 
@@ -183,6 +187,9 @@ struct Group : std::enable_shared_from_this<Group> {
   // At most this many collective checks are verified in one multi-key get.
   static constexpr size_t kCheckBatch = 64;
   void track(const std::shared_ptr<Work::State>& w);
+  // Completes the orphans that are done (their copy-backs run), fails the group for one that
+  // failed or outlived the timeout, and keeps the others. `st` is the calling thread's store.
+  void reap_orphans(Store& st);
 };
 
 // The bp_comm_host callbacks over a group's store (dist_monitor.cpp).
