@@ -173,6 +173,15 @@ const NcclLib& nccl() {
 // ---- Comm
 // ----------------------------------------------------------------------------------------
 
+KeepCurrentDevice::KeepCurrentDevice() {
+  if (cudaGetDevice(&device_) != cudaSuccess) device_ = -1;
+}
+
+KeepCurrentDevice::~KeepCurrentDevice() {
+  int now = -1;
+  if (device_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != device_) cudaSetDevice(device_);
+}
+
 void Comm::select_device() const {
   BP_CUDA_CHECK(cudaSetDevice(device_));
 }
@@ -223,6 +232,7 @@ Comm::Comm(const bp_comm_config& cfg, const bp_comm_host& host)
       size_(cfg.world_size),
       device_(cfg.device_ordinal),
       timeout_(milliseconds(cfg.timeout_ms)) {
+  KeepCurrentDevice keep;
   if (!lib_.loaded) fail(BP_ERROR_UNAVAILABLE, lib_.reason);
   if (cfg.dlpack_device_type != 2)
     fail(BP_ERROR_INVALID_ARGUMENT, "nccl reduces CUDA memory only (DLPack device type 2), got " +
@@ -283,11 +293,8 @@ Comm::Comm(const bp_comm_config& cfg, const bp_comm_host& host)
 }
 
 Comm::~Comm() {
-  if (scratch_) {
-    cudaSetDevice(device_);
-    cudaFree(scratch_);
-  }
-  std::lock_guard<std::mutex> l(mu_);
+  KeepCurrentDevice keep;
+  std::unique_lock<std::mutex> l(mu_);
   if (comm_ && !aborted_.load()) {
     // A clean destroy needs every operation finished; comm_destroy's caller freed its works.
     ncclResult_t r = lib_.CommFinalize(comm_);
@@ -301,6 +308,13 @@ Comm::~Comm() {
       lib_.CommAbort(comm_);
   }
   comm_ = nullptr;
+  l.unlock();
+  // Only now: cudaFree synchronises the device, which waits for ever on a hung NCCL kernel
+  // until the communicator is finalised or aborted.
+  if (scratch_) {
+    cudaSetDevice(device_);
+    cudaFree(scratch_);
+  }
 }
 
 Work* Comm::finish_issue(const std::string& what, void* stream) {

@@ -60,6 +60,24 @@ const NcclLib& nccl();
 
 class Comm;
 
+// Note [Current device]
+//   The CUDA plugin caches the calling thread's current device (its Note [Current-device
+//   cache]) and skips cudaSetDevice when the cache says the device is current; a plugin that
+//   moved the thread to its communicator's device behind it would make the CUDA plugin's next
+//   launch on another device go to the wrong one (comm_abi.h: plugins leave the calling
+//   thread's current device as they found it). So every slot that may touch CUDA holds one of
+//   these: it reads the current device first and puts it back on the way out.
+class KeepCurrentDevice {
+ public:
+  KeepCurrentDevice();
+  ~KeepCurrentDevice();
+  KeepCurrentDevice(const KeepCurrentDevice&) = delete;
+  KeepCurrentDevice& operator=(const KeepCurrentDevice&) = delete;
+
+ private:
+  int device_ = -1;
+};
+
 // One operation: a CUDA event recorded on its stream after the NCCL call (or, inside a
 // group, at group_end).
 struct Work {

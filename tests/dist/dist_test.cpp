@@ -420,6 +420,35 @@ TEST(GroupOfOne, DistributedDataParallelRecoversFromAnExceptionInsideBackward) {
   d::destroy_process_group();
 }
 
+// Review F19 (needs two CUDA GPUs and the NCCL plugin; skipped elsewhere): a collective on a
+// communicator of cuda:0, waited for while the thread last computed on cuda:1, must leave the
+// thread's current device alone, so the CUDA plugin's next launch on cuda:1 (whose
+// current-device cache still says cuda:1) runs there.
+TEST(GroupOfOne, NcclLeavesTheCallingThreadsCurrentDevice) {
+  if (bp::num_devices("cuda") < 2) GTEST_SKIP() << "needs two CUDA devices";
+  bool nccl = false;
+  for (const auto& r : d::comm_load_report()) nccl = nccl || (r.name == "nccl" && r.available);
+  if (!nccl) GTEST_SKIP() << "the nccl communicator plugin cannot run here";
+  d::init_process_group({.rank = 0, .world_size = 1, .backend = "cuda:nccl"});
+  bp::Device& gpu0 = bp::device("cuda:0");
+  bp::Device& gpu1 = bp::device("cuda:1");
+  bp::manual_seed(bp_test::test_seed("bp_dist_tests"));
+  bp::Tensor r = bp::rand({4096}, gpu0);
+  std::vector<double> r_before = r.to_vector<double>();
+  bp::Tensor a = bp::rand({1000}, gpu1);
+  std::vector<double> a_host = a.to_vector<double>();
+  d::Work w = d::all_reduce(r);  // NCCL on cuda:0
+  bp::Tensor b = a * 2.0;        // the CUDA plugin's thread now on cuda:1
+  w.wait();                      // polls the NCCL work from this thread
+  bp::Tensor c = b + 1.0;        // a launch on cuda:1 right after
+  std::vector<double> want;
+  for (double v : a_host) want.push_back(v * 2.0 + 1.0);
+  const int32_t f32 = static_cast<int32_t>(bp::DType::f32);
+  EXPECT_TRUE(bp_test::all_close(f32, c.to_vector<double>(), want));
+  EXPECT_TRUE(bp_test::all_close(f32, r.to_vector<double>(), r_before));  // a world of one
+  d::destroy_process_group();
+}
+
 TEST(GroupOfOne, CollectivesAreRefusedDuringAGraphCapture) {
   d::init_process_group({.rank = 0, .world_size = 1});
   bp::Device& cpu = bp::device("cpu:0");
