@@ -265,10 +265,17 @@ std::string describe(const char* op, uint64_t count, int32_t dtype, const std::s
          (extra.empty() ? "" : " (" + extra + ")");
 }
 
-// The slots of point-to-point transfers and their headers; Gloo's collectives use prefixes
-// 0x01-0x08.
-const uint64_t kP2PSlot = gloo::Slot::build(0x7e, 0);
-const uint64_t kP2PHeaderSlot = gloo::Slot::build(0x7d, 0);
+// Note [P2P slots]
+//   Point-to-point transfers use prefixes 0x7e (payload) and 0x7d (header); Gloo's collectives
+//   use 0x01-0x08. Each transfer gets a slot of its own: the n-th send to a peer and the n-th
+//   receive from it (they match in call order per pair, comm_abi.h) both use tag n. Gloo keeps
+//   the receives posted on one slot in a FIFO served in arrival order, while a receive posts its
+//   payload only after its header arrived, on a thread of its own (Note [Call guard]): on one
+//   shared slot, two receives from one peer could post in the other order and take each other's
+//   payloads. The tag wraps at 2^32 on both sides alike.
+uint64_t p2p_slot(uint8_t prefix, uint32_t transfer) {
+  return gloo::Slot::build(prefix, transfer);
+}
 
 // Note [Call guard]
 //   Gloo ends the process (gloo::EnforceNotMet thrown on its I/O thread, so std::terminate) when
@@ -331,6 +338,8 @@ gloo::transport::tcp::attr listen_attr(const bp_comm_config& cfg) {
 
 Comm::Comm(const bp_comm_config& cfg, const bp_comm_host& host)
     : rank_(cfg.rank), size_(cfg.world_size), timeout_(milliseconds(cfg.timeout_ms)) {
+  sent_.assign(static_cast<size_t>(std::max(size_, 1)), 0);
+  received_.assign(static_cast<size_t>(std::max(size_, 1)), 0);
   if (cfg.dlpack_device_type != 1)
     fail(BP_ERROR_INVALID_ARGUMENT, "gloo reduces host memory only (DLPack device type 1), got " +
                                         std::to_string(cfg.dlpack_device_type) + " for " +
@@ -617,6 +626,9 @@ std::shared_ptr<Op> Comm::p2p(bool is_send, void* buf, uint64_t count, int32_t d
     return op;
   }
   size_t bytes = count * bp_dtype_size(dtype);
+  // Numbered on the issuing thread, in call order (Note [P2P slots]).
+  uint32_t n = (is_send ? sent_ : received_)[static_cast<size_t>(peer)]++;
+  const uint64_t slot = p2p_slot(0x7e, n), header_slot = p2p_slot(0x7d, n);
   // The header goes first; the receiver posts the payload once it matches (Note [Call guard]).
   auto header = std::make_shared<WireHeader>(wire(CallHeader{6, dtype, count, 0}));
   auto theirs = std::make_shared<WireHeader>();
@@ -624,12 +636,12 @@ std::shared_ptr<Op> Comm::p2p(bool is_send, void* buf, uint64_t count, int32_t d
   try {
     if (is_send) {
       hb = context_->createUnboundBuffer(header.get(), sizeof(WireHeader));
-      hb->send(peer, kP2PHeaderSlot);
+      hb->send(peer, header_slot);
       ub = context_->createUnboundBuffer(buf, bytes);
-      ub->send(peer, kP2PSlot);
+      ub->send(peer, slot);
     } else {
       hb = context_->createUnboundBuffer(theirs.get(), sizeof(WireHeader));
-      hb->recv(peer, kP2PHeaderSlot);
+      hb->recv(peer, header_slot);
     }
   } catch (...) {
     record(*op, std::current_exception());
@@ -638,7 +650,7 @@ std::shared_ptr<Op> Comm::p2p(bool is_send, void* buf, uint64_t count, int32_t d
   // A send is posted whole at once, so its waits queue on one worker; a receive posts its
   // payload only after the header, so each waits on a thread of its own (receives complete in
   // whatever order their peers send, as with NCCL and MPI).
-  auto job = [this, op, hb, ub, header, theirs, is_send, buf, bytes, peer]() mutable {
+  auto job = [this, op, hb, ub, header, theirs, is_send, buf, bytes, peer, slot]() mutable {
     try {
       bool ok = is_send ? hb->waitSend(timeout_) : hb->waitRecv(timeout_);
       if (ok && !is_send) {
@@ -648,7 +660,7 @@ std::shared_ptr<Op> Comm::p2p(bool is_send, void* buf, uint64_t count, int32_t d
                                               std::to_string(rank_) + " posted a receive of " +
                                               unwire(*header).str() + "; nothing was received");
         ub = context_->createUnboundBuffer(buf, bytes);
-        ub->recv(peer, kP2PSlot);
+        ub->recv(peer, slot);
       }
       if (ok) ok = is_send ? ub->waitSend(timeout_) : ub->waitRecv(timeout_);
       if (!ok) {

@@ -116,6 +116,8 @@ class Comm {
   std::mutex failed_mu_;
   std::string failed_;  // the first failure: later operations fail at once with it
   Worker collectives_, p2p_waits_;
+  // Transfers issued per peer, by the issuing thread (Note [P2P slots] in gloo_comm.cpp).
+  std::vector<uint32_t> sent_, received_;
   // Receives waiting for their header, then their payload (Note [Call guard]).
   struct Receiver {
     std::thread thread;

@@ -174,6 +174,15 @@ const NcclLib& nccl() {
 // ---- Comm
 // ----------------------------------------------------------------------------------------
 
+KeepCurrentDevice::KeepCurrentDevice() {
+  if (cudaGetDevice(&device_) != cudaSuccess) device_ = -1;
+}
+
+KeepCurrentDevice::~KeepCurrentDevice() {
+  int now = -1;
+  if (device_ >= 0 && cudaGetDevice(&now) == cudaSuccess && now != device_) cudaSetDevice(device_);
+}
+
 void Comm::select_device() const {
   BP_CUDA_CHECK(cudaSetDevice(device_));
 }
@@ -225,6 +234,7 @@ Comm::Comm(const bp_comm_config& cfg, const bp_comm_host& host)
       device_(cfg.device_ordinal),
       timeout_(milliseconds(cfg.timeout_ms)),
       nonblocking_((sdk::config_flags(cfg) & BP_COMM_CONFIG_NONBLOCKING) != 0) {
+  KeepCurrentDevice keep;
   if (!lib_.loaded) fail(BP_ERROR_UNAVAILABLE, lib_.reason);
   if (cfg.dlpack_device_type != 2)
     fail(BP_ERROR_INVALID_ARGUMENT, "nccl reduces CUDA memory only (DLPack device type 2), got " +
@@ -309,11 +319,8 @@ void Comm::arrive(const bp_comm_host& host) {
 }
 
 Comm::~Comm() {
-  if (scratch_) {
-    cudaSetDevice(device_);
-    cudaFree(scratch_);
-  }
-  std::lock_guard<std::mutex> l(mu_);
+  KeepCurrentDevice keep;
+  std::unique_lock<std::mutex> l(mu_);
   if (comm_ && !aborted_.load()) {
     // A clean destroy needs every operation finished; comm_destroy's caller freed its works.
     ncclResult_t r = lib_.CommFinalize(comm_);
@@ -327,6 +334,13 @@ Comm::~Comm() {
       lib_.CommAbort(comm_);
   }
   comm_ = nullptr;
+  l.unlock();
+  // Only now: cudaFree synchronises the device, which waits for ever on a hung NCCL kernel
+  // until the communicator is finalised or aborted.
+  if (scratch_) {
+    cudaSetDevice(device_);
+    cudaFree(scratch_);
+  }
 }
 
 Work* Comm::finish_issue(const std::string& what, void* stream) {
@@ -455,12 +469,42 @@ void Comm::group_end() {
     std::lock_guard<std::mutex> l(mu_);
     r = lib_.GroupEnd();
   }
-  settle(r, "group of " + std::to_string(works.size()) + " operations");
+  try {
+    settle(r, "group of " + std::to_string(works.size()) + " operations");
+  } catch (...) {
+    // The works still get their events, which fire once the aborted operations are gone.
+    record_group_events(works);
+    throw;
+  }
   for (Work* w : works) {
     BP_CUDA_CHECK(
         cudaEventRecord(static_cast<cudaEvent_t>(w->event), static_cast<cudaStream_t>(w->stream)));
     w->recorded = true;
   }
+}
+
+void Comm::record_group_events(const std::vector<Work*>& works) noexcept {
+  for (Work* w : works) {
+    cudaEventRecord(static_cast<cudaEvent_t>(w->event), static_cast<cudaStream_t>(w->stream));
+    w->recorded = true;
+  }
+}
+
+// Note [Errors inside a group]
+//   NCCL's group depth is per thread: a group left open defers every later NCCL call of the
+//   thread, creating a new communicator included, which then never starts. So an operation that
+//   fails between group_start and group_end ends the group here: the communicator is aborted
+//   first (the operations already grouped must not run half a group on the wire), then
+//   ncclGroupEnd closes NCCL's group, and the grouped works get their events (they complete,
+//   as aborted, once the streams pass them). The host's own group_end then finds no group open.
+void Comm::end_group_after_error() noexcept {
+  if (!in_group_) return;
+  in_group_ = false;
+  abort();
+  lib_.GroupEnd();
+  std::vector<Work*> works;
+  works.swap(group_works_);
+  record_group_events(works);
 }
 
 void Comm::abort() {

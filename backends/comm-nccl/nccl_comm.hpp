@@ -66,6 +66,24 @@ const NcclLib& nccl();
 
 class Comm;
 
+// Note [Current device]
+//   The CUDA plugin caches the calling thread's current device (its Note [Current-device
+//   cache]) and skips cudaSetDevice when the cache says the device is current; a plugin that
+//   moved the thread to its communicator's device behind it would make the CUDA plugin's next
+//   launch on another device go to the wrong one (comm_abi.h: plugins leave the calling
+//   thread's current device as they found it). So every slot that may touch CUDA holds one of
+//   these: it reads the current device first and puts it back on the way out.
+class KeepCurrentDevice {
+ public:
+  KeepCurrentDevice();
+  ~KeepCurrentDevice();
+  KeepCurrentDevice(const KeepCurrentDevice&) = delete;
+  KeepCurrentDevice& operator=(const KeepCurrentDevice&) = delete;
+
+ private:
+  int device_ = -1;
+};
+
 // One operation: a CUDA event recorded on its stream after the NCCL call (or, inside a
 // group, at group_end).
 struct Work {
@@ -94,6 +112,8 @@ class Comm {
   Work* barrier(void* stream);
   void group_start();
   void group_end();
+  // For an operation that failed inside an open group (Note [Errors inside a group]).
+  void end_group_after_error() noexcept;
   void abort();
 
   // work_test: true when done; throws sdk::Failure when the operation failed.
@@ -105,6 +125,7 @@ class Comm {
   void settle(ncclResult_t r, const std::string& what);
   [[noreturn]] void raise(ncclResult_t r, const std::string& what);
   Work* finish_issue(const std::string& what, void* stream);
+  void record_group_events(const std::vector<Work*>& works) noexcept;
   void select_device() const;
   // Blocking mode: every rank counts itself in through the store before the init.
   void arrive(const bp_comm_host& host);

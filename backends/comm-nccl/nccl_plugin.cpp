@@ -19,9 +19,13 @@ class NcclWork final : public sdk::CommWork {
  public:
   explicit NcclWork(Work* w) : w_(w) {}
   ~NcclWork() override {
+    KeepCurrentDevice keep;  // Note [Current device] in nccl_comm.hpp
     if (w_->event) cudaEventDestroy(static_cast<cudaEvent_t>(w_->event));
   }
-  bool test() override { return w_->comm->test(*w_); }
+  bool test() override {
+    KeepCurrentDevice keep;
+    return w_->comm->test(*w_);
+  }
   std::string describe() const override { return w_->what + " on " + w_->comm->where(); }
 
  private:
@@ -31,39 +35,59 @@ class NcclWork final : public sdk::CommWork {
 class NcclCommunicator final : public sdk::Communicator {
  public:
   NcclCommunicator(const bp_comm_config& config, const bp_comm_host& host) : comm_(config, host) {}
-  void abort() override { comm_.abort(); }
+  void abort() override {
+    KeepCurrentDevice keep;  // Note [Current device] in nccl_comm.hpp
+    comm_.abort();
+  }
   std::unique_ptr<sdk::CommWork> all_reduce(const void* send, void* recv, uint64_t count,
                                             int32_t dtype, int32_t op, void* stream) override {
-    return work(comm_.all_reduce(send, recv, count, dtype, op, stream));
+    return issue([&] { return comm_.all_reduce(send, recv, count, dtype, op, stream); });
   }
   std::unique_ptr<sdk::CommWork> broadcast(const void* send, void* recv, uint64_t count,
                                            int32_t dtype, int32_t root, void* stream) override {
-    return work(comm_.broadcast(send, recv, count, dtype, root, stream));
+    return issue([&] { return comm_.broadcast(send, recv, count, dtype, root, stream); });
   }
   std::unique_ptr<sdk::CommWork> all_gather(const void* send, void* recv, uint64_t count,
                                             int32_t dtype, void* stream) override {
-    return work(comm_.all_gather(send, recv, count, dtype, stream));
+    return issue([&] { return comm_.all_gather(send, recv, count, dtype, stream); });
   }
   std::unique_ptr<sdk::CommWork> reduce_scatter(const void* send, void* recv, uint64_t count,
                                                 int32_t dtype, int32_t op, void* stream) override {
-    return work(comm_.reduce_scatter(send, recv, count, dtype, op, stream));
+    return issue([&] { return comm_.reduce_scatter(send, recv, count, dtype, op, stream); });
   }
   std::unique_ptr<sdk::CommWork> send(const void* buf, uint64_t count, int32_t dtype, int32_t peer,
                                       void* stream) override {
-    return work(comm_.send(buf, count, dtype, peer, stream));
+    return issue([&] { return comm_.send(buf, count, dtype, peer, stream); });
   }
   std::unique_ptr<sdk::CommWork> recv(void* buf, uint64_t count, int32_t dtype, int32_t peer,
                                       void* stream) override {
-    return work(comm_.recv(buf, count, dtype, peer, stream));
+    return issue([&] { return comm_.recv(buf, count, dtype, peer, stream); });
   }
   std::unique_ptr<sdk::CommWork> barrier(void* stream) override {
-    return work(comm_.barrier(stream));
+    return issue([&] { return comm_.barrier(stream); });
   }
-  void group_start() override { comm_.group_start(); }
-  void group_end() override { comm_.group_end(); }
+  void group_start() override {
+    KeepCurrentDevice keep;
+    comm_.group_start();
+  }
+  void group_end() override {
+    KeepCurrentDevice keep;
+    comm_.group_end();
+  }
 
  private:
   static std::unique_ptr<sdk::CommWork> work(Work* w) { return std::make_unique<NcclWork>(w); }
+  // An error inside an open group ends it (Note [Errors inside a group] in nccl_comm.cpp).
+  template <typename F>
+  std::unique_ptr<sdk::CommWork> issue(F&& f) {
+    KeepCurrentDevice keep;  // Note [Current device] in nccl_comm.hpp
+    try {
+      return work(f());
+    } catch (...) {
+      comm_.end_group_after_error();
+      throw;
+    }
+  }
   Comm comm_;
 };
 

@@ -274,6 +274,51 @@ void p2p_cases(Ctx& c) {
   }
 }
 
+// Many receives from one peer in flight at once: rank 0 sends eight tensors of equal size and
+// distinct values to rank 1 in one batch_isend_irecv, `rounds` times; every payload must land
+// in the receive posted for it (send and recv match in call order per pair, comm_abi.h).
+void p2p_burst_cases(Ctx& c, int rounds) {
+  const int64_t n = 4096;
+  const int per_batch = 8;
+  int wrong = 0, first_round = -1, first_item = -1;
+  for (int round = 0; round < rounds; ++round) {
+    int s = c.salt;
+    c.salt += per_batch;
+    std::vector<d::ProcessGroup::P2POp> ops;
+    std::vector<Tensor> got;
+    for (int k = 0; k < per_batch; ++k) {
+      if (c.rank == 0) {
+        ops.push_back({d::ProcessGroup::P2POp::Kind::send, c.mine(DType::f32, n, s + k), 1});
+      } else if (c.rank == 1) {
+        got.push_back(bp::zeros({n}, c.dev, DType::f32));
+        ops.push_back({d::ProcessGroup::P2POp::Kind::recv, got.back(), 0});
+      }
+    }
+    if (ops.empty()) continue;
+    for (auto& w : d::batch_isend_irecv(ops)) w.wait();
+    for (size_t k = 0; k < got.size(); ++k) {
+      std::vector<double> want =
+          host(make_data(DType::f32, n, c.seed, 0, s + static_cast<int>(k), c.world));
+      if (!compare(host(got[k]), want, DType::f32, c.world).empty()) {
+        if (wrong++ == 0) {
+          first_round = round;
+          first_item = static_cast<int>(k);
+        }
+      }
+    }
+  }
+  if (c.rank != 1) {
+    c.expect("batch_isend_irecv_burst[send side]", "");
+    return;
+  }
+  c.expect("batch_isend_irecv_burst[f32,n=4096,8 per batch,x" + std::to_string(rounds) + "]",
+           wrong == 0
+               ? ""
+               : std::to_string(wrong) + " of " + std::to_string(rounds * per_batch) +
+                     " receives held another send's payload (first: round " +
+                     std::to_string(first_round) + ", receive " + std::to_string(first_item) + ")");
+}
+
 void empty_cases(Ctx& c) {
   Tensor e = bp::zeros({0}, c.dev);
   d::all_reduce(e).wait();
@@ -307,6 +352,16 @@ void noncontiguous_cases(Ctx& c) {
     for (size_t i = 0; i < 10; i += 2) ref.push_back(v[i]);
   c.expect("all_gather[noncontiguous,f64,strided in, transposed out]",
            compare(host(out), ref, DType::f64, c.world));
+  // Review F10: the Work dropped without wait(); the copy-back into the view's base still
+  // happens, and a later barrier on this thread finds it done.
+  s = ++c.salt;
+  Tensor dropped_base = c.mine(DType::f32, 48, s).reshape({6, 8});
+  d::all_reduce(dropped_base.t());
+  d::barrier();
+  auto dropped_all = c.all_inputs(DType::f32, 48, s);
+  c.expect("all_reduce[noncontiguous,f32,8x6 view,Work dropped,checked after a barrier]",
+           compare(host(dropped_base), reference(dropped_all, d::ReduceOp::sum, DType::f32),
+                   DType::f32, c.world, magnitude(dropped_all, d::ReduceOp::sum)));
 }
 
 void barrier_cases(Ctx& c) {
@@ -364,6 +419,9 @@ int run_collectives(const std::vector<std::string>& args) {
   if (want("noncontiguous")) noncontiguous_cases(c);
   if (want("barrier")) barrier_cases(c);
   if (want("checks")) check_mode_cases(c);
+  // Only on request: a stress of one pair (its own gtest).
+  if (only == "p2p_burst")
+    p2p_burst_cases(c, std::atoi(arg_value(args, "--rounds", "200").c_str()));
   d::destroy_process_group();
   return ck.finish("collectives");
 }

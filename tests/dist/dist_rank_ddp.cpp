@@ -75,12 +75,14 @@ class WithUnused : public bp::nn::Module {
 }  // namespace
 
 int run_ddp(const std::vector<std::string>& args) {
-  (void)args;
+  std::string device;  // --device D; default: cuda:<local rank>, or the CPU
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--device") device = args[i + 1];
   d::init_process_group();
   Checker ck;
   ck.rank = d::get_rank();
   int world = d::get_world_size();
-  bp::Device& dev = d::local_device("cuda");
+  bp::Device& dev = device.empty() ? d::local_device("cuda") : bp::device(device);
   const int64_t n = 256, per_rank_batch = 16;
   const int epochs = 3;
   auto [X, Y] = make_data(n);

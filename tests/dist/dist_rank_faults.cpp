@@ -2,6 +2,9 @@
 // should (class and message fragments) and prints "EXPECTED <class>: <message>".
 #include "dist_rank.hpp"
 
+#include <backplane/nn.hpp>
+#include <backplane/parallel.hpp>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -28,6 +31,7 @@ std::string class_of(const std::exception& e) {
   if (dynamic_cast<const bp::DeviceMismatch*>(&e)) return "DeviceMismatch";
   if (dynamic_cast<const bp::DTypeError*>(&e)) return "DTypeError";
   if (dynamic_cast<const bp::ShapeError*>(&e)) return "ShapeError";
+  if (dynamic_cast<const bp::OutOfMemory*>(&e)) return "OutOfMemory";
   if (dynamic_cast<const bp::Error*>(&e)) return "Error";
   return "std::exception";
 }
@@ -200,6 +204,173 @@ int run_fault(const std::string& name, const std::vector<std::string>& args) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     return expect_error("TimeoutError", {"another rank failed", "rank 0"},
                         [&] { d::all_reduce(f32(64)).wait(); });
+  }
+  if (name == "local_error_after_numbering") {
+    // Review F18: rank 1's all_reduce is numbered, then staging its tensor to host memory fails
+    // on rank 1 alone (the reference backend's fault async_fail: the mul before it leaves an
+    // error for the staging copy's synchronisation). Rank 1 stays in the group until rank 0 is
+    // done (--marker), so rank 0 can learn of it only through the group: at once, not by its own
+    // timeout.
+    std::string marker = arg(args, "--marker");
+    if (rank == 1) ::setenv("BP_REFERENCE_FAULT", "async_fail", 1);
+    d::init_process_group();
+    d::all_reduce(f32(4)).wait();  // the Gloo communicator exists
+    bp::Device& ref = bp::device("distref:0");
+    Tensor t = bp::full({1000}, 1.5, ref) * bp::full({1000}, 2.0, ref);
+    int rc;
+    if (rank == 1) {
+      rc = expect_error("Error", {"stream synchronize", "simulated asynchronous fault"},
+                        [&] { d::all_reduce(t).wait(); });
+      for (int i = 0; i < 1200 && !std::filesystem::exists(marker); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } else {
+      rc = expect_error("DistError",
+                        {"another rank failed", "rank 1", "all_reduce on distref:0",
+                         "simulated asynchronous fault"},
+                        [&] { d::all_reduce(t).wait(); });
+      std::ofstream(marker) << "done\n";
+    }
+    d::destroy_process_group();
+    return rc;
+  }
+  if (name == "error_inside_group") {
+    // Review F6, with the fixture communicator fxgroup (BACKPLANE_DIST_BACKEND=fxgroup): its
+    // second send inside batch_isend_irecv's group fails; the host must still end the plugin's
+    // group, or comm_create of the next process group on this thread never starts.
+    d::init_process_group();
+    int bad = 0;
+    if (rank == 0)
+      bad += expect_error("DistError", {"grouped", "refuses sends of 13 elements"}, [&] {
+        d::batch_isend_irecv({{d::ProcessGroup::P2POp::Kind::send, f32(4), 1},
+                              {d::ProcessGroup::P2POp::Kind::send, f32(13), 1}});
+      });
+    else
+      bad += expect_error("DistError", {"another rank failed", "refuses sends of 13 elements"},
+                          [&] { d::barrier(); });
+    d::destroy_process_group();
+    try {
+      d::init_process_group();
+      d::all_reduce(f32(8)).wait();
+      d::batch_isend_irecv({{d::ProcessGroup::P2POp::Kind::send, f32(4), 1 - rank}});
+      d::barrier();
+      std::printf("rank %d: EXPECTED success: a new group on this thread after the failed one\n",
+                  rank);
+      d::destroy_process_group();
+    } catch (const std::exception& e) {
+      std::printf("rank %d: UNEXPECTED %s after re-initialising: %s\n", rank, class_of(e).c_str(),
+                  e.what());
+      ++bad;
+    }
+    std::fflush(stdout);
+    return bad ? 1 : 0;
+  }
+  if (name == "ddp_backward_error") {
+    // Review F20: rank 1's backward is interrupted (an out-of-memory error from a gradient hook
+    // that runs before DDP's) after some buckets were launched. Its next forward must throw once
+    // and abort the group, so rank 0 (waiting in its last reductions) learns at once; the
+    // forward after that must work (the group stays failed, so its backward reports that).
+    std::string marker = arg(args, "--marker");
+    d::init_process_group();
+    bp::manual_seed(7);
+    auto net = std::make_shared<bp::nn::Sequential>();
+    auto& first = net->add<bp::nn::Linear>(8, 16);
+    net->add<bp::nn::Tanh>();
+    net->add<bp::nn::Linear>(16, 4);
+    if (rank == 1)
+      first.weight().register_post_accumulate_grad_hook(
+          [](const Tensor&) { throw bp::OutOfMemory("injected: out of memory inside backward"); });
+    bp::nn::DistributedDataParallel ddp(net, {.bucket_cap_mb = 0.0001});
+    Tensor x = bp::ones({4, 8});
+    int bad = 0;
+    if (rank == 1) {
+      bad += expect_error("OutOfMemory", {"injected"}, [&] { ddp(x).sum().backward(); });
+      bad += expect_error(
+          "Error", {"the last backward did not finish", "0.weight", "the process group is aborted"},
+          [&] { ddp(x); });
+      try {
+        Tensor y = ddp(x);
+        std::printf("rank 1: EXPECTED success: the next forward runs\n");
+        bad += expect_error("PeerError", {"aborted by rank 1"}, [&] { y.sum().backward(); });
+      } catch (const std::exception& e) {
+        std::printf("rank 1: UNEXPECTED %s from the forward after: %s\n", class_of(e).c_str(),
+                    e.what());
+        ++bad;
+      }
+      for (int i = 0; i < 1200 && !std::filesystem::exists(marker); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } else {
+      bad += expect_error("PeerError", {"another rank failed", "the last backward did not finish"},
+                          [&] { ddp(x).sum().backward(); });
+      std::ofstream(marker) << "done\n";
+    }
+    std::fflush(stdout);
+    d::destroy_process_group();
+    return bad ? 1 : 0;
+  }
+  if (name == "ddp_last_reduction_fails") {
+    // Review F11: the last bucket's reduction fails (rank 1 aborts the group from a hook that
+    // runs just before that bucket would start). Rank 0 must get the error before its optimiser
+    // step: from backward or, at the latest, from synchronize_gradients().
+    std::string device = arg(args, "--device");
+    bp::Device& dev = bp::device(device.empty() ? "cpu:0" : device);
+    if (dev.type() == "opencl" && !have_opencl()) {
+      std::printf("rank %d: SKIP: no opencl device here\n", rank);
+      return 0;
+    }
+    d::init_process_group();
+    bp::manual_seed(7);
+    auto net = std::make_shared<bp::nn::Sequential>();
+    auto& first = net->add<bp::nn::Linear>(8, 16);
+    net->add<bp::nn::Tanh>();
+    net->add<bp::nn::Linear>(16, 4);
+    net->to(dev);
+    // Rank 1 gives rank 0's backward up to 2 s to return (it does at once where backward does
+    // not wait on the host), so the failure comes after it.
+    std::string marker = arg(args, "--marker");
+    if (rank == 1)
+      first.weight().register_post_accumulate_grad_hook([&](const Tensor&) {
+        for (int i = 0; i < 40 && !std::filesystem::exists(marker); ++i)
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        d::group().abort("injected before the last bucket");
+      });
+    bp::nn::DistributedDataParallel ddp(net, {.bucket_cap_mb = 0.0001});
+    Tensor x = bp::ones({4, 8}, dev);
+    int rc = expect_error("PeerError", {"injected before the last bucket"}, [&] {
+      try {
+        ddp(x).sum().backward();
+      } catch (...) {
+        if (rank == 0) std::ofstream(marker) << "backward returned\n";
+        throw;
+      }
+      if (rank == 0) std::ofstream(marker) << "backward returned\n";
+      ddp.synchronize_gradients();
+    });
+    d::destroy_process_group();
+    return rc;
+  }
+  if (name == "dropped_work_timeout") {
+    // Review F5, with BACKPLANE_DIST_CHECK=0 (so only the watchdog can notice): rank 0 drops the
+    // Work of an all_reduce that rank 1 never joins. The watchdog must fail the group naming it,
+    // the next call on rank 0 must report that, rank 1 must learn it, and both must leave.
+    std::string marker = arg(args, "--marker");
+    d::init_process_group();
+    d::all_reduce(f32(4)).wait();  // the communicator exists
+    int rc;
+    if (rank == 0) {
+      d::all_reduce(f32(64));  // dropped
+      rc = expect_error("TimeoutError", {"all_reduce #2", "its Work was dropped"},
+                        [&] { d::barrier(); });
+      std::ofstream(marker) << "done\n";
+    } else {
+      for (int i = 0; i < 1200 && !std::filesystem::exists(marker); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      rc = expect_error("TimeoutError", {"another rank failed", "rank 0", "its Work was dropped"},
+                        [&] { d::barrier(); });
+    }
+    d::destroy_process_group();
+    std::printf("rank %d: EXPECTED success: destroy_process_group returned\n", rank);
+    std::fflush(stdout);
+    return rc;
   }
   if (name == "missing_library") {
     // BACKPLANE_DIST_BACKEND=cpu:nccl and BACKPLANE_NCCL_LIBRARY=/nonexistent/libnccl.so.2.

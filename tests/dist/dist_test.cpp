@@ -7,6 +7,9 @@
 #include <backplane/nn.hpp>
 #include <backplane/parallel.hpp>
 #include <backplane/train.hpp>
+#include <backplane_test/gtest_compare.hpp>
+#include <backplane_test/seed.hpp>
+#include <backplane_test/throws.hpp>
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -79,6 +82,7 @@ const std::string kRank = BP_DIST_RANK;
 const std::string kBpRun = BP_RUN;
 const std::string kConformance = BP_CONFORMANCE;
 const std::string kCommFixtures = BP_COMM_FIXTURE_DIR;
+const std::string kDeviceFixtures = BP_DEVICE_FIXTURE_DIR;
 const std::string kSmi = BP_SMI;
 const std::string kSecret = d::generate_store_secret();
 
@@ -391,6 +395,69 @@ TEST(GroupOfOne, DistributedDataParallelKeepsGradientsAndNoticesReplacedParamete
   d::destroy_process_group();
 }
 
+// Review F20: an exception inside backward (here from a gradient hook that runs before DDP's,
+// as an out-of-memory error would) must not leave DDP throwing on every later forward: the
+// next forward throws once, naming the parameter, then training goes on with correct
+// gradients.
+TEST(GroupOfOne, DistributedDataParallelRecoversFromAnExceptionInsideBackward) {
+  d::init_process_group({.rank = 0, .world_size = 1});
+  bp::manual_seed(bp_test::test_seed("bp_dist_tests"));
+  auto lin = std::make_shared<bp::nn::Linear>(6, 3);
+  bp::nn::Linear plain(6, 3);
+  plain.load_state_dict({{"weight", lin->weight().clone()}, {"bias", lin->bias().clone()}});
+  bool inject = true;
+  lin->weight().register_post_accumulate_grad_hook([&](const bp::Tensor&) {
+    if (inject) throw bp::OutOfMemory("injected: out of memory inside backward");
+  });
+  bp::nn::DistributedDataParallel ddp(lin, {.bucket_cap_mb = 0.00005});  // one bucket each
+  bp::Tensor x = bp::rand({4, 6});
+  EXPECT_HAS(bp_test::expect_throw<bp::OutOfMemory>([&] { (ddp(x) * 3.0).sum().backward(); }),
+             "injected: out of memory");
+  inject = false;
+  std::string once = bp_test::expect_throw<bp::Error>([&] { ddp(x); });
+  EXPECT_HAS(once, "1 parameter(s) got no gradient");
+  EXPECT_HAS(once, "(weight)");
+  ddp.zero_grad();
+  (ddp(x) * 3.0).sum().backward();  // the iteration was dropped: this one is whole
+  (plain(x) * 3.0).sum().backward();
+  const int32_t f32 = static_cast<int32_t>(bp::DType::f32);
+  EXPECT_TRUE(bp_test::all_close(f32, lin->weight().grad().to_vector<double>(),
+                                 plain.weight().grad().to_vector<double>()));
+  EXPECT_TRUE(bp_test::all_close(f32, lin->bias().grad().to_vector<double>(),
+                                 plain.bias().grad().to_vector<double>()));
+  EXPECT_NO_THROW(ddp(x));
+  d::destroy_process_group();
+}
+
+// Review F19 (needs two CUDA GPUs and the NCCL plugin; skipped elsewhere): a collective on a
+// communicator of cuda:0, waited for while the thread last computed on cuda:1, must leave the
+// thread's current device alone, so the CUDA plugin's next launch on cuda:1 (whose
+// current-device cache still says cuda:1) runs there.
+TEST(GroupOfOne, NcclLeavesTheCallingThreadsCurrentDevice) {
+  if (bp::num_devices("cuda") < 2) GTEST_SKIP() << "needs two CUDA devices";
+  bool nccl = false;
+  for (const auto& r : d::comm_load_report()) nccl = nccl || (r.name == "nccl" && r.available);
+  if (!nccl) GTEST_SKIP() << "the nccl communicator plugin cannot run here";
+  d::init_process_group({.rank = 0, .world_size = 1, .backend = "cuda:nccl"});
+  bp::Device& gpu0 = bp::device("cuda:0");
+  bp::Device& gpu1 = bp::device("cuda:1");
+  bp::manual_seed(bp_test::test_seed("bp_dist_tests"));
+  bp::Tensor r = bp::rand({4096}, gpu0);
+  std::vector<double> r_before = r.to_vector<double>();
+  bp::Tensor a = bp::rand({1000}, gpu1);
+  std::vector<double> a_host = a.to_vector<double>();
+  d::Work w = d::all_reduce(r);  // NCCL on cuda:0
+  bp::Tensor b = a * 2.0;        // the CUDA plugin's thread now on cuda:1
+  w.wait();                      // polls the NCCL work from this thread
+  bp::Tensor c = b + 1.0;        // a launch on cuda:1 right after
+  std::vector<double> want;
+  for (double v : a_host) want.push_back(v * 2.0 + 1.0);
+  const int32_t f32 = static_cast<int32_t>(bp::DType::f32);
+  EXPECT_TRUE(bp_test::all_close(f32, c.to_vector<double>(), want));
+  EXPECT_TRUE(bp_test::all_close(f32, r.to_vector<double>(), r_before));  // a world of one
+  d::destroy_process_group();
+}
+
 TEST(GroupOfOne, CollectivesAreRefusedDuringAGraphCapture) {
   d::init_process_group({.rank = 0, .world_size = 1});
   bp::Device& cpu = bp::device("cpu:0");
@@ -599,8 +666,22 @@ TEST(Ranks, HostStagingForADeviceTypeNoCommunicatorServes) {
                   "collectives");
 }
 
+// Review F3: eight receives from one peer in flight at once, 200 times; each must get the
+// payload of the send it matches (before the fix 769-904 of the 1,600 held another's).
+TEST(Ranks, GlooManyReceivesFromOnePeerGetTheirOwnPayloads) {
+  expect_all_pass(run(rank_cmd(2, "collectives --only p2p_burst --rounds 200")), 2, "collectives");
+}
+
 TEST(Ranks, DataParallelMatchesOneProcessOnTheCombinedBatch2) {
   expect_all_pass(run(rank_cmd(2, "ddp")), 2, "ddp");
+}
+
+// A device with streams of its own whose reductions are staged through host memory: the
+// gradients must be the averaged ones at the optimiser step (before the fix they were this
+// rank's own until the next forward copied the reduced values back).
+TEST(Ranks, DataParallelOnAStagedDeviceMatchesOneProcess) {
+  if (!has_opencl()) GTEST_SKIP() << "no opencl device (PoCL) to stage from";
+  expect_all_pass(run(rank_cmd(2, "ddp --device opencl:0")), 2, "ddp");
 }
 
 TEST(Ranks, DataParallelMatchesOneProcessOnTheCombinedBatch4) {
@@ -660,6 +741,48 @@ TEST(Faults, LocalArgumentErrorsLeaveTheGroupUsable) {
 TEST(Faults, TimeoutNamesTheMissingRankInBothRanks) {
   std::string marker = temp_dir("marker") + "/done";
   expect_fault("timeout", "--marker " + marker, "BACKPLANE_DIST_TIMEOUT=3", 2);
+  fs::remove_all(fs::path(marker).parent_path());
+}
+// Review F18: a local error after the call was numbered fails the group at once (before the fix
+// rank 0 waited out the timeout and got a TimeoutError).
+TEST(Faults, LocalErrorAfterNumberingReachesThePeerAtOnce) {
+  std::string marker = temp_dir("marker") + "/done";
+  expect_fault("local_error_after_numbering", "--marker " + marker,
+               "BACKPLANE_PLUGIN_PATH=" + kDeviceFixtures + " BP_REFERENCE_FAULT=", 2);
+  fs::remove_all(fs::path(marker).parent_path());
+}
+// Review F6: an error inside batch_isend_irecv's group still ends the plugin's group, so a new
+// process group can be made on the same thread (before the fix its comm_create failed).
+TEST(Faults, ErrorInsideAGroupLeavesTheThreadUsable) {
+  expect_fault("error_inside_group", "",
+               "BACKPLANE_PLUGIN_PATH=" + kCommFixtures + " BACKPLANE_DIST_BACKEND=fxgroup", 4);
+}
+// Review F20 across ranks: rank 1's backward is interrupted; its next forward throws once and
+// aborts the group (rank 0 learns at once), and the forward after that runs. Before the fix rank
+// 1 threw the same error on every forward and rank 0 waited out its timeout.
+TEST(Faults, DataParallelBackwardInterruptedOnOneRank) {
+  std::string marker = temp_dir("marker") + "/done";
+  expect_fault("ddp_backward_error", "--marker " + marker, "", 5);
+  fs::remove_all(fs::path(marker).parent_path());
+}
+// Review F11: the last reduction of an iteration fails; the error must reach the rank before
+// its optimiser step (backward or synchronize_gradients), on the CPU and on a device with its
+// own streams whose reductions are staged through host memory (opencl).
+TEST(Faults, DataParallelFailedLastReductionSurfacesBeforeTheStep) {
+  std::string dir = temp_dir("marker");
+  expect_fault("ddp_last_reduction_fails", "--marker " + dir + "/cpu", "", 2);
+  if (has_opencl())
+    expect_fault("ddp_last_reduction_fails", "--device opencl:0 --marker " + dir + "/opencl", "",
+                 2);
+  fs::remove_all(dir);
+  if (!has_opencl()) GTEST_SKIP() << "no opencl device (PoCL) for a device with streams";
+}
+// Review F5: a dropped Work whose peer never joins is failed by the watchdog, naming it (before
+// the fix it ran unwatched and its error was dropped), and destroy_process_group returns.
+TEST(Faults, ADroppedWorkIsWatchedAndTimesOut) {
+  std::string marker = temp_dir("marker") + "/done";
+  expect_fault("dropped_work_timeout", "--marker " + marker,
+               "BACKPLANE_DIST_CHECK=0 BACKPLANE_DIST_TIMEOUT=3", 4);
   fs::remove_all(fs::path(marker).parent_path());
 }
 TEST(Faults, CommPluginMissingItsLibrary) {

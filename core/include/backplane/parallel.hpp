@@ -29,7 +29,8 @@
 //   synchronisation); on the CPU, whose stream is eager, the reductions run on the
 //   communicator's thread and the last hook waits for them.
 //   A parameter that gets no gradient leaves its bucket unfinished: the next forward() throws
-//   naming it (PyTorch's find_unused_parameters is not supported).
+//   naming it (PyTorch's find_unused_parameters is not supported). Errors: Note [DDP errors] in
+//   nn_parallel.cpp.
 #pragma once
 
 #include <backplane/dist.hpp>
@@ -63,14 +64,19 @@ class BP_API DistributedDataParallel : public Module {
                                    const DistributedDataParallelOptions& options = {});
   ~DistributedDataParallel() override;
 
-  // Finishes the previous iteration's reductions (throws Error naming parameters that got no
-  // gradient, or the dist error of a failed reduction), then runs the module.
+  // Finishes the previous iteration's reductions, then runs the module. Throws, once, the dist
+  // error of a failed reduction, or Error naming the parameters that got no gradient when the
+  // last backward did not finish (an exception inside it, an unused parameter); the iteration
+  // is dropped and, with more than one rank, the process group aborted so the others learn.
   Tensor forward(const Tensor& input) override;
   std::string name() const override;
 
   Module& module() const noexcept { return *module_; }
-  // Waits until every gradient of the last backward() is averaged (called by the last hook;
-  // call it before reading gradients outside a training loop on devices with ordered streams).
+  // Waits on the host until every gradient of the last backward() is averaged and throws the
+  // error of a reduction that failed (or, as forward() does, Error when backward did not
+  // finish). On devices with ordered streams backward itself does not wait on the host: call
+  // this before the optimiser step or a checkpoint when a failed reduction must never reach the
+  // parameters or the file, and before reading gradients outside a training loop.
   void synchronize_gradients();
   // Buckets as (number of parameters, bytes), in launch order (for tests and tuning).
   std::vector<std::pair<size_t, uint64_t>> bucket_layout() const;
@@ -80,7 +86,9 @@ class BP_API DistributedDataParallel : public Module {
   struct Slot;
   void on_grad_ready(size_t slot);
   void launch_ready_buckets();
+  void finish_backward();  // the last hook's part (Note [DDP errors])
   void finish_iteration(bool throw_unused);
+  void reset_iteration();
 
   std::shared_ptr<Module> module_;
   DistributedDataParallelOptions opt_;

@@ -5,8 +5,9 @@
 //   enters a ring of the last BACKPLANE_DIST_FLIGHT_RECORDER operations (default 2000; 0 turns
 //   it off) with its description, whether its descriptor was compared ("compared"), skipped as
 //   a repeated signature ("repeat"), not checked ("off") or checked per transfer ("p2p"), and
-//   its state: issued (queued, not known finished), finished, or dropped (its Work destroyed
-//   before it finished). A hang's cause is usually visible by comparing ranks' records: the
+//   its state: issued (queued, not known finished), waited on by the stream (Note [Work waits];
+//   not known finished), finished, or dropped (its Work destroyed before it finished, never
+//   waited on). A hang's cause is usually visible by comparing ranks' records: the
 //   rank whose last entry has a smaller number, or the one op still issued everywhere. The
 //   record is ProcessGroup::flight_record() (JSON) on demand; when the group fails it is
 //   written to <BACKPLANE_DIST_FLIGHT_DUMP><rank>.json (atomically, never through a
@@ -58,6 +59,8 @@ const char* state_name(const FlightEntry& e) {
       return "finished";
     case 2:
       return "dropped";
+    case 3:
+      return "waited on by the stream";
     default:
       return "issued";
   }

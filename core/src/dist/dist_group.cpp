@@ -243,21 +243,41 @@ class Issue {
       chk.work = s_;
       g.enqueue(std::move(chk));
     }
+    // From here on the call is numbered: a local error must fail the group (Note [Local
+    // errors after numbering]).
+    numbered_ = true;
+    unwinding_ = std::uncaught_exceptions();
     try {
       route_ = g.route_for(dev, op);
-    } catch (const Error& e) {
+      s_->comm = route_.comm;
+      s_->staged = route_.staged;
+      Stream& def = dev.default_stream();
+      stream_ = stream ? stream : &def;
+      native_stream_ = route_.staged ? nullptr : native_stream_of(*stream_);
+      if (native_stream_) order_after(*stream_, def);
+    } catch (const std::exception& e) {
       // This rank cannot take part: tell the others rather than let them wait.
-      if (!g.failed.load())
-        g.fail(kind_of(e), std::string(op) + " on " + g.where() + ": " + e.what());
+      fail_here(e);
       throw;
     }
-    s_->comm = route_.comm;
-    s_->staged = route_.staged;
-    Stream& def = dev.default_stream();
-    stream_ = stream ? stream : &def;
-    native_stream_ = route_.staged ? nullptr : native_stream_of(*stream_);
-    if (native_stream_) order_after(*stream_, def);
     g.last_device = &dev;
+  }
+
+  // Note [Local errors after numbering]
+  //   Once a call is numbered, its descriptor is on its way to the other ranks, which call into
+  //   the communicator and wait for this rank. An error that then stops this rank before the
+  //   plugin call (an argument's contiguous copy or host staging out of memory, a failed
+  //   synchronisation, a route that cannot be made) leaves the ranks out of step for good, so it
+  //   fails the group with the local error before it is rethrown: the others get a PeerError
+  //   quoting it at once instead of waiting out the timeout. arg() and the constructor report
+  //   the error itself; any other exception between numbering and launch is caught by the
+  //   destructor with a generic message.
+  ~Issue() {
+    if (numbered_ && !launched_ && std::uncaught_exceptions() > unwinding_ && !g_.failed.load()) {
+      if (before_fail_) before_fail_();
+      g_.fail(FailKind::generic, std::string(op_) + " on " + dev_.str() + ", " + g_.where() +
+                                     ": this rank failed before starting it");
+    }
   }
 
   int64_t transfer() const { return transfer_; }
@@ -274,7 +294,7 @@ class Issue {
   const std::shared_ptr<Work::State>& state() const { return s_; }
 
   // A tensor argument: read (in), written (out) or both.
-  void* arg(const Tensor& t, bool in, bool out) {
+  void* arg(const Tensor& t, bool in, bool out) try {
     Tensor dense = t;
     bool copy_back = false;
     if (!t.is_contiguous()) {
@@ -319,7 +339,14 @@ class Issue {
       }
     }
     return address;
+  } catch (const std::exception& e) {
+    fail_here(e);  // Note [Local errors after numbering]
+    throw;
   }
+
+  // Inside a group: runs before the group is failed, to close the plugin's group first
+  // (comm_abi.h allows only work and destroy calls after an abort).
+  void before_fail(std::function<void()> f) { before_fail_ = std::move(f); }
 
   // Calls the plugin and returns the Work; `what` describes the arguments for messages.
   Work launch(const std::string& what,
@@ -337,10 +364,12 @@ class Issue {
       int32_t code = 0;
       std::string text = bp::detail::take_comm_error(c.api, e, &code);
       std::string msg = s_->description + ": " + text;
+      if (before_fail_) before_fail_();
       g_.fail(kind_of_code(code), msg);
       raise(kind_of_code(code), msg);
     }
     s_->handle = w;
+    launched_ = true;
     if (native_stream_ && !defer_post_ && finish_.empty()) {
       // Note [Work waits]: wait() becomes a stream wait.
       s_->stream_wait = true;
@@ -380,6 +409,16 @@ class Issue {
   Stream* stream_ = nullptr;
   void* native_stream_ = nullptr;
   std::vector<std::function<void()>> finish_, post_;
+  bool numbered_ = false, launched_ = false;
+  int unwinding_ = 0;  // std::uncaught_exceptions() when numbered
+  std::function<void()> before_fail_;
+
+  void fail_here(const std::exception& e) {
+    if (g_.failed.load()) return;
+    if (before_fail_) before_fail_();
+    g_.fail(kind_of(e),
+            std::string(op_) + " on " + dev_.str() + ", " + g_.where() + ": " + e.what());
+  }
 };
 
 void check_defined(const Tensor& t, const char* op, const char* what) {
@@ -435,6 +474,10 @@ void Work::wait() {
                       ": the process group was destroyed before this operation was waited on");
     s.g->throw_if_failed(s.description);
     if (s.check_ok.load()) {
+      if (s.flight) {
+        int issued = 0;
+        s.flight->state.compare_exchange_strong(issued, 3);
+      }
       if (s.event) {
         s.stream->device().default_stream().wait(*s.event);
         s.event.reset();
@@ -486,6 +529,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
               g.cv.wait_until(gl, std::min(deadline, Clock::now() + std::chrono::seconds(5)),
                               [&] { return s.check_ok.load() || g.failed.load(); });
             }
+            g.reap_orphans(*g.store);  // an earlier dropped Work's failure is the cause
             g.fail_from_plugin(code, s.description + ": " + text, *g.store);
             internal::Failure f = g.current_failure();
             internal::raise(f.kind, f.message.rfind(s.description, 0) == 0
@@ -508,6 +552,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
         s.handle = nullptr;
         s.keep.clear();
         s.tensors.clear();
+        g.reap_orphans(*g.store);  // earlier dropped Works' copy-backs (Note [Dropped works])
         return;
       }
     }
@@ -529,6 +574,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
         msg += ": its descriptor check did not finish";
       else
         msg += "; a rank died or hangs inside it, or its device stalled";
+      g.reap_orphans(*g.store);  // an earlier dropped Work that timed out is the cause
       g.fail(internal::FailKind::timeout, msg);
       internal::Failure f = g.current_failure();
       internal::raise(f.kind, f.message.rfind(s.description, 0) == 0
@@ -748,14 +794,34 @@ std::vector<Work> ProcessGroup::batch_isend_irecv(const std::vector<P2POp>& ops,
     internal::raise(internal::kind_of_code(code), msg);
   };
   if (grouped) check(c.api->group_start(c.comm), "group_start");
-  for (auto& it : items) {
-    void* ns = it.is->native_stream();
-    works.push_back(it.is->launch(it.what, [&](Communicator& cc, bp_comm_work** w) {
-      return it.send ? cc.api->send(cc.comm, it.p, it.count, it.dtype, it.peer, ns, w)
-                     : cc.api->recv(cc.comm, it.p, it.count, it.dtype, it.peer, ns, w);
-    }));
+  // Whatever fails between group_start and group_end, the plugin's group is ended before the
+  // group fails (a group left open defers every later call of this thread, NCCL's included).
+  bool open = grouped;
+  auto end_group = [&] {
+    if (!open) return;
+    open = false;
+    if (bp_error* e = c.api->group_end(c.comm)) bp::detail::take_comm_error(c.api, e);
+  };
+  try {
+    for (auto& it : items) {
+      it.is->before_fail(end_group);
+      void* ns = it.is->native_stream();
+      works.push_back(it.is->launch(it.what, [&](Communicator& cc, bp_comm_work** w) {
+        return it.send ? cc.api->send(cc.comm, it.p, it.count, it.dtype, it.peer, ns, w)
+                       : cc.api->recv(cc.comm, it.p, it.count, it.dtype, it.peer, ns, w);
+      }));
+    }
+  } catch (const std::exception& e) {
+    end_group();
+    if (!g.failed.load())
+      g.fail(internal::kind_of(e),
+             std::string("batch_isend_irecv on ") + g.where() + ": " + e.what());
+    throw;
   }
-  if (grouped) check(c.api->group_end(c.comm), "group_end");
+  if (grouped) {
+    open = false;
+    check(c.api->group_end(c.comm), "group_end");
+  }
   for (auto& it : items) it.is->run_post();
   return works;
 }

@@ -497,11 +497,25 @@ void destroy_process_group() {
     } catch (const Error&) {
     }
   }
+  // Dropped Works alike (Note [Dropped works]): until they are done, the group failed (an
+  // orphan that outlives the timeout fails it) or the deadline passed.
+  for (;;) {
+    g.reap_orphans(*g.store);
+    {
+      std::lock_guard<std::mutex> l(g.mu);
+      if (g.orphans.empty() || g.failed.load() || Clock::now() >= deadline) break;
+    }
+    std::this_thread::sleep_for(milliseconds(1));
+  }
   g.stop_monitor();
   bool incomplete = false;
   for (auto& w : live) {
     std::lock_guard<std::mutex> l(w->mu);
     if (!w->complete && w->handle) incomplete = true;
+  }
+  {
+    std::lock_guard<std::mutex> l(g.mu);
+    if (!g.orphans.empty()) incomplete = true;  // aborted below before they are waited for
   }
   if (incomplete && !g.failed.load())
     g.fail(internal::FailKind::generic, "destroy_process_group with operations still running");

@@ -65,7 +65,8 @@ struct Group;
 
 // Note [Flight recorder]: what became of one operation, kept beyond its Work.
 struct FlightMark {
-  std::atomic<int> state{0};  // 0 issued, 1 finished, 2 dropped before it finished
+  // 0 issued, 1 finished, 2 dropped before it finished, 3 waited on by the stream
+  std::atomic<int> state{0};
 };
 
 // One operation in the flight recorder.
@@ -139,12 +140,16 @@ struct Check {
 };
 
 // Outstanding operations whose Work was dropped before completion: kept until the plugin is
-// done with their memory.
+// done with their memory, watched like live ones (Note [Dropped works] in dist_monitor.cpp).
 struct Orphan {
   const bp_comm_api* api = nullptr;
   bp_comm_work* handle = nullptr;
   std::vector<std::shared_ptr<void>> keep;
   std::vector<Tensor> tensors;
+  std::string description;
+  Clock::time_point start{};
+  std::function<void()> finish;        // copy-backs, run once the operation has completed
+  std::shared_ptr<FlightMark> flight;  // Note [Flight recorder]
 };
 
 struct Group : std::enable_shared_from_this<Group> {
@@ -183,6 +188,7 @@ struct Group : std::enable_shared_from_this<Group> {
   std::string check_note;  // what the head check waits for ("rank 1 has not reached ...")
   std::vector<std::weak_ptr<Work::State>> live;
   std::vector<Orphan> orphans;
+  std::mutex reap_mu;  // one thread reaps orphans at a time (taken before mu)
   bool stopping = false;
   std::thread monitor;
   FlightRecorder flight;  // Note [Flight recorder]
@@ -229,6 +235,9 @@ struct Group : std::enable_shared_from_this<Group> {
   // At most this many collective checks are verified in one multi-key get.
   static constexpr size_t kCheckBatch = 64;
   void track(const std::shared_ptr<Work::State>& w);
+  // Completes the orphans that are done (their copy-backs run), fails the group for one that
+  // failed or outlived the timeout, and keeps the others. `st` is the calling thread's store.
+  void reap_orphans(Store& st);
 };
 
 // The bp_comm_host callbacks over a group's store (dist_monitor.cpp).

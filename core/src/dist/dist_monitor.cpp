@@ -48,9 +48,11 @@ Work::State::~State() {
   if (flight && flight->state.load() == 0) flight->state = plugin_done.load() ? 1 : 2;
   if (!handle) return;
   if (!complete && !detached && g) {
-    // Dropped before completion: the plugin may still use the memory (Note [Comm memory]).
+    // Dropped before completion: the plugin may still use the memory (Note [Comm memory]), and
+    // the copy-backs must still reach the tensors (Note [Dropped works]).
     std::lock_guard<std::mutex> l(g->mu);
-    g->orphans.push_back(internal::Orphan{comm->api, handle, std::move(keep), std::move(tensors)});
+    g->orphans.push_back(internal::Orphan{comm->api, handle, std::move(keep), std::move(tensors),
+                                          description, start, std::move(finish), flight});
     return;
   }
   comm->api->work_free(handle);
@@ -416,14 +418,13 @@ void Group::monitor_loop() {
       if (stop) break;
       std::this_thread::sleep_for(milliseconds(50));
     }
-    // Watchdog and orphans.
+    // Watchdog and orphans (the older ones first: Note [Dropped works]).
+    reap_orphans(*monitor_store);
     std::vector<std::shared_ptr<Work::State>> works;
-    std::vector<Orphan> orphans_now;
     {
       std::lock_guard<std::mutex> l(mu);
       for (auto& p : live)
         if (auto w = p.lock()) works.push_back(std::move(w));
-      orphans_now.swap(orphans);
     }
     for (auto& w : works) {
       if (w->plugin_done.load()) continue;
@@ -450,21 +451,61 @@ void Group::monitor_loop() {
                  "it, or its device stalled");
       }
     }
-    std::vector<Orphan> keep;
-    for (auto& o : orphans_now) {
-      int32_t done = 0;
-      bp_error* e = o.api->work_test(o.handle, &done);
-      if (e) bp::detail::take_comm_error(o.api, e);
-      if (done || e)
-        o.api->work_free(o.handle);
-      else
-        keep.push_back(std::move(o));  // still running; destroy_process_group handles the rest
-    }
-    if (!keep.empty()) {
-      std::lock_guard<std::mutex> l(mu);
-      for (auto& o : keep) orphans.push_back(std::move(o));
-    }
   }
+}
+
+// Note [Dropped works]
+//   A Work dropped before it completed becomes an Orphan: the plugin may still use its memory,
+//   so the memory stays, and the Orphan keeps the Work's description, start time and copy-backs
+//   (a non-contiguous tensor's, a staged tensor's). The monitor and every Work::wait reap them:
+//   a completed one gets its copy-backs (so a later wait, or a barrier, on the issuing thread
+//   finds the result in the tensor, as for a waited Work), one that failed fails the group with
+//   its error, and one still running after the group's timeout fails the group with a
+//   TimeoutError naming it ("its Work was dropped"), which aborts the communicators, so it
+//   cannot hang for ever. destroy_process_group counts running orphans as operations still
+//   running: it aborts the communicators before it waits for them.
+void Group::reap_orphans(Store& st) {
+  std::lock_guard<std::mutex> reaping(reap_mu);
+  std::vector<Orphan> now;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    now.swap(orphans);
+  }
+  if (now.empty()) return;
+  std::vector<Orphan> running;
+  for (auto& o : now) {
+    int32_t done = 0;
+    if (bp_error* e = o.api->work_test(o.handle, &done)) {
+      int32_t code = 0;
+      std::string text = bp::detail::take_comm_error(o.api, e, &code);
+      o.api->work_free(o.handle);
+      if (!failed.load())
+        fail_from_plugin(code, o.description + " (its Work was dropped) failed: " + text, st);
+      continue;
+    }
+    if (done) {
+      o.api->work_free(o.handle);
+      if (o.flight) o.flight->state = 1;
+      if (o.finish && !failed.load()) {
+        try {
+          o.finish();
+        } catch (const std::exception& e) {
+          fail(kind_of(e), o.description +
+                               " (its Work was dropped): copying the result back "
+                               "failed: " +
+                               e.what());
+        }
+      }
+      continue;
+    }
+    if (Clock::now() - o.start > timeout && !failed.load())
+      fail(FailKind::timeout, o.description + " (its Work was dropped) did not complete within " +
+                                  seconds(timeout) +
+                                  "; a rank died or hangs inside it, or its device stalled");
+    running.push_back(std::move(o));  // aborted now if it timed out; reaped once it returns
+  }
+  std::lock_guard<std::mutex> l(mu);
+  for (auto& o : running) orphans.push_back(std::move(o));
 }
 
 // ---- bp_comm_host over the group's store ------------------------------------------------------

@@ -135,52 +135,65 @@ void DistributedDataParallel::on_grad_ready(size_t s) {
 }
 
 void DistributedDataParallel::launch_ready_buckets() {
-  // In index order on every rank (Note [Gradient buckets]).
+  // In index order on every rank (Note [Gradient buckets]). A bucket counts as launched only
+  // once all_reduce returned: a refused call (CaptureError) numbered nothing.
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
-    Bucket& b = buckets_[next_launch_++];
-    b.launched = true;
+    Bucket& b = buckets_[next_launch_];
     b.work = pg_->all_reduce(b.flat, dist::ReduceOp::avg, comm_stream_.get());
+    b.launched = true;
+    ++next_launch_;
   }
-  if (next_launch_ == buckets_.size()) synchronize_gradients();
+  if (next_launch_ == buckets_.size()) finish_backward();
 }
 
-void DistributedDataParallel::synchronize_gradients() {
-  if (!in_iteration_ || next_launch_ < buckets_.size() || synced_) return;
+// Note [DDP errors]
+//   The last gradient hook (the end of backward) makes the gradients bucket views. On devices
+//   with ordered streams the default stream waits for the reductions, without a host wait, and
+//   a failure that is already known (the group failed, a reduction returned an error) is thrown
+//   from backward; one that happens later is thrown by synchronize_gradients() (a host wait:
+//   call it before the optimiser step or a checkpoint when a failed reduction must never reach
+//   the parameters) and by the next forward() at the latest. On the CPU, and for reductions
+//   staged through host memory (whose results reach the bucket only when waited for), the hook
+//   waits on the host, so every failure is thrown from backward.
+//   An iteration that did not finish (backward interrupted by an exception, a parameter that
+//   got no gradient, a reduction refused) is dropped by the next forward() or
+//   synchronize_gradients(), which throw once, naming the parameters; the iteration state is
+//   reset, so the wrapper stays usable. With more than one rank the other ranks may be waiting
+//   in reductions this rank never issued, or would pair them with the next iteration's, so the
+//   process group is aborted with the same message: every rank learns at once, and training
+//   resumes from a new group (and a checkpoint), as with PyTorch's elastic restarts.
+void DistributedDataParallel::finish_backward() {
+  if (synced_) return;
   synced_ = true;
-  if (comm_stream_) {
-    // Stream-ordered: the default stream waits for the reductions; no host wait.
+  bool host_wait = !comm_stream_;
+  for (const auto& b : buckets_) host_wait = host_wait || b.work.staged();
+  if (!host_wait) {
+    // Stream-ordered: the default stream waits for the reductions.
     std::unique_ptr<Event> e = device_->create_event();
     e->record(*comm_stream_);
     device_->default_stream().wait(*e);
-  } else {
-    for (auto& b : buckets_) b.work.wait();
+  }
+  for (auto& b : buckets_) {
+    if (host_wait)
+      b.work.wait();
+    else
+      b.work.is_completed();  // throws a failure already known; never blocks
   }
   for (auto& s : slots_) {
     const Bucket& b = buckets_[s.bucket];
     s.param.set_grad(
         b.flat.slice(0, s.offset, s.offset + s.param.numel()).reshape(s.param.shape()));
   }
-  // The works are waited on (cheaply: they are done) by the next forward().
 }
 
-void DistributedDataParallel::finish_iteration(bool throw_unused) {
-  if (throw_unused && in_iteration_) {
-    std::string missing;
-    size_t count = 0;
-    for (const auto& s : slots_)
-      if (!s.ready) {
-        if (count++ < 8) missing += (missing.empty() ? "" : ", ") + s.key;
-      }
-    if (count)
-      throw Error("DistributedDataParallel: " + std::to_string(count) +
-                  " parameter(s) got no gradient in the last backward (" + missing +
-                  (count > 8 ? ", ..." : "") +
-                  "), so their buckets were never reduced and the ranks are out of step; every "
-                  "parameter must take part in the loss (unused parameters are not supported)");
-  }
-  // Errors of the last reductions surface here at the latest.
-  for (auto& b : buckets_)
-    if (b.launched) b.work.wait();
+void DistributedDataParallel::synchronize_gradients() {
+  if (!in_iteration_) return;
+  if (next_launch_ < buckets_.size()) finish_iteration(true);  // throws (Note [DDP errors])
+  finish_backward();
+  for (auto& b : buckets_) b.work.wait();
+}
+
+void DistributedDataParallel::reset_iteration() {
   for (auto& b : buckets_) {
     b.pending = b.slots.size();
     b.launched = false;
@@ -190,6 +203,43 @@ void DistributedDataParallel::finish_iteration(bool throw_unused) {
   next_launch_ = 0;
   in_iteration_ = false;
   synced_ = false;
+}
+
+void DistributedDataParallel::finish_iteration(bool throw_unused) {
+  if (in_iteration_ && next_launch_ < buckets_.size()) {
+    std::string missing;
+    size_t count = 0;
+    for (const auto& s : slots_)
+      if (!s.ready) {
+        if (count++ < 8) missing += (missing.empty() ? "" : ", ") + s.key;
+      }
+    std::string msg =
+        "DistributedDataParallel: the last backward did not finish: " +
+        (count ? std::to_string(count) + " parameter(s) got no gradient (" + missing +
+                     (count > 8 ? ", ..." : "") + ")"
+               : std::string("every gradient arrived")) +
+        " and " + std::to_string(buckets_.size() - next_launch_) + " of " +
+        std::to_string(buckets_.size()) +
+        " buckets were not reduced; either backward was interrupted by an exception, or a "
+        "parameter does not take part in the loss (unused parameters are not supported). The "
+        "iteration is dropped";
+    reset_iteration();
+    if (pg_->size() > 1) {
+      msg += "; the ranks are out of step, so the process group is aborted";
+      pg_->abort(msg);
+    }
+    if (throw_unused) throw Error(msg);
+    return;
+  }
+  // Errors of the last reductions surface here at the latest (Note [DDP errors]).
+  try {
+    for (auto& b : buckets_)
+      if (b.launched) b.work.wait();
+  } catch (...) {
+    reset_iteration();
+    throw;
+  }
+  reset_iteration();
 }
 
 Tensor DistributedDataParallel::forward(const Tensor& input) {

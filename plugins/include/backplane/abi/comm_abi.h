@@ -46,7 +46,8 @@
  *
  * Threads: comm_abort, work_test and work_wait may be called from any thread at any time, also
  *   while another thread issues operations; every other slot of one communicator is called
- *   from one thread at a time.
+ *   from one thread at a time. Every slot leaves the calling thread's current device (CUDA's
+ *   cudaSetDevice, or the vendor's equivalent) as it found it.
  */
 #ifndef BACKPLANE_COMM_ABI_H_
 #define BACKPLANE_COMM_ABI_H_
