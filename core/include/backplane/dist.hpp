@@ -41,6 +41,7 @@
 #pragma once
 
 #include <backplane/device.hpp>
+#include <backplane/dist_launch.hpp>
 #include <backplane/dist_store.hpp>
 #include <backplane/export.hpp>
 #include <backplane/runtime.hpp>
@@ -110,17 +111,18 @@ enum class ReduceOp { sum, avg, min, max };
 BP_API const char* reduce_op_name(ReduceOp op);
 
 struct InitOptions {
-  // Rank and world size; -1 reads the environment: BACKPLANE_RANK / BACKPLANE_WORLD_SIZE, else
-  // OMPI_COMM_WORLD_RANK / _SIZE (mpirun), PMI_RANK / PMI_SIZE, SLURM_PROCID / SLURM_NTASKS.
-  // With none of them set the process is a group of one.
+  // Rank and world size; -1 reads the launcher's variables (Note [Launchers] in
+  // dist_launch.hpp: bp-run, torchrun, Open MPI, PMIx, MPICH, Slurm). With none of them set
+  // the process is a group of one.
   int rank = -1;
   int world_size = -1;
   // "file:///shared/dir", "tcp://host:port"; "" reads BACKPLANE_INIT, else
-  // tcp://MASTER_ADDR:MASTER_PORT, else (a group of one only) an in-process store.
+  // tcp://MASTER_ADDR:MASTER_PORT (under Slurm, the first host of SLURM_JOB_NODELIST and port
+  // 29500 by default), else (a group of one only) an in-process store.
   // With tcp://, rank 0 hosts the store on that address and port (tcp://0.0.0.0:port for every
   // interface) unless BACKPLANE_STORE_HOSTED=1 says the launcher does (bp-run); every rank
   // presents BACKPLANE_STORE_SECRET (16 to 1024 characters, the same on every rank; bp-run
-  // generates one). BACKPLANE_WORLD_SIZE may be 1 to 65536.
+  // generates one). The world size may be 1 to 65536.
   std::string init_method{};
   // Bound on the rendezvous and on every collective; 0 reads BACKPLANE_DIST_TIMEOUT
   // (seconds), else 300 s.
