@@ -15,6 +15,7 @@
 
 #include <array>
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -650,6 +651,27 @@ TEST(Faults, CommPluginMissingItsLibrary) {
                "BACKPLANE_DIST_BACKEND=cpu:nccl "
                "BACKPLANE_NCCL_LIBRARY=/nonexistent/libnccl.so.2",
                2);
+}
+
+// ---- fault recovery: a rank dies, the survivors shrink and train on -----------------------------
+
+// Four ranks under bp-run (which hosts the store, so any rank may die); the victim SIGKILLs
+// itself mid-training; the three survivors check every reduced gradient before and after.
+void expect_shrink(const std::string& args) {
+  Output r = run(rank_cmd(4, "shrink " + args, "BACKPLANE_DIST_TIMEOUT=60", true));
+  EXPECT_EQ(r.status, 128 + SIGKILL) << r.out;  // bp-run returns the victim's status
+  EXPECT_EQ(count(r.out, "killing itself"), 1u) << r.out;
+  EXPECT_EQ(count(r.out, ": shrink: "), 3u) << r.out;
+  EXPECT_EQ(count(r.out, " 0 failed"), 3u) << r.out;
+  EXPECT_EQ(count(r.out, "FAIL "), 0u) << r.out;
+  EXPECT_EQ(count(r.out, "UNCAUGHT"), 0u) << r.out;
+}
+
+TEST(Shrink, SurvivorsAgreeOnWhoIsAliveAndTrainOnAsThree) {
+  expect_shrink("--victim 2 --kill-step 5");
+}
+TEST(Shrink, SurvivorsExcludeTheNamedRankAndTrainOnAsThree) {
+  expect_shrink("--victim 0 --kill-step 3 --explicit");
 }
 
 // ---- bp-run itself ------------------------------------------------------------------------------

@@ -207,6 +207,24 @@ class BP_API ProcessGroup {
   // Aborts the group from this rank: pending operations fail, the other ranks are told.
   void abort(const std::string& reason);
 
+  // Fault recovery (Note [Shrinking] in dist_shrink.cpp), as PyTorch's shrink_group: called
+  // together by the surviving ranks, typically after a PeerError said that a rank died. This
+  // group becomes the group of the survivors, ranks renumbered in their old order (0 ..
+  // size()-1), sequence numbers from 0, with new communicators: shrunk where the plugin can
+  // (bp_comm_capability SHRINK, NCCL >= 2.27 on a communicator that was not aborted), else
+  // created afresh among the survivors under a new key prefix (REINIT: Gloo).
+  // `excluded_ranks` names the ranks (old numbers) to drop; every survivor passes the same
+  // list. Empty: the survivors agree through the store on who is alive (a rank whose store
+  // connection closed is dead; a file store, which cannot tell, waits out the timeout for
+  // ranks that do not call shrink). A group that has not failed may shrink too (every
+  // remaining rank calls it; the excluded ones do not). Returns the ranks dropped (old
+  // numbers, ascending). No other thread may use the group meanwhile; Works of the old
+  // group keep their errors. RendezvousError when this rank is excluded, when survivors pass
+  // different lists, when the store is gone (its host died: bp-run hosts it outside the
+  // ranks) or no survivor is left within the timeout; BackendUnavailable when a
+  // communicator's plugin can neither shrink nor re-initialise.
+  std::vector<int> shrink(const std::vector<int>& excluded_ranks = {});
+
   struct Impl;
   explicit ProcessGroup(std::unique_ptr<Impl> impl);
   Impl& impl() { return *impl_; }
@@ -224,6 +242,8 @@ BP_API bool is_initialized();
 BP_API ProcessGroup& group();
 // Leaves the group (a barrier-free goodbye through the store) and releases communicators.
 BP_API void destroy_process_group();
+// group().shrink(excluded_ranks): the default group continues with the survivors.
+BP_API std::vector<int> shrink_group(const std::vector<int>& excluded_ranks = {});
 
 // Shorthands on the default group.
 BP_API int get_rank();

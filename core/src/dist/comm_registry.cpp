@@ -83,11 +83,11 @@ dist::CommPluginReport CommRegistry::load_candidate(const std::string& path,
     dlclose(h);
     return r;
   }
-  if (api->struct_size < sizeof(bp_comm_api)) {
-    // Minor 0 is the whole table today; a later minor appends after it.
+  if (api->struct_size < offsetof(bp_comm_api, capabilities)) {
+    // Minors 0 and 1 end before capabilities; minor 2 appends after (read only when present).
     r.reason = "communicator table of " + std::to_string(api->struct_size) +
                " bytes is smaller than comm ABI 1.0 requires (" +
-               std::to_string(sizeof(bp_comm_api)) + ")";
+               std::to_string(offsetof(bp_comm_api, capabilities)) + ")";
     dlclose(h);
     return r;
   }

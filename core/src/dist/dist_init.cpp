@@ -257,6 +257,17 @@ void rendezvous(Group& g, const std::string& where) {
 
 }  // namespace
 
+void internal::watch_liveness(Group& g) {
+  g.liveness_store = g.store->clone();
+  g.liveness_store->set_on_disconnect(g.gone_key(g.rank), std::to_string(::getpid()));
+  g.monitor_store->set_on_disconnect(
+      g.abort_key(), internal::encode_failure(
+                         internal::FailKind::peer,
+                         "rank " + std::to_string(g.rank) + " (pid " + std::to_string(::getpid()) +
+                             ") exited without leaving the process group: its connection to the "
+                             "rendezvous store closed"));
+}
+
 // ---- ProcessGroup accessors -------------------------------------------------------------------
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -368,13 +379,7 @@ void init_process_group(const InitOptions& options) {
   if (g->size > 1) {
     g->monitor_store = g->store->clone();
     rendezvous(*g, where);
-    g->monitor_store->set_on_disconnect(
-        g->abort_key(),
-        internal::encode_failure(
-            internal::FailKind::peer,
-            "rank " + std::to_string(g->rank) + " (pid " + std::to_string(::getpid()) +
-                ") exited without leaving the process group: its connection to the "
-                "rendezvous store closed"));
+    internal::watch_liveness(*g);
   }
   internal::debug_log(
       g.get(),
@@ -386,6 +391,16 @@ void init_process_group(const InitOptions& options) {
   auto impl = std::make_unique<ProcessGroup::Impl>();
   impl->g = std::move(g);
   g_default = new ProcessGroup(std::move(impl));
+}
+
+std::vector<int> ProcessGroup::shrink(const std::vector<int>& excluded_ranks) {
+  std::vector<int> dropped;
+  impl_->g = internal::shrink(impl_->g, excluded_ranks, dropped);
+  return dropped;
+}
+
+std::vector<int> shrink_group(const std::vector<int>& excluded_ranks) {
+  return group().shrink(excluded_ranks);
 }
 
 bool is_initialized() {
@@ -400,26 +415,7 @@ ProcessGroup& group() {
   return *g_default;
 }
 
-void destroy_process_group() {
-  std::unique_ptr<ProcessGroup> pg;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (!g_default) throw DistError("destroy_process_group: no process group is initialised");
-    pg.reset(g_default);
-    g_default = nullptr;
-  }
-  Group& g = *pg->impl().g;
-  auto deadline = Clock::now() + g.timeout;
-  // Tell the others that this rank leaves, as its next collective: a rank still calling
-  // collectives meets a MismatchError rather than a hang.
-  if (g.size > 1 && g.check && !g.failed.load()) {
-    std::lock_guard<std::recursive_mutex> l(g.issue_mu);
-    internal::Check c;
-    c.kind = internal::Check::Kind::leave;
-    c.seq = ++g.seq;
-    c.descriptor = "destroy_process_group (left the group)";
-    g.enqueue(std::move(c));
-  }
+void internal::release_operations(Group& g, Clock::time_point deadline) {
   // Operations still running: wait for them (bounded), then release their handles.
   std::vector<std::shared_ptr<Work::State>> live;
   {
@@ -475,11 +471,35 @@ void destroy_process_group() {
     g.abortable.clear();
   }
   g.comms.clear();
+}
+
+void destroy_process_group() {
+  std::unique_ptr<ProcessGroup> pg;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_default) throw DistError("destroy_process_group: no process group is initialised");
+    pg.reset(g_default);
+    g_default = nullptr;
+  }
+  Group& g = *pg->impl().g;
+  auto deadline = Clock::now() + g.timeout;
+  // Tell the others that this rank leaves, as its next collective: a rank still calling
+  // collectives meets a MismatchError rather than a hang.
+  if (g.size > 1 && g.check && !g.failed.load()) {
+    std::lock_guard<std::recursive_mutex> l(g.issue_mu);
+    internal::Check c;
+    c.kind = internal::Check::Kind::leave;
+    c.seq = ++g.seq;
+    c.descriptor = "destroy_process_group (left the group)";
+    g.enqueue(std::move(c));
+  }
+  internal::release_operations(g, deadline);
   // Leave the store: the last rank clears a file store; the rank hosting a TCP store keeps it
   // up until the others have left (bounded), so their last requests are answered.
   if (g.size > 1) {
     try {
       g.monitor_store->leave();
+      g.liveness_store->leave();
       int64_t left = g.store->add(g.prefix + "left", 1);
       if (auto* fs = dynamic_cast<FileStore*>(g.store.get()); fs && left == g.size) fs->clear();
       if (g.server) {
