@@ -7,6 +7,8 @@
 #include <backplane/parallel.hpp>
 #include <backplane/train.hpp>
 
+#include <backplane_test/throws.hpp>
+
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -420,9 +422,17 @@ TEST(CommReport, FirstPartyPluginsServeTheirDeviceTypes) {
       EXPECT_EQ(p["status"], "loaded");
       EXPECT_EQ(p["device_types"], nlohmann::json::array({"cpu"}));
       EXPECT_TRUE(p["available"].get<bool>());
+      // Gloo re-initialises after a failure; it cannot shrink (comm ABI 1.2).
+      EXPECT_EQ(p["capabilities"], "abort-any-thread,reinit");
+      EXPECT_HAS(p["capability_note"].get<std::string>(), "Gloo cannot shrink a context");
     }
     if (p["name"] == "nccl") {
       EXPECT_EQ(p["device_types"], nlohmann::json::array({"cuda"}));
+      EXPECT_HAS(p["capabilities"].get<std::string>(), "abort-any-thread");
+      EXPECT_HAS(p["capabilities"].get<std::string>(), "reinit");
+      if (p["capabilities"].get<std::string>().find("shrink") == std::string::npos) {
+        EXPECT_FALSE(p["capability_note"].get<std::string>().empty());
+      }
     }
   }
   EXPECT_TRUE(gloo) << j.dump(1);
@@ -441,7 +451,8 @@ TEST(CommReport, EveryBrokenFixtureHasItsReason) {
   auto has = [&](const std::string& f, const std::string& frag) {
     EXPECT_NE(reason[f].find(frag), std::string::npos) << f << ": " << reason[f];
   };
-  has("libbackplane-comm-fxmajor2.so", "comm ABI 2.0 vs host 1.0: major versions differ");
+  has("libbackplane-comm-fxmajor2.so", "comm ABI 2.");
+  has("libbackplane-comm-fxmajor2.so", ": major versions differ");
   has("libbackplane-comm-fxnoentry.so", "missing entry symbol bp_comm_get_api");
   has("libbackplane-comm-fxnoslot.so", "required slot 'all_reduce' is NULL");
   has("libbackplane-comm-fxinitfail.so", "init failed: the fixture's init fails on purpose");
@@ -449,6 +460,10 @@ TEST(CommReport, EveryBrokenFixtureHasItsReason) {
   has("libbackplane-comm-fxmissingdep.so", "dependency libbpfixturedep.so not found");
   has("libbackplane-comm-fxnotelf.so", "not an ELF shared object");
   EXPECT_EQ(decision["libbackplane-comm-fxok.so"], "loaded");
+  for (const auto& p : j["comm_plugins"])  // NULL capability slots: the 1.0 contract's
+    if (fs::path(p["path"].get<std::string>()).filename() == "libbackplane-comm-fxok.so") {
+      EXPECT_EQ(p["capabilities"], "abort-any-thread,reinit") << p.dump();
+    }
   EXPECT_EQ(decision["libbackplane-comm-fxunavailable.so"], "loaded");  // loads, cannot run
   // fxzdup's table is named "fxok" too: the first in the search order wins.
   has("libbackplane-comm-fxzdup.so", "a communicator plugin named 'fxok' is already loaded");
@@ -665,6 +680,21 @@ void expect_shrink(const std::string& args) {
   EXPECT_EQ(count(r.out, " 0 failed"), 3u) << r.out;
   EXPECT_EQ(count(r.out, "FAIL "), 0u) << r.out;
   EXPECT_EQ(count(r.out, "UNCAUGHT"), 0u) << r.out;
+}
+
+TEST(Shrink, ArgumentErrorsAndAGroupOfOne) {
+  d::init_process_group({.rank = 0, .world_size = 1});
+  EXPECT_TRUE(d::shrink_group().empty());  // nobody to drop: the same group
+  EXPECT_EQ(d::get_world_size(), 1);
+  EXPECT_HAS(bp_test::expect_throw<d::RendezvousError>([] { d::shrink_group({0}); }),
+             "shrink: rank 0 is in excluded_ranks but called shrink; the excluded ranks do not "
+             "call it");
+  EXPECT_HAS(bp_test::expect_throw<d::RendezvousError>([] { d::shrink_group({3}); }),
+             "shrink: excluded rank 3 is not a rank of the group (0 to 0)");
+  bp::Tensor t = bp::full({5}, 2.5f, bp::device("cpu:0"));  // still usable after refusals
+  d::all_reduce(t).wait();
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(5, 2.5f));
+  d::destroy_process_group();
 }
 
 TEST(Shrink, SurvivorsAgreeOnWhoIsAliveAndTrainOnAsThree) {

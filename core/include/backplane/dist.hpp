@@ -25,7 +25,7 @@
 //     reached the call. A rank that fails (timeout, mismatch, a peer that died) aborts its
 //     communicators and tells the others through the store, so every rank throws within the
 //     timeout. After a failure the group is unusable: every call throws the first error;
-//     destroy_process_group() and init again to recover.
+//     destroy_process_group() and init again to recover, or shrink() among the survivors.
 //   - Device types: a collective runs on the communicator plugin that serves the tensor's
 //     device type (cuda -> nccl, cpu -> gloo), created on first use (a collective step of its
 //     own). A device type that no loaded plugin declares (opencl) goes through host staging:
@@ -97,7 +97,13 @@ struct CommPluginReport {
   std::vector<std::string> device_types;  // what it declares to serve
   bool available = false;                 // loaded and its vendor library usable
   std::string library;                    // the library found ("NCCL 2.28.9 from ...") or ""
+  // bp_comm_capability bits (comm_abi.h: 1 abort from any thread, 2 shrink, 4
+  // re-initialisation) of a loaded plugin, and why one is missing ("" when none is).
+  uint64_t capabilities = 0;
+  std::string capability_note;
 };
+// "abort-any-thread,shrink,reinit": the names of capability bits.
+BP_API std::string comm_capability_names(uint64_t capabilities);
 // Every libbackplane-comm-*.so candidate of the plugin search order (Note [Plugin search
 // order] in runtime.hpp), loaded once on first use with the device loader's checks.
 BP_API std::vector<CommPluginReport> comm_load_report();

@@ -22,7 +22,8 @@
 //      created on first use among the members under the new prefix (Gloo: a new context);
 //      otherwise BackendUnavailable quoting the plugin's reason.
 //   5. The old group is released: its operations end (its communicators were aborted when it
-//      failed), its communicators are destroyed and its connections leave the store.
+//      failed; a shrunk parent is aborted too, as the excluded ranks never join its teardown),
+//      its communicators are destroyed and its connections leave the store.
 #include "dist/dist_internal.hpp"
 
 #include <algorithm>
@@ -241,12 +242,14 @@ std::shared_ptr<Group> shrink(const std::shared_ptr<Group>& old, const std::vect
   }
 
   // Communicators: shrink what can be shrunk; check that the rest can be re-created.
+  std::vector<Communicator*> shrunk;
   for (auto& [type, c] : o.comms) {
     std::string reason;
     uint64_t caps = capabilities_of(c->api, reason);
     if (!o.failed.load() && (caps & BP_COMM_CAP_SHRINK) &&
         has_slot(c->api, offsetof(bp_comm_api, comm_shrink), c->api->comm_shrink)) {
       shrink_communicator(*g, type, *c, a.dropped);
+      shrunk.push_back(c.get());
       continue;
     }
     if (!(caps & BP_COMM_CAP_REINIT))
@@ -256,7 +259,10 @@ std::shared_ptr<Group> shrink(const std::shared_ptr<Group>& old, const std::vect
                            " is re-created among the survivors on first use (" + reason + ")");
   }
 
-  // Note [Shrinking] step 5.
+  // Note [Shrinking] step 5. A shrunk parent is aborted, not finalised: the excluded ranks
+  // never take part in its teardown.
+  for (Communicator* c : shrunk)
+    if (bp_error* e = c->api->comm_abort(c->comm)) bp::detail::take_comm_error(c->api, e);
   release_operations(o, Clock::now() + std::min(o.timeout, milliseconds(5000)));
   if (o.size > 1) {
     try {
@@ -273,3 +279,21 @@ std::shared_ptr<Group> shrink(const std::shared_ptr<Group>& old, const std::vect
 }
 
 }  // namespace bp::dist::internal
+
+namespace bp::dist {
+
+std::string comm_capability_names(uint64_t capabilities) {
+  static const std::pair<uint64_t, const char*> names[] = {
+      {BP_COMM_CAP_ABORT_ANY_THREAD, "abort-any-thread"},
+      {BP_COMM_CAP_SHRINK, "shrink"},
+      {BP_COMM_CAP_REINIT, "reinit"}};
+  std::string s;
+  for (const auto& [bit, name] : names)
+    if (capabilities & bit) {
+      if (!s.empty()) s += ',';
+      s += name;
+    }
+  return s.empty() ? "none" : s;
+}
+
+}  // namespace bp::dist
