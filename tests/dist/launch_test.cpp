@@ -258,6 +258,11 @@ TEST(SlurmHostlist, RandomCompressedListsRoundTrip) {
 TEST(Launchers, InitProcessGroupReadsTorchrunVariables) {
   for (const char* v : {"BACKPLANE_RANK", "BACKPLANE_WORLD_SIZE", "BACKPLANE_INIT"})
     ASSERT_EQ(std::getenv(v), nullptr) << v << " is set in the test's environment";
+  struct Unset {  // the variables leave with the test, also when it fails
+    ~Unset() {
+      for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK"}) ::unsetenv(v);
+    }
+  } unset;
   ::setenv("RANK", "0", 1);
   ::setenv("WORLD_SIZE", "1", 1);
   ::setenv("LOCAL_RANK", "0", 1);
@@ -269,7 +274,6 @@ TEST(Launchers, InitProcessGroupReadsTorchrunVariables) {
   EXPECT_HAS(bp_test::expect_throw<d::RendezvousError>([] { d::init_process_group(); }),
              "RANK='1' is not below WORLD_SIZE='1'");
   EXPECT_FALSE(d::is_initialized());
-  for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK"}) ::unsetenv(v);
 }
 
 }  // namespace
