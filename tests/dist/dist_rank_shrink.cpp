@@ -1,7 +1,9 @@
-// Scenario "shrink": data-parallel training of a small MLP with plain all_reduce loops; rank
-// --victim kills itself (SIGKILL) at step --kill-step; the survivors get a PeerError, shrink the
-// group (agreeing through the store on who is alive, or with --explicit passing the victim),
-// roll back to the last step every survivor completed, and train on. Every reduced gradient is
+// Scenario "shrink": data-parallel training of a small MLP with plain all_reduce loops; the
+// ranks of --victim (one, or several as 1,3) kill themselves (SIGKILL) at step --kill-step; the
+// survivors get a PeerError, shrink the group (agreeing through the store on who is alive, or
+// with --explicit passing the victims), roll back to the last step every survivor completed,
+// and train on. With --retire the victims leave cleanly instead (destroy_process_group) and the
+// others shrink a group that has not failed. Every reduced gradient is
 // checked against the sum of the participants' gradients, which each rank recomputes from the
 // shared seed; after the shrink, the world size, the renumbered ranks (all_gather of the old
 // ranks) and a broadcast from the last new rank are checked too.
@@ -29,6 +31,14 @@ std::string arg(const std::vector<std::string>& args, const char* name, const ch
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == name) return args[i + 1];
   return def;
+}
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t c; (c = s.find(',', start)) != std::string::npos; start = c + 1)
+    out.push_back(s.substr(start, c - start));
+  out.push_back(s.substr(start));
+  return out;
 }
 bool flag(const std::vector<std::string>& args, const char* name) {
   for (const auto& a : args)
@@ -114,13 +124,18 @@ int run_shrink(const std::vector<std::string>& args) {
   Checker ck;
   const int old_rank = d::get_rank(), old_world = d::get_world_size();
   ck.rank = old_rank;
-  const int victim = std::atoi(arg(args, "--victim", "2").c_str());
+  std::vector<int> victims;
+  for (const std::string& v : split(arg(args, "--victim", "2"))) victims.push_back(std::stoi(v));
+  std::sort(victims.begin(), victims.end());
+  auto is_victim = [&](int r) { return std::count(victims.begin(), victims.end(), r) > 0; };
+  const bool retire = flag(args, "--retire");
   const int kill_step = std::atoi(arg(args, "--kill-step", "5").c_str());
   const int steps = std::atoi(arg(args, "--steps", "20").c_str());
   const bool explicit_list = flag(args, "--explicit");
   ck.seed = shared_seed();
   if (old_rank == 0)
-    std::printf("shrink: %d ranks, victim %d at step %d, seed %llu\n", old_world, victim, kill_step,
+    std::printf("shrink: %d ranks, victim(s) %s %s at step %d, seed %llu\n", old_world,
+                arg(args, "--victim", "2").c_str(), retire ? "leave" : "die", kill_step,
                 static_cast<unsigned long long>(ck.seed));
   std::fflush(stdout);
   auto model = make_mlp(ck.seed);
@@ -138,13 +153,59 @@ int run_shrink(const std::vector<std::string>& args) {
     return sum / 8;
   };
   const double first_loss = eval_loss();
+  // Checks the shrink's result: the ranks dropped, the renumbering, an all_gather of the old
+  // ranks and a broadcast from the last new rank.
+  auto after_shrink = [&](const std::vector<int>& dropped) {
+    if (dropped != victims)
+      ck.fail("dropped", "shrink dropped " + std::to_string(dropped.size()) +
+                             " rank(s), the first " +
+                             (dropped.empty() ? "none" : std::to_string(dropped[0])));
+    else
+      ck.pass("dropped");
+    for (int v : victims)
+      participants.erase(std::find(participants.begin(), participants.end(), v));
+    const int want_rank =
+        old_rank - static_cast<int>(std::count_if(victims.begin(), victims.end(),
+                                                  [&](int v) { return v < old_rank; }));
+    const int want_world = old_world - static_cast<int>(victims.size());
+    if (d::get_world_size() != want_world || d::get_rank() != want_rank)
+      ck.fail("renumbered", "rank " + std::to_string(d::get_rank()) + " of " +
+                                std::to_string(d::get_world_size()) + ", wanted " +
+                                std::to_string(want_rank) + " of " + std::to_string(want_world));
+    else
+      ck.pass("renumbered");
+    Tensor mine = bp::from_vector<int64_t>({old_rank}, {1}, bp::device("cpu:0"));
+    Tensor all = bp::zeros({d::get_world_size()}, bp::device("cpu:0"), DType::i64);
+    d::all_gather(all, mine).wait();
+    std::vector<int64_t> want(participants.begin(), participants.end());
+    if (all.to_vector<int64_t>() != want)
+      ck.fail("all_gather_old_ranks", "the survivors' old ranks are not in order");
+    else
+      ck.pass("all_gather_old_ranks");
+    Tensor b = bp::from_vector<int64_t>({old_rank * 100 + 7}, {1}, bp::device("cpu:0"));
+    d::broadcast(b, d::get_world_size() - 1).wait();
+    if (b.item<int64_t>() != participants.back() * 100 + 7)
+      ck.fail("broadcast_from_last", "got " + std::to_string(b.item<int64_t>()));
+    else
+      ck.pass("broadcast_from_last");
+  };
   bool shrunk = false;
   std::vector<Tensor> before_step = snapshot(*model), before_previous = before_step;
   for (int step = 0; step < steps; ++step) {
-    if (old_rank == victim && step == kill_step) {
+    if (is_victim(old_rank) && step == kill_step) {
+      if (retire) {
+        std::printf("rank %d: leaving at step %d\n", old_rank, step);
+        std::fflush(stdout);
+        d::destroy_process_group();
+        return 0;
+      }
       std::printf("rank %d: killing itself at step %d\n", old_rank, step);
       std::fflush(stdout);
       std::raise(SIGKILL);
+    }
+    if (retire && step == kill_step && !shrunk) {  // a planned shrink: no failure first
+      after_shrink(explicit_list ? d::shrink_group(victims) : d::shrink_group());
+      shrunk = true;
     }
     before_previous = std::move(before_step);
     before_step = snapshot(*model);
@@ -155,42 +216,14 @@ int run_shrink(const std::vector<std::string>& args) {
       std::string msg = e.what();
       if (shrunk || step < kill_step - 1 || step > kill_step)
         ck.fail("peer_error_step", "a PeerError at step " + std::to_string(step) + ": " + msg);
-      else if (msg.find("rank " + std::to_string(victim)) == std::string::npos)
+      else if (std::none_of(victims.begin(), victims.end(), [&](int v) {
+                 return msg.find("rank " + std::to_string(v)) != std::string::npos;
+               }))
         ck.fail("peer_error_names_victim", msg);
       else
         ck.pass("peer_error");
-      std::vector<int> dropped = explicit_list ? d::shrink_group({victim}) : d::shrink_group();
+      after_shrink(explicit_list ? d::shrink_group(victims) : d::shrink_group());
       shrunk = true;
-      if (dropped != std::vector<int>{victim})
-        ck.fail("dropped", "shrink dropped " + std::to_string(dropped.size()) +
-                               " rank(s), the first " +
-                               (dropped.empty() ? "none" : std::to_string(dropped[0])));
-      else
-        ck.pass("dropped");
-      participants.erase(std::find(participants.begin(), participants.end(), victim));
-      const int want_rank = old_rank < victim ? old_rank : old_rank - 1;
-      if (d::get_world_size() != old_world - 1 || d::get_rank() != want_rank)
-        ck.fail("renumbered", "rank " + std::to_string(d::get_rank()) + " of " +
-                                  std::to_string(d::get_world_size()) + ", wanted " +
-                                  std::to_string(want_rank) + " of " +
-                                  std::to_string(old_world - 1));
-      else
-        ck.pass("renumbered");
-      // Every survivor's old rank, in the new order.
-      Tensor mine = bp::from_vector<int64_t>({old_rank}, {1}, bp::device("cpu:0"));
-      Tensor all = bp::zeros({d::get_world_size()}, bp::device("cpu:0"), DType::i64);
-      d::all_gather(all, mine).wait();
-      std::vector<int64_t> want(participants.begin(), participants.end());
-      if (all.to_vector<int64_t>() != want)
-        ck.fail("all_gather_old_ranks", "the survivors' old ranks are not in order");
-      else
-        ck.pass("all_gather_old_ranks");
-      Tensor b = bp::from_vector<int64_t>({old_rank * 100 + 7}, {1}, bp::device("cpu:0"));
-      d::broadcast(b, d::get_world_size() - 1).wait();
-      if (b.item<int64_t>() != participants.back() * 100 + 7)
-        ck.fail("broadcast_from_last", "got " + std::to_string(b.item<int64_t>()));
-      else
-        ck.pass("broadcast_from_last");
       // Resume from the first step some survivor did not complete.
       Tensor s = bp::from_vector<int64_t>({step}, {1}, bp::device("cpu:0"));
       d::all_reduce(s, d::ReduceOp::min).wait();

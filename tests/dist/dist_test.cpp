@@ -703,6 +703,27 @@ TEST(Shrink, SurvivorsAgreeOnWhoIsAliveAndTrainOnAsThree) {
 TEST(Shrink, SurvivorsExcludeTheNamedRankAndTrainOnAsThree) {
   expect_shrink("--victim 0 --kill-step 3 --explicit");
 }
+TEST(Shrink, TwoRanksDieAtOnceAndTwoTrainOn) {
+  Output r =
+      run(rank_cmd(4, "shrink --victim 1,3 --kill-step 4", "BACKPLANE_DIST_TIMEOUT=60", true));
+  EXPECT_EQ(r.status, 128 + SIGKILL) << r.out;
+  EXPECT_EQ(count(r.out, "killing itself"), 2u) << r.out;
+  EXPECT_EQ(count(r.out, ": shrink: "), 2u) << r.out;
+  EXPECT_EQ(count(r.out, " 0 failed"), 2u) << r.out;
+  EXPECT_EQ(count(r.out, "FAIL "), 0u) << r.out;
+}
+TEST(Shrink, AHealthyGroupShrinksWhenARankLeaves) {
+  for (const char* how : {"", " --explicit"}) {
+    Output r = run(rank_cmd(4, std::string("shrink --victim 2 --kill-step 6 --retire") + how,
+                            "BACKPLANE_DIST_TIMEOUT=60", true));
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(count(r.out, "leaving at step 6"), 1u) << r.out;
+    EXPECT_EQ(count(r.out, ": shrink: "), 3u) << r.out;
+    EXPECT_EQ(count(r.out, " 0 failed"), 3u) << r.out;
+    EXPECT_EQ(count(r.out, "FAIL "), 0u) << r.out;
+    EXPECT_EQ(count(r.out, "UNCAUGHT"), 0u) << r.out;
+  }
+}
 
 // ---- bp-run itself ------------------------------------------------------------------------------
 

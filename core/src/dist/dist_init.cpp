@@ -498,6 +498,8 @@ void destroy_process_group() {
   // up until the others have left (bounded), so their last requests are answered.
   if (g.size > 1) {
     try {
+      // Left, not dead: survivors agreeing on a shrink need not wait for this rank.
+      g.store->set(g.gone_key(g.rank), "left");
       g.monitor_store->leave();
       g.liveness_store->leave();
       int64_t left = g.store->add(g.prefix + "left", 1);
