@@ -3,7 +3,7 @@
 //   fault NAME [--port P] [--marker FILE]
 //   ddp [--steps N]
 //   attacked --script store_attack.py
-//   shrink [--victim R] [--kill-step S] [--steps N] [--explicit]
+//   shrink [--victim R[,R...]] [--kill-step S] [--steps N] [--explicit] [--retire] [--device T]
 #include "dist_rank.hpp"
 
 #include <cstdio>

@@ -129,6 +129,8 @@ int run_shrink(const std::vector<std::string>& args) {
   std::sort(victims.begin(), victims.end());
   auto is_victim = [&](int r) { return std::count(victims.begin(), victims.end(), r) > 0; };
   const bool retire = flag(args, "--retire");
+  // --device cuda: the collectives run on cuda:<local rank> (NCCL), the checks on the host.
+  bp::Device& dev = d::local_device(arg(args, "--device", "cpu"));
   const int kill_step = std::atoi(arg(args, "--kill-step", "5").c_str());
   const int steps = std::atoi(arg(args, "--steps", "20").c_str());
   const bool explicit_list = flag(args, "--explicit");
@@ -174,15 +176,15 @@ int run_shrink(const std::vector<std::string>& args) {
                                 std::to_string(want_rank) + " of " + std::to_string(want_world));
     else
       ck.pass("renumbered");
-    Tensor mine = bp::from_vector<int64_t>({old_rank}, {1}, bp::device("cpu:0"));
-    Tensor all = bp::zeros({d::get_world_size()}, bp::device("cpu:0"), DType::i64);
+    Tensor mine = bp::from_vector<int64_t>({old_rank}, {1}, dev);
+    Tensor all = bp::zeros({d::get_world_size()}, dev, DType::i64);
     d::all_gather(all, mine).wait();
     std::vector<int64_t> want(participants.begin(), participants.end());
     if (all.to_vector<int64_t>() != want)
       ck.fail("all_gather_old_ranks", "the survivors' old ranks are not in order");
     else
       ck.pass("all_gather_old_ranks");
-    Tensor b = bp::from_vector<int64_t>({old_rank * 100 + 7}, {1}, bp::device("cpu:0"));
+    Tensor b = bp::from_vector<int64_t>({old_rank * 100 + 7}, {1}, dev);
     d::broadcast(b, d::get_world_size() - 1).wait();
     if (b.item<int64_t>() != participants.back() * 100 + 7)
       ck.fail("broadcast_from_last", "got " + std::to_string(b.item<int64_t>()));
@@ -211,7 +213,9 @@ int run_shrink(const std::vector<std::string>& args) {
     before_step = snapshot(*model);
     Tensor g = local_gradient(*model, ck.seed, old_rank, step, nullptr);
     try {
-      d::all_reduce(g, d::ReduceOp::sum).wait();
+      Tensor on_dev = g.to(dev);
+      d::all_reduce(on_dev, d::ReduceOp::sum).wait();
+      g = on_dev.to(bp::device("cpu:0"));
     } catch (const d::PeerError& e) {
       std::string msg = e.what();
       if (shrunk || step < kill_step - 1 || step > kill_step)
@@ -225,7 +229,7 @@ int run_shrink(const std::vector<std::string>& args) {
       after_shrink(explicit_list ? d::shrink_group(victims) : d::shrink_group());
       shrunk = true;
       // Resume from the first step some survivor did not complete.
-      Tensor s = bp::from_vector<int64_t>({step}, {1}, bp::device("cpu:0"));
+      Tensor s = bp::from_vector<int64_t>({step}, {1}, dev);
       d::all_reduce(s, d::ReduceOp::min).wait();
       int resume = static_cast<int>(s.item<int64_t>());
       if (resume < step) restore(*model, before_previous);
@@ -261,11 +265,10 @@ int run_shrink(const std::vector<std::string>& args) {
   std::vector<float> all_params;
   for (auto& p : model->parameters())
     for (float x : p.to_vector<float>()) all_params.push_back(x);
-  Tensor mine = bp::from_vector<float>(all_params, {static_cast<int64_t>(all_params.size())},
-                                       bp::device("cpu:0"));
-  Tensor gathered = bp::zeros({d::get_world_size(), mine.numel()}, bp::device("cpu:0"));
+  Tensor mine = bp::from_vector<float>(all_params, {static_cast<int64_t>(all_params.size())}, dev);
+  Tensor gathered = bp::zeros({d::get_world_size(), mine.numel()}, dev);
   d::all_gather(gathered, mine).wait();
-  auto gv = gathered.to_vector<float>();
+  auto gv = gathered.to(bp::device("cpu:0")).to_vector<float>();
   bool same = true;
   for (int r = 0; r < d::get_world_size(); ++r)
     for (size_t i = 0; i < all_params.size(); ++i)

@@ -7,9 +7,9 @@
 //   2. Membership. With a list: the members are the ranks not in it; a survivor waits for
 //      every member's post, and a post with another list fails the shrink in every rank (the
 //      reason under error). Without a list: a rank is dead once the old group's gone/<rank> is
-//      set (the store sets it when that rank's liveness connection closes without leaving,
-//      Note [Rendezvous]); a survivor waits until every rank has posted or is dead, at most
-//      the timeout (a file store cannot tell death: the timeout decides).
+//      set (the store sets it when that rank's liveness connection closes without leaving;
+//      destroy_process_group sets it on the way out); a survivor waits until every rank has posted
+//      or is dead, at most the timeout (a file store cannot tell death: the timeout decides).
 //   3. The first survivor done with step 2 (an atomic add on decide) writes members = the ranks
 //      it saw alive and not dead; every survivor reads that, so all agree even when a rank
 //      died during step 2 or the timeout ran out. A survivor left out (it came too late), or
