@@ -10,6 +10,7 @@
 # Exit 77 (reported as skipped by ctest) with the reason when namespaces cannot be made here
 # (not root, no CAP_SYS_ADMIN, no iproute2).
 set -u
+set -f  # no pathname expansion: the node lists hold brackets
 rank_bin=${1:?usage: netns_test.sh path/to/bp_dist_rank}
 id=bpns$$
 ns_a=${id}a
@@ -43,10 +44,16 @@ ip -n "$ns_b" link set "${id}y" up
 set +e
 echo "namespaces $ns_a (10.213.7.1) and $ns_b (10.213.7.2) joined by a veth pair"
 
-# `ip netns exec` mounts /etc/netns/<ns>/hosts over /etc/hosts: the Slurm node names.
+# `ip netns exec` mounts /etc/netns/<ns>/hosts over /etc/hosts: the Slurm node names. Where
+# /etc is read-only the node list names the addresses instead ("10.213.7.[1-2]" is a list too).
+nodes='bpnode-[01-02]' node0=bpnode-01
 for ns in "$ns_a" "$ns_b"; do
-  mkdir -p "/etc/netns/$ns"
-  printf '127.0.0.1 localhost\n10.213.7.1 bpnode-01\n10.213.7.2 bpnode-02\n' >"/etc/netns/$ns/hosts"
+  if ! { mkdir -p "/etc/netns/$ns" &&
+         printf '127.0.0.1 localhost\n10.213.7.1 bpnode-01\n10.213.7.2 bpnode-02\n' \
+           >"/etc/netns/$ns/hosts"; } 2>/dev/null; then
+    nodes='10.213.7.[1-2]' node0=10.213.7.1
+    echo "note: /etc/netns is not writable; the Slurm node list names addresses"
+  fi
 done
 
 secret=$(od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
@@ -93,12 +100,12 @@ run_pair backplane bp-run "BACKPLANE_RANK=0" "BACKPLANE_RANK=1" \
 run_pair torchrun torchrun "RANK=0 LOCAL_RANK=0" "RANK=1 LOCAL_RANK=0" \
   "WORLD_SIZE=2 MASTER_ADDR=10.213.7.1 MASTER_PORT=29401"
 run_pair slurm slurm "SLURM_PROCID=0 SLURM_LOCALID=0" "SLURM_PROCID=1 SLURM_LOCALID=0" \
-  "SLURM_NTASKS=2 SLURM_JOB_NODELIST=bpnode-[01-02] SLURM_NODELIST=bpnode-[01-02]"
+  "SLURM_NTASKS=2 SLURM_JOB_NODELIST=$nodes SLURM_NODELIST=$nodes"
 run_pair openmpi openmpi "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_LOCAL_RANK=0" \
   "OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_RANK=0" \
   "OMPI_COMM_WORLD_SIZE=2 MASTER_ADDR=10.213.7.1 MASTER_PORT=29402"
 run_pair pmix pmix "PMIX_RANK=0 SLURM_LOCALID=0" "PMIX_RANK=1 SLURM_LOCALID=0" \
-  "SLURM_NTASKS=2 MASTER_ADDR=bpnode-01 MASTER_PORT=29403"
+  "SLURM_NTASKS=2 MASTER_ADDR=$node0 MASTER_PORT=29403"
 run_pair mpich mpich "PMI_RANK=0 MPI_LOCALRANKID=0" "PMI_RANK=1 MPI_LOCALRANKID=0" \
   "PMI_SIZE=2 MASTER_ADDR=10.213.7.1 MASTER_PORT=29404"
 
