@@ -3,8 +3,9 @@
 // survivors get a PeerError, shrink the group (agreeing through the store on who is alive, or
 // with --explicit passing the victims), roll back to the last step every survivor completed,
 // and train on. With --retire the victims leave cleanly instead (destroy_process_group) and the
-// others shrink a group that has not failed. Every reduced gradient is
-// checked against the sum of the participants' gradients, which each rank recomputes from the
+// others shrink a group that has not failed. With --mismatch nobody dies: a MismatchError fails
+// the group and shrink re-initialises the same ranks from a new store epoch. Every reduced gradient
+// is checked against the sum of the participants' gradients, which each rank recomputes from the
 // shared seed; after the shrink, the world size, the renumbered ranks (all_gather of the old
 // ranks) and a broadcast from the last new rank are checked too.
 #include "dist_rank.hpp"
@@ -124,8 +125,12 @@ int run_shrink(const std::vector<std::string>& args) {
   Checker ck;
   const int old_rank = d::get_rank(), old_world = d::get_world_size();
   ck.rank = old_rank;
+  // --mismatch: nobody dies; at --kill-step rank 0 reduces with max where the others sum, every
+  // rank gets a MismatchError, and shrink re-initialises the same ranks under a new epoch.
+  const bool mismatch = flag(args, "--mismatch");
   std::vector<int> victims;
-  for (const std::string& v : split(arg(args, "--victim", "2"))) victims.push_back(std::stoi(v));
+  if (!mismatch)
+    for (const std::string& v : split(arg(args, "--victim", "2"))) victims.push_back(std::stoi(v));
   std::sort(victims.begin(), victims.end());
   auto is_victim = [&](int r) { return std::count(victims.begin(), victims.end(), r) > 0; };
   const bool retire = flag(args, "--retire");
@@ -214,11 +219,21 @@ int run_shrink(const std::vector<std::string>& args) {
     Tensor g = local_gradient(*model, ck.seed, old_rank, step, nullptr);
     try {
       Tensor on_dev = g.to(dev);
-      d::all_reduce(on_dev, d::ReduceOp::sum).wait();
+      const bool odd_one = mismatch && !shrunk && step == kill_step && old_rank == 0;
+      d::all_reduce(on_dev, odd_one ? d::ReduceOp::max : d::ReduceOp::sum).wait();
       g = on_dev.to(bp::device("cpu:0"));
-    } catch (const d::PeerError& e) {
+    } catch (const d::DistError& e) {
       std::string msg = e.what();
-      if (shrunk || step < kill_step - 1 || step > kill_step)
+      const bool right_class = mismatch ? dynamic_cast<const d::MismatchError*>(&e) != nullptr
+                                        : dynamic_cast<const d::PeerError*>(&e) != nullptr;
+      if (!right_class)
+        ck.fail("error_class", std::string("wanted a ") +
+                                   (mismatch ? "MismatchError" : "PeerError") + ", got: " + msg);
+      else if (mismatch && (shrunk || step != kill_step))
+        ck.fail("mismatch_step", "a MismatchError at step " + std::to_string(step) + ": " + msg);
+      else if (mismatch)
+        ck.pass("mismatch_error");
+      else if (shrunk || step < kill_step - 1 || step > kill_step)
         ck.fail("peer_error_step", "a PeerError at step " + std::to_string(step) + ": " + msg);
       else if (std::none_of(victims.begin(), victims.end(), [&](int v) {
                  return msg.find("rank " + std::to_string(v)) != std::string::npos;

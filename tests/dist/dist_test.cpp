@@ -712,6 +712,14 @@ TEST(Shrink, TwoRanksDieAtOnceAndTwoTrainOn) {
   EXPECT_EQ(count(r.out, " 0 failed"), 2u) << r.out;
   EXPECT_EQ(count(r.out, "FAIL "), 0u) << r.out;
 }
+TEST(Shrink, AfterAMismatchEveryRankReinitialisesFromANewEpoch) {
+  Output r = run(rank_cmd(4, "shrink --mismatch --kill-step 3", "BACKPLANE_DIST_TIMEOUT=60", true));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, ": shrink: "), 4u) << r.out;
+  EXPECT_EQ(count(r.out, " 0 failed"), 4u) << r.out;
+  EXPECT_EQ(count(r.out, "FAIL "), 0u) << r.out;
+  EXPECT_EQ(count(r.out, "UNCAUGHT"), 0u) << r.out;
+}
 TEST(Shrink, AHealthyGroupShrinksWhenARankLeaves) {
   for (const char* how : {"", " --explicit"}) {
     Output r = run(rank_cmd(4, std::string("shrink --victim 2 --kill-step 6 --retire") + how,

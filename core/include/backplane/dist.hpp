@@ -221,13 +221,15 @@ class BP_API ProcessGroup {
   // created afresh among the survivors under a new key prefix (REINIT: Gloo).
   // `excluded_ranks` names the ranks (old numbers) to drop; every survivor passes the same
   // list. Empty: the survivors agree through the store on who is alive (a rank whose store
-  // connection closed, or that called destroy_process_group, is gone; a file store, which cannot
-  // tell, waits out the timeout for ranks that do not call shrink). A group that has not failed may
-  // shrink too (every remaining rank calls it; the excluded ones do not). Returns the ranks dropped
-  // (old numbers, ascending). No other thread may use the group meanwhile; Works of the old group
-  // keep their errors. RendezvousError when this rank is excluded, when survivors pass different
-  // lists, when the store is gone (its host died: bp-run hosts it outside the ranks) or no survivor
-  // is left within the timeout; BackendUnavailable when a communicator's plugin can neither shrink
+  // connection closed, or that called destroy_process_group, is gone; a file store, which
+  // cannot tell, waits out the timeout for ranks that do not call shrink); with nobody gone
+  // the same ranks continue from a new epoch (re-initialisation after a MismatchError or a
+  // TimeoutError). A group that has not failed may shrink too (every remaining rank calls it;
+  // the excluded ones do not). Returns the ranks dropped (old numbers, ascending). No other
+  // thread may use the group meanwhile; Works of the old group keep their errors.
+  // RendezvousError when this rank is excluded, when survivors pass different lists, when the
+  // store is gone (its host died: bp-run hosts it outside the ranks) or no survivor is left
+  // within the timeout; BackendUnavailable when a communicator's plugin can neither shrink
   // nor re-initialise.
   std::vector<int> shrink(const std::vector<int>& excluded_ranks = {});
 
