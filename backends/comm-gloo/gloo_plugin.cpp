@@ -96,6 +96,12 @@ class GlooBackend final : public sdk::CommBackend {
                                             const bp_comm_host& host) override {
     return std::make_unique<GlooCommunicator>(config, host);
   }
+  // Gloo has no shrink: after a failure the host creates a new context among the survivors
+  // under a new key prefix (Note [Comm fault recovery] in comm_abi.h).
+  uint64_t capabilities(const char** reason) override {
+    *reason = "Gloo cannot shrink a context; the survivors build a new one (re-initialisation)";
+    return BP_COMM_CAP_ABORT_ANY_THREAD | BP_COMM_CAP_REINIT;
+  }
 };
 
 }  // namespace bp::gloo_comm

@@ -72,6 +72,10 @@ typedef struct {
         NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NULL         \
   }
 
+/* ncclCommShrink's shrinkFlags (NCCL >= 2.27.3). */
+#define BP_NCCL_SHRINK_DEFAULT 0x00
+#define BP_NCCL_SHRINK_ABORT 0x01
+
 #ifdef __cplusplus
 }
 #endif

@@ -85,6 +85,7 @@ NcclLib open_nccl() {
   load_symbol(h, "ncclGroupEnd", lib.GroupEnd, missing);
   load_symbol(h, "ncclGetErrorString", lib.GetErrorString, missing);
   lib.GetLastError = reinterpret_cast<const char* (*)(ncclComm_t)>(dlsym(h, "ncclGetLastError"));
+  lib.CommShrink = reinterpret_cast<decltype(lib.CommShrink)>(dlsym(h, "ncclCommShrink"));
   Dl_info info{};
   if (lib.GetVersion && dladdr(reinterpret_cast<void*>(lib.GetVersion), &info) && info.dli_fname)
     lib.path = info.dli_fname;

@@ -60,9 +60,13 @@ struct NcclLib {
   ncclResult_t (*GroupEnd)() = nullptr;
   const char* (*GetErrorString)(ncclResult_t) = nullptr;
   const char* (*GetLastError)(ncclComm_t) = nullptr;  // NCCL >= 2.13; may stay NULL
+  // NCCL >= 2.27.3; NULL before (comm_shrink is then unsupported, nccl_shrink.cpp).
+  ncclResult_t (*CommShrink)(ncclComm_t, int*, int, ncclComm_t*, bp_nccl_config*, int) = nullptr;
 };
 // Opens the library once (BACKPLANE_NCCL_LIBRARY, else libnccl.so.2). Never throws.
 const NcclLib& nccl();
+// Why comm_shrink cannot run with the loaded library, "" when it can (nccl_shrink.cpp).
+const std::string& shrink_unsupported_reason();
 
 class Comm;
 
@@ -97,6 +101,10 @@ struct Work {
 class Comm {
  public:
   Comm(const bp_comm_config& config, const bp_comm_host& host);  // throws sdk::Failure
+  // comm_shrink (nccl_shrink.cpp): the communicator of parent's ranks not in `excluded`, by
+  // ncclCommShrink; BP_ERROR_UNSUPPORTED when the loaded NCCL lacks it.
+  Comm(Comm& parent, const std::vector<int32_t>& excluded, const bp_comm_config& config,
+       bool abort_pending);
   ~Comm();
 
   // Each issues one NCCL call on `stream` and returns its work (owned by the caller).

@@ -35,6 +35,14 @@ class NcclWork final : public sdk::CommWork {
 class NcclCommunicator final : public sdk::Communicator {
  public:
   NcclCommunicator(const bp_comm_config& config, const bp_comm_host& host) : comm_(config, host) {}
+  NcclCommunicator(Comm& parent, const std::vector<int32_t>& excluded, const bp_comm_config& config,
+                   bool abort_pending)
+      : comm_(parent, excluded, config, abort_pending) {}
+  std::unique_ptr<sdk::Communicator> shrink(const std::vector<int32_t>& excluded,
+                                            const bp_comm_config& config,
+                                            bool abort_pending) override {
+    return std::make_unique<NcclCommunicator>(comm_, excluded, config, abort_pending);
+  }
   void abort() override {
     KeepCurrentDevice keep;  // Note [Current device] in nccl_comm.hpp
     comm_.abort();
@@ -111,6 +119,13 @@ class NcclBackend final : public sdk::CommBackend {
     return std::make_unique<NcclCommunicator>(config, host);
   }
   bool has_groups() const override { return true; }
+  // Shrink where the loaded NCCL has ncclCommShrink (>= 2.27.3); re-initialisation always.
+  uint64_t capabilities(const char** reason) override {
+    const std::string& why = shrink_unsupported_reason();
+    *reason = why.c_str();
+    return BP_COMM_CAP_ABORT_ANY_THREAD | BP_COMM_CAP_REINIT |
+           (why.empty() ? BP_COMM_CAP_SHRINK : 0);
+  }
 };
 
 }  // namespace bp::nccl_comm

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -374,6 +375,7 @@ class Suite {
   void all_gather_tests();
   void reduce_scatter_tests();
   void point_to_point_and_handle_tests();
+  void recovery_tests();
   void abort_and_destroy_tests();
   void core_tests();
 
@@ -448,8 +450,10 @@ void Suite::run() {
   const std::string& L = label_;
 
   test("abi.table[" + L + "]", [&] {
-    if (api_->struct_size < sizeof(bp_comm_api))
-      throw Fail(format("struct_size %zu < %zu", api_->struct_size, sizeof(bp_comm_api)));
+    // Comm ABI 1.0 and 1.1 tables end before the 1.2 slots.
+    if (api_->struct_size < offsetof(bp_comm_api, capabilities))
+      throw Fail(
+          format("struct_size %zu < %zu", api_->struct_size, offsetof(bp_comm_api, capabilities)));
     if (api_->abi_major != BP_COMM_ABI_MAJOR) throw Fail("other major");
     if (!api_->device_types || !api_->device_types[0]) throw Fail("no device types declared");
     if (!!api_->group_start != !!api_->group_end)
@@ -485,6 +489,7 @@ void Suite::run() {
   all_gather_tests();
   reduce_scatter_tests();
   point_to_point_and_handle_tests();
+  recovery_tests();
   abort_and_destroy_tests();
   core_tests();
 }
@@ -673,6 +678,77 @@ void Suite::point_to_point_and_handle_tests() {
 }
 
 // Last: a timeout, comm_abort and comm_destroy.
+// Comm ABI 1.2 (Note [Comm fault recovery]): the capability bits, and comm_shrink either
+// refused at once with BP_ERROR_UNSUPPORTED or, for a plugin that can shrink, building the
+// communicator of every rank but the last one, whose all_reduce is checked.
+void Suite::recovery_tests() {
+  const std::string& L = label_;
+  test("capabilities_and_shrink[" + L + "]", [&] {
+    if (api_->abi_minor < 2 ||
+        api_->struct_size < offsetof(bp_comm_api, comm_shrink) + sizeof(api_->comm_shrink))
+      throw Skip(
+          format("a comm ABI 1.%u plugin: no capabilities or comm_shrink slots", api_->abi_minor));
+    if (!api_->capabilities) throw Skip("capabilities is NULL (the 1.0 contract's bits)");
+    const char* why = nullptr;
+    uint64_t caps = api_->capabilities(&why);
+    std::string reason = why ? why : "";
+    if (!(caps & BP_COMM_CAP_ABORT_ANY_THREAD))
+      throw Fail(
+          "BP_COMM_CAP_ABORT_ANY_THREAD is missing (comm_abort from any thread is "
+          "required since 1.0)");
+    if (o_.world < 2) throw Skip("needs 2 ranks: one to exclude");
+    const int last = o_.world - 1;
+    int32_t excluded = last;
+    bp_comm_config cfg{};
+    cfg.struct_size = sizeof cfg;
+    cfg.rank = o_.rank == last ? 0 : o_.rank;
+    cfg.world_size = o_.world - 1;
+    cfg.device_type = type_.c_str();
+    cfg.device_ordinal = mem_->ordinal();
+    cfg.dlpack_device_type = mem_->dlpack();
+    cfg.timeout_ms = static_cast<int64_t>(o_.timeout_s * 1000);
+    cfg.local_address = "127.0.0.1";
+    if (!(caps & BP_COMM_CAP_SHRINK)) {
+      if (reason.empty()) throw Fail("no BP_COMM_CAP_SHRINK and no reason given");
+      if (!api_->comm_shrink || o_.rank == last) return;
+      bp_comm* small = nullptr;
+      bp_error* e = api_->comm_shrink(comm_, &excluded, 1, &cfg, 0, &small);
+      int32_t code = e ? e->code : 0;
+      if (e) api_->error_free(e);
+      if (small) api_->comm_destroy(small);
+      if (code != BP_ERROR_UNSUPPORTED)
+        throw Fail("comm_shrink without BP_COMM_CAP_SHRINK gave " +
+                   (code ? code_name(code) : std::string("success")) +
+                   ", expected BP_ERROR_UNSUPPORTED");
+      return;
+    }
+    if (!api_->comm_shrink) throw Fail("BP_COMM_CAP_SHRINK is set but comm_shrink is NULL");
+    if (o_.rank == last) {  // excluded: waits until the others are done
+      store_.get("cc/shrunk", std::chrono::milliseconds(static_cast<int64_t>(o_.timeout_s * 1000)));
+      return;
+    }
+    bp_comm* small = nullptr;
+    check(api_->comm_shrink(comm_, &excluded, 1, &cfg, 0, &small), "comm_shrink");
+    const int t = test_id_;
+    const size_t n = 1001;
+    std::vector<char> in = make_input(o_.seed, t, o_.rank, o_.world, BP_DTYPE_F32, n, nullptr);
+    Region buf = region(n * 4);
+    mem_->write(buf.data, in.data(), n * 4);
+    bp_comm_work* w = nullptr;
+    check(api_->all_reduce(small, buf.data, buf.data, n, BP_DTYPE_F32, BP_REDUCE_SUM,
+                           mem_->stream(), &w),
+          "all_reduce on the shrunk communicator");
+    wait(w, "all_reduce on the shrunk communicator");
+    std::vector<double> out = values(read(buf), BP_DTYPE_F32, n);
+    auto all = inputs(t, BP_DTYPE_F32, n);
+    all.pop_back();  // the excluded rank's
+    expect_same(out, reduce_ref(all, BP_REDUCE_SUM, BP_DTYPE_F32), BP_DTYPE_F32,
+                reduce_mag(all, BP_REDUCE_SUM));
+    check(api_->comm_destroy(small), "comm_destroy of the shrunk communicator");
+    if (o_.rank == 0) store_.set("cc/shrunk", "1");
+  });
+}
+
 void Suite::abort_and_destroy_tests() {
   const std::string& L = label_;
   // Last: leaves the communicator aborted.

@@ -39,5 +39,6 @@ int run_collectives(const std::vector<std::string>& args);
 int run_fault(const std::string& name, const std::vector<std::string>& args);
 int run_ddp(const std::vector<std::string>& args);
 int run_attacked(const std::vector<std::string>& args);
+int run_shrink(const std::vector<std::string>& args);
 
 }  // namespace bpt

@@ -3,6 +3,7 @@
 //   fault NAME [--port P] [--marker FILE]
 //   ddp [--steps N]
 //   attacked --script store_attack.py
+//   shrink [--victim R[,R...]] [--kill-step S] [--steps N] [--explicit] [--retire] [--device T]
 #include "dist_rank.hpp"
 
 #include <cstdio>
@@ -18,6 +19,7 @@ int main(int argc, char** argv) {
     if (args[0] == "fault" && args.size() > 1) return bpt::run_fault(args[1], args);
     if (args[0] == "ddp") return bpt::run_ddp(args);
     if (args[0] == "attacked") return bpt::run_attacked(args);
+    if (args[0] == "shrink") return bpt::run_shrink(args);
   } catch (const std::exception& e) {
     std::printf("UNCAUGHT %s\n", e.what());
     return 1;

@@ -11,6 +11,8 @@
 #include <backplane_test/seed.hpp>
 #include <backplane_test/throws.hpp>
 
+#include <backplane_test/throws.hpp>
+
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -19,6 +21,7 @@
 
 #include <array>
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -495,9 +498,17 @@ TEST(CommReport, FirstPartyPluginsServeTheirDeviceTypes) {
       EXPECT_EQ(p["status"], "loaded");
       EXPECT_EQ(p["device_types"], nlohmann::json::array({"cpu"}));
       EXPECT_TRUE(p["available"].get<bool>());
+      // Gloo re-initialises after a failure; it cannot shrink (comm ABI 1.2).
+      EXPECT_EQ(p["capabilities"], "abort-any-thread,reinit");
+      EXPECT_HAS(p["capability_note"].get<std::string>(), "Gloo cannot shrink a context");
     }
     if (p["name"] == "nccl") {
       EXPECT_EQ(p["device_types"], nlohmann::json::array({"cuda"}));
+      EXPECT_HAS(p["capabilities"].get<std::string>(), "abort-any-thread");
+      EXPECT_HAS(p["capabilities"].get<std::string>(), "reinit");
+      if (p["capabilities"].get<std::string>().find("shrink") == std::string::npos) {
+        EXPECT_FALSE(p["capability_note"].get<std::string>().empty());
+      }
     }
   }
   EXPECT_TRUE(gloo) << j.dump(1);
@@ -526,6 +537,10 @@ TEST(CommReport, EveryBrokenFixtureHasItsReason) {
   has("libbackplane-comm-fxmissingdep.so", "dependency libbpfixturedep.so not found");
   has("libbackplane-comm-fxnotelf.so", "not an ELF shared object");
   EXPECT_EQ(decision["libbackplane-comm-fxok.so"], "loaded");
+  for (const auto& p : j["comm_plugins"])  // NULL capability slots: the 1.0 contract's
+    if (fs::path(p["path"].get<std::string>()).filename() == "libbackplane-comm-fxok.so") {
+      EXPECT_EQ(p["capabilities"], "abort-any-thread,reinit") << p.dump();
+    }
   EXPECT_EQ(decision["libbackplane-comm-fxunavailable.so"], "loaded");  // loads, cannot run
   // fxzdup's table is named "fxok" too: the first in the search order wins.
   has("libbackplane-comm-fxzdup.so", "a communicator plugin named 'fxok' is already loaded");
@@ -792,6 +807,74 @@ TEST(Faults, CommPluginMissingItsLibrary) {
                "BACKPLANE_DIST_BACKEND=cpu:nccl "
                "BACKPLANE_NCCL_LIBRARY=/nonexistent/libnccl.so.2",
                2);
+}
+
+// ---- fault recovery: a rank dies, the survivors shrink and train on -----------------------------
+
+// Four ranks under bp-run (which hosts the store, so any rank may die); the victim SIGKILLs
+// itself mid-training; the three survivors check every reduced gradient before and after.
+void expect_shrink(const std::string& args) {
+  Output r = run(rank_cmd(4, "shrink " + args, "BACKPLANE_DIST_TIMEOUT=60", true));
+  EXPECT_EQ(r.status, 128 + SIGKILL) << r.out;  // bp-run returns the victim's status
+  EXPECT_EQ(count(r.out, "killing itself"), 1u) << r.out;
+  EXPECT_EQ(count(r.out, ": shrink: "), 3u) << r.out;
+  EXPECT_EQ(count(r.out, " 0 failed"), 3u) << r.out;
+  EXPECT_EQ(count(r.out, "FAIL "), 0u) << r.out;
+  EXPECT_EQ(count(r.out, "UNCAUGHT"), 0u) << r.out;
+}
+
+TEST(Shrink, ArgumentErrorsAndAGroupOfOne) {
+  d::init_process_group({.rank = 0, .world_size = 1});
+  EXPECT_TRUE(d::shrink_group().empty());  // nobody to drop: the same group
+  EXPECT_EQ(d::get_world_size(), 1);
+  EXPECT_HAS(bp_test::expect_throw<d::RendezvousError>([] { d::shrink_group({0}); }),
+             "shrink: rank 0 is in excluded_ranks but called shrink; the excluded ranks do not "
+             "call it");
+  EXPECT_HAS(bp_test::expect_throw<d::RendezvousError>([] { d::shrink_group({3}); }),
+             "shrink: excluded rank 3 is not a rank of the group (0 to 0)");
+  bp::Tensor t = bp::full({5}, 2.5f, bp::device("cpu:0"));  // still usable after refusals
+  d::all_reduce(t).wait();
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(5, 2.5f));
+  d::destroy_process_group();
+}
+
+TEST(Shrink, SurvivorsAgreeOnWhoIsAliveAndTrainOnAsThree) {
+  expect_shrink("--victim 2 --kill-step 5");
+}
+TEST(Shrink, SurvivorsExcludeTheNamedRankAndTrainOnAsThree) {
+  expect_shrink("--victim 0 --kill-step 3 --explicit");
+}
+TEST(Shrink, TwoRanksDieAtOnceAndTwoTrainOn) {
+  Output r =
+      run(rank_cmd(4, "shrink --victim 1,3 --kill-step 4", "BACKPLANE_DIST_TIMEOUT=60", true));
+  EXPECT_EQ(r.status, 128 + SIGKILL) << r.out;
+  EXPECT_EQ(count(r.out, "killing itself"), 2u) << r.out;
+  EXPECT_EQ(count(r.out, ": shrink: "), 2u) << r.out;
+  EXPECT_EQ(count(r.out, " 0 failed"), 2u) << r.out;
+  EXPECT_EQ(count(r.out, "FAIL "), 0u) << r.out;
+}
+TEST(Shrink, AfterAMismatchEveryRankReinitialisesFromANewEpoch) {
+  // Rank 0's mismatching call repeats nobody's signature only under every-call checks (Note
+  // [Collective checks]); by default Gloo refuses it with its own error, not a MismatchError.
+  Output r = run(rank_cmd(4, "shrink --mismatch --kill-step 3",
+                          "BACKPLANE_DIST_TIMEOUT=60 BACKPLANE_DIST_CHECK=full", true));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_EQ(count(r.out, ": shrink: "), 4u) << r.out;
+  EXPECT_EQ(count(r.out, " 0 failed"), 4u) << r.out;
+  EXPECT_EQ(count(r.out, "FAIL "), 0u) << r.out;
+  EXPECT_EQ(count(r.out, "UNCAUGHT"), 0u) << r.out;
+}
+TEST(Shrink, AHealthyGroupShrinksWhenARankLeaves) {
+  for (const char* how : {"", " --explicit"}) {
+    Output r = run(rank_cmd(4, std::string("shrink --victim 2 --kill-step 6 --retire") + how,
+                            "BACKPLANE_DIST_TIMEOUT=60", true));
+    EXPECT_EQ(r.status, 0) << r.out;
+    EXPECT_EQ(count(r.out, "leaving at step 6"), 1u) << r.out;
+    EXPECT_EQ(count(r.out, ": shrink: "), 3u) << r.out;
+    EXPECT_EQ(count(r.out, " 0 failed"), 3u) << r.out;
+    EXPECT_EQ(count(r.out, "FAIL "), 0u) << r.out;
+    EXPECT_EQ(count(r.out, "UNCAUGHT"), 0u) << r.out;
+  }
 }
 
 // ---- bp-run itself ------------------------------------------------------------------------------

@@ -110,6 +110,8 @@ int print_json() {
          {"decision", r.decision},
          {"available", r.available},
          {"library", r.library},
+         {"capabilities", bp::dist::comm_capability_names(r.capabilities)},
+         {"capability_note", r.capability_note},
          {"reason", r.reason}});
   }
   j["devices"] = nlohmann::json::array();
@@ -275,10 +277,13 @@ int print_table() {
     if (!r.version.empty())
       std::printf("  (v%s, comm ABI %u.%u)", r.version.c_str(), r.abi_major, r.abi_minor);
     std::printf("\n");
-    if (r.status == bp::PluginReport::Status::loaded)
+    if (r.status == bp::PluginReport::Status::loaded) {
       std::printf("           serves %s: %s\n", types.c_str(),
                   r.available ? r.library.c_str() : r.reason.c_str());
-    else
+      std::printf("           can: %s%s%s\n",
+                  bp::dist::comm_capability_names(r.capabilities).c_str(),
+                  r.capability_note.empty() ? "" : " — ", r.capability_note.c_str());
+    } else
       std::printf("           %s\n", r.reason.c_str());
   }
   if (comms.empty()) std::printf("  (none found)\n");

@@ -34,7 +34,7 @@
 //     reached the call. A rank that fails (timeout, mismatch, a peer that died) aborts its
 //     communicators and tells the others through the store, so every rank throws within the
 //     timeout. After a failure the group is unusable: every call throws the first error;
-//     destroy_process_group() and init again to recover.
+//     destroy_process_group() and init again to recover, or shrink() among the survivors.
 //   - Device types: a collective runs on the communicator plugin that serves the tensor's
 //     device type (cuda -> nccl, cpu -> gloo), created on first use (a collective step of its
 //     own). A device type that no loaded plugin declares (opencl) goes through host staging:
@@ -50,6 +50,7 @@
 #pragma once
 
 #include <backplane/device.hpp>
+#include <backplane/dist_launch.hpp>
 #include <backplane/dist_store.hpp>
 #include <backplane/export.hpp>
 #include <backplane/runtime.hpp>
@@ -105,7 +106,13 @@ struct CommPluginReport {
   std::vector<std::string> device_types;  // what it declares to serve
   bool available = false;                 // loaded and its vendor library usable
   std::string library;                    // the library found ("NCCL 2.28.9 from ...") or ""
+  // bp_comm_capability bits (comm_abi.h: 1 abort from any thread, 2 shrink, 4
+  // re-initialisation) of a loaded plugin, and why one is missing ("" when none is).
+  uint64_t capabilities = 0;
+  std::string capability_note;
 };
+// "abort-any-thread,shrink,reinit": the names of capability bits.
+BP_API std::string comm_capability_names(uint64_t capabilities);
 // Every libbackplane-comm-*.so candidate of the plugin search order (Note [Plugin search
 // order] in runtime.hpp), loaded once on first use with the device loader's checks.
 BP_API std::vector<CommPluginReport> comm_load_report();
@@ -122,17 +129,18 @@ BP_API const char* reduce_op_name(ReduceOp op);
 enum class CollectiveChecks { off, first_call, every_call };
 
 struct InitOptions {
-  // Rank and world size; -1 reads the environment: BACKPLANE_RANK / BACKPLANE_WORLD_SIZE, else
-  // OMPI_COMM_WORLD_RANK / _SIZE (mpirun), PMI_RANK / PMI_SIZE, SLURM_PROCID / SLURM_NTASKS.
-  // With none of them set the process is a group of one.
+  // Rank and world size; -1 reads the launcher's variables (Note [Launchers] in
+  // dist_launch.hpp: bp-run, torchrun, Open MPI, PMIx, MPICH, Slurm). With none of them set
+  // the process is a group of one.
   int rank = -1;
   int world_size = -1;
   // "file:///shared/dir", "tcp://host:port"; "" reads BACKPLANE_INIT, else
-  // tcp://MASTER_ADDR:MASTER_PORT, else (a group of one only) an in-process store.
+  // tcp://MASTER_ADDR:MASTER_PORT (under Slurm, the first host of SLURM_JOB_NODELIST and port
+  // 29500 by default), else (a group of one only) an in-process store.
   // With tcp://, rank 0 hosts the store on that address and port (tcp://0.0.0.0:port for every
   // interface) unless BACKPLANE_STORE_HOSTED=1 says the launcher does (bp-run); every rank
   // presents BACKPLANE_STORE_SECRET (16 to 1024 characters, the same on every rank; bp-run
-  // generates one). BACKPLANE_WORLD_SIZE may be 1 to 65536.
+  // generates one). The world size may be 1 to 65536.
   std::string init_method{};
   // Bound on the rendezvous and on every collective; 0 reads BACKPLANE_DIST_TIMEOUT
   // (seconds), else 300 s.
@@ -236,6 +244,26 @@ class BP_API ProcessGroup {
   // <BACKPLANE_DIST_FLIGHT_DUMP><rank>.json when the group fails.
   std::string flight_record();
 
+  // Fault recovery (Note [Shrinking] in dist_shrink.cpp), as PyTorch's shrink_group: called
+  // together by the surviving ranks, typically after a PeerError said that a rank died. This
+  // group becomes the group of the survivors, ranks renumbered in their old order (0 ..
+  // size()-1), sequence numbers from 0, with new communicators: shrunk where the plugin can
+  // (bp_comm_capability SHRINK, NCCL >= 2.27 on a communicator that was not aborted), else
+  // created afresh among the survivors under a new key prefix (REINIT: Gloo).
+  // `excluded_ranks` names the ranks (old numbers) to drop; every survivor passes the same
+  // list. Empty: the survivors agree through the store on who is alive (a rank whose store
+  // connection closed, or that called destroy_process_group, is gone; a file store, which
+  // cannot tell, waits out the timeout for ranks that do not call shrink); with nobody gone
+  // the same ranks continue from a new epoch (re-initialisation after a MismatchError or a
+  // TimeoutError). A group that has not failed may shrink too (every remaining rank calls it;
+  // the excluded ones do not). Returns the ranks dropped (old numbers, ascending). No other
+  // thread may use the group meanwhile; Works of the old group keep their errors.
+  // RendezvousError when this rank is excluded, when survivors pass different lists, when the
+  // store is gone (its host died: bp-run hosts it outside the ranks) or no survivor is left
+  // within the timeout; BackendUnavailable when a communicator's plugin can neither shrink
+  // nor re-initialise.
+  std::vector<int> shrink(const std::vector<int>& excluded_ranks = {});
+
   struct Impl;
   explicit ProcessGroup(std::unique_ptr<Impl> impl);
   Impl& impl() { return *impl_; }
@@ -253,6 +281,8 @@ BP_API bool is_initialized();
 BP_API ProcessGroup& group();
 // Leaves the group (a barrier-free goodbye through the store) and releases communicators.
 BP_API void destroy_process_group();
+// group().shrink(excluded_ranks): the default group continues with the survivors.
+BP_API std::vector<int> shrink_group(const std::vector<int>& excluded_ranks = {});
 
 // Shorthands on the default group.
 BP_API int get_rank();

@@ -83,11 +83,11 @@ dist::CommPluginReport CommRegistry::load_candidate(const std::string& path,
     dlclose(h);
     return r;
   }
-  if (api->struct_size < sizeof(bp_comm_api)) {
-    // Minor 0 is the whole table today; a later minor appends after it.
+  if (api->struct_size < offsetof(bp_comm_api, capabilities)) {
+    // Minors 0 and 1 end before capabilities; minor 2 appends after (read only when present).
     r.reason = "communicator table of " + std::to_string(api->struct_size) +
                " bytes is smaller than comm ABI 1.0 requires (" +
-               std::to_string(sizeof(bp_comm_api)) + ")";
+               std::to_string(offsetof(bp_comm_api, capabilities)) + ")";
     dlclose(h);
     return r;
   }
@@ -126,6 +126,17 @@ dist::CommPluginReport CommRegistry::load_candidate(const std::string& path,
   r.library = r.available && reason ? reason : "";
   if (!r.available)
     r.reason = std::string("unavailable: ") + (reason && *reason ? reason : "no reason given");
+  if (api->abi_minor >= 2 &&
+      api->struct_size >= offsetof(bp_comm_api, capabilities) + sizeof(api->capabilities) &&
+      api->capabilities) {
+    const char* note = "";
+    r.capabilities = api->capabilities(&note);
+    r.capability_note = note ? note : "";
+  } else {
+    r.capabilities = BP_COMM_CAP_ABORT_ANY_THREAD | BP_COMM_CAP_REINIT;
+    r.capability_note = "a comm ABI " + version_string(api->abi_major, api->abi_minor) +
+                        " plugin: no comm_shrink (comm ABI 1.2)";
+  }
   r.status = PluginReport::Status::loaded;
   r.decision = "loaded";
   *out_api = api;

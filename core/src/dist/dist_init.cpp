@@ -2,14 +2,13 @@
 // leaving the group.
 //
 // Note [Rendezvous]
-//   1. Rank and world size come from the options, else the first launcher family whose rank
-//      variable is set: BACKPLANE_RANK/_WORLD_SIZE (bp-run), OMPI_COMM_WORLD_RANK/_SIZE
-//      (Open MPI's mpirun), PMI_RANK/PMI_SIZE (MPICH, Intel MPI), SLURM_PROCID/SLURM_NTASKS.
-//   2. The store: BACKPLANE_INIT=file:///dir (a directory every rank sees) or tcp://host:port
-//      (rank 0 listens on that port of that address only — tcp://0.0.0.0:port for every
-//      interface — unless BACKPLANE_STORE_HOSTED=1 says the launcher hosts it; every
-//      connection presents BACKPLANE_STORE_SECRET, Note [Store limits]), else
-//      tcp://MASTER_ADDR:MASTER_PORT (PyTorch's variables), else, for a group of one, an in-process
+//   1. Rank and world size come from the options, else the launcher's variables (Note
+//      [Launchers] in dist_launch.hpp: bp-run, torchrun, Open MPI, PMIx, MPICH, Slurm).
+//   2. The store: the options' init_method, else the launcher's address (Note [Launchers]):
+//      file:///dir (a directory every rank sees) or tcp://host:port (rank 0 listens on that
+//      port of that address only — tcp://0.0.0.0:port for every interface — unless
+//      BACKPLANE_STORE_HOSTED=1 says the launcher hosts it; every connection presents
+//      BACKPLANE_STORE_SECRET, Note [Store limits]), else, for a group of one, an in-process
 //      store.
 //   3. Each rank claims its rank with an atomic add (a second claim is an error in both
 //      processes: two processes started with one rank, or a file store left over from another
@@ -21,6 +20,8 @@
 //   Keys live under bp/g<n>/, n counting the groups this process initialised, so a program
 //   may destroy and re-create its group with one store (bp-run's).
 #include "dist/dist_internal.hpp"
+
+#include <backplane/dist_launch.hpp>
 
 #include <backplane/runtime.hpp>
 
@@ -51,53 +52,6 @@ int g_generation = 0;
 const char* env(const char* name) {
   const char* v = std::getenv(name);
   return v && *v ? v : nullptr;
-}
-
-// The most ranks a group may have: every rank's keys and descriptors pass through one store,
-// so a mistyped size must fail here, not after gigabytes of keys.
-constexpr long kMaxWorldSize = 1 << 16;
-
-int parse_int(const char* name, const char* v, int min, long max = INT_MAX) {
-  char* end = nullptr;
-  errno = 0;
-  long n = std::strtol(v, &end, 10);
-  if (*end || errno || n < min || n > max)
-    throw RendezvousError(std::string(name) + "='" + std::string(v).substr(0, 64) +
-                          "' is not an integer from " + std::to_string(min) + " to " +
-                          std::to_string(max));
-  return static_cast<int>(n);
-}
-
-struct RankInfo {
-  int rank = -1, size = -1, local_rank = -1;
-  std::string source;  // "BACKPLANE_RANK/BACKPLANE_WORLD_SIZE"
-};
-
-RankInfo rank_from_env() {
-  static const char* const families[][3] = {
-      {"BACKPLANE_RANK", "BACKPLANE_WORLD_SIZE", "BACKPLANE_LOCAL_RANK"},
-      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
-      {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
-      {"SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
-  };
-  RankInfo info;
-  for (const auto& f : families) {
-    const char* r = env(f[0]);
-    const char* s = env(f[1]);
-    if (!r && !s) continue;
-    if (!r || !s)
-      throw RendezvousError(std::string(r ? f[0] : f[1]) + " is set but " + (r ? f[1] : f[0]) +
-                            " is not; set both (bp-run does)");
-    info.rank = parse_int(f[0], r, 0);
-    info.size = parse_int(f[1], s, 1, kMaxWorldSize);
-    if (const char* l = env(f[2])) info.local_rank = parse_int(f[2], l, 0);
-    info.source = std::string(f[0]) + "/" + f[1];
-    return info;
-  }
-  info.rank = 0;
-  info.size = 1;
-  info.source = "no launcher variables (a group of one)";
-  return info;
 }
 
 struct InitMethod {
@@ -305,6 +259,17 @@ void rendezvous(Group& g, const std::string& where) {
 
 }  // namespace
 
+void internal::watch_liveness(Group& g) {
+  g.liveness_store = g.store->clone();
+  g.liveness_store->set_on_disconnect(g.gone_key(g.rank), std::to_string(::getpid()));
+  g.monitor_store->set_on_disconnect(
+      g.abort_key(), internal::encode_failure(
+                         internal::FailKind::peer,
+                         "rank " + std::to_string(g.rank) + " (pid " + std::to_string(::getpid()) +
+                             ") exited without leaving the process group: its connection to the "
+                             "rendezvous store closed"));
+}
+
 // ---- ProcessGroup accessors -------------------------------------------------------------------
 
 ProcessGroup::ProcessGroup(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -338,23 +303,29 @@ void init_process_group(const InitOptions& options) {
                     std::to_string(g_default->rank()) + " of " + std::to_string(g_default->size()) +
                     "); call destroy_process_group first");
   auto g = std::make_shared<Group>();
-  RankInfo info;
+  LaunchEnv info;
   if (options.rank >= 0 || options.world_size >= 0) {
     if (options.rank < 0 || options.world_size < 1)
       throw RendezvousError("init_process_group: give both rank and world_size (got rank " +
                             std::to_string(options.rank) + ", world_size " +
                             std::to_string(options.world_size) + ")");
     info.rank = options.rank;
-    info.size = options.world_size;
-    info.source = "InitOptions";
+    info.world_size = options.world_size;
+    info.local_rank = -1;
+    info.variables = "InitOptions";
   } else {
-    info = rank_from_env();
+    // The options' address stands in for BACKPLANE_INIT, so that it is not asked for.
+    info = launch_env([&](const char* name) -> const char* {
+      if (!options.init_method.empty() && std::strcmp(name, "BACKPLANE_INIT") == 0)
+        return options.init_method.c_str();
+      return std::getenv(name);
+    });
   }
-  if (info.rank >= info.size)
-    throw RendezvousError("rank " + std::to_string(info.rank) + " (from " + info.source +
-                          ") is not below the world size " + std::to_string(info.size));
+  if (info.rank >= info.world_size)
+    throw RendezvousError("rank " + std::to_string(info.rank) + " (from " + info.variables +
+                          ") is not below the world size " + std::to_string(info.world_size));
   g->rank = info.rank;
-  g->size = info.size;
+  g->size = info.world_size;
   g->local_rank = info.local_rank >= 0 ? info.local_rank : info.rank;
   g->timeout = timeout_from(options);
   g->check_mode = options.check_collectives ? options.checks : CollectiveChecks::off;
@@ -400,7 +371,10 @@ void init_process_group(const InitOptions& options) {
 
   // The store (Note [Rendezvous] step 2).
   std::string init = options.init_method, from = "init_method";
-  if (init.empty()) {
+  if (init.empty() && info.variables != "InitOptions") {
+    init = info.init_method;
+    from = info.init_from;
+  } else if (init.empty()) {
     if (const char* v = env("BACKPLANE_INIT")) {
       init = v;
       from = "BACKPLANE_INIT";
@@ -433,22 +407,28 @@ void init_process_group(const InitOptions& options) {
   if (g->size > 1) {
     g->monitor_store = g->store->clone();
     rendezvous(*g, where);
-    g->monitor_store->set_on_disconnect(
-        g->abort_key(),
-        internal::encode_failure(
-            internal::FailKind::peer,
-            "rank " + std::to_string(g->rank) + " (pid " + std::to_string(::getpid()) +
-                ") exited without leaving the process group: its connection to the "
-                "rendezvous store closed"));
+    internal::watch_liveness(*g);
   }
-  internal::debug_log(g.get(), "joined: rank " + std::to_string(g->rank) + " of " +
-                                   std::to_string(g->size) + " through " + where + " (" +
-                                   info.source + ")");
+  internal::debug_log(
+      g.get(),
+      "joined: rank " + std::to_string(g->rank) + " of " + std::to_string(g->size) + " through " +
+          where + " (" +
+          (info.launcher.empty() ? info.variables : info.launcher + ": " + info.variables) + ")");
   g->start_monitor();
   ++g_generation;
   auto impl = std::make_unique<ProcessGroup::Impl>();
   impl->g = std::move(g);
   g_default = new ProcessGroup(std::move(impl));
+}
+
+std::vector<int> ProcessGroup::shrink(const std::vector<int>& excluded_ranks) {
+  std::vector<int> dropped;
+  impl_->g = internal::shrink(impl_->g, excluded_ranks, dropped);
+  return dropped;
+}
+
+std::vector<int> shrink_group(const std::vector<int>& excluded_ranks) {
+  return group().shrink(excluded_ranks);
 }
 
 bool is_initialized() {
@@ -463,26 +443,7 @@ ProcessGroup& group() {
   return *g_default;
 }
 
-void destroy_process_group() {
-  std::unique_ptr<ProcessGroup> pg;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (!g_default) throw DistError("destroy_process_group: no process group is initialised");
-    pg.reset(g_default);
-    g_default = nullptr;
-  }
-  Group& g = *pg->impl().g;
-  auto deadline = Clock::now() + g.timeout;
-  // Tell the others that this rank leaves, as its next collective: a rank still calling
-  // collectives meets a MismatchError rather than a hang.
-  if (g.size > 1 && g.check && !g.failed.load()) {
-    std::lock_guard<std::recursive_mutex> l(g.issue_mu);
-    internal::Check c;
-    c.kind = internal::Check::Kind::leave;
-    c.seq = ++g.seq;
-    c.descriptor = "destroy_process_group (left the group)";
-    g.enqueue(std::move(c));
-  }
+void internal::release_operations(Group& g, Clock::time_point deadline) {
   // Operations still running: wait for them (bounded), then release their handles.
   std::vector<std::shared_ptr<Work::State>> live;
   {
@@ -552,11 +513,37 @@ void destroy_process_group() {
     g.abortable.clear();
   }
   g.comms.clear();
+}
+
+void destroy_process_group() {
+  std::unique_ptr<ProcessGroup> pg;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_default) throw DistError("destroy_process_group: no process group is initialised");
+    pg.reset(g_default);
+    g_default = nullptr;
+  }
+  Group& g = *pg->impl().g;
+  auto deadline = Clock::now() + g.timeout;
+  // Tell the others that this rank leaves, as its next collective: a rank still calling
+  // collectives meets a MismatchError rather than a hang.
+  if (g.size > 1 && g.check && !g.failed.load()) {
+    std::lock_guard<std::recursive_mutex> l(g.issue_mu);
+    internal::Check c;
+    c.kind = internal::Check::Kind::leave;
+    c.seq = ++g.seq;
+    c.descriptor = "destroy_process_group (left the group)";
+    g.enqueue(std::move(c));
+  }
+  internal::release_operations(g, deadline);
   // Leave the store: the last rank clears a file store; the rank hosting a TCP store keeps it
   // up until the others have left (bounded), so their last requests are answered.
   if (g.size > 1) {
     try {
+      // Left, not dead: survivors agreeing on a shrink need not wait for this rank.
+      g.store->set(g.gone_key(g.rank), "left");
       g.monitor_store->leave();
+      g.liveness_store->leave();
       int64_t left = g.store->add(g.prefix + "left", 1);
       if (auto* fs = dynamic_cast<FileStore*>(g.store.get()); fs && left == g.size) fs->clear();
       if (g.server) {

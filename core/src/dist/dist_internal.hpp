@@ -166,6 +166,8 @@ struct Group : std::enable_shared_from_this<Group> {
   std::unique_ptr<TcpStoreServer> server;  // when this rank hosts the store
   std::unique_ptr<Store> store;            // the issuing thread's connection
   std::unique_ptr<Store> monitor_store;    // the monitor thread's connection
+  // A connection whose closing marks this rank dead under gone_key() (Note [Shrinking]).
+  std::unique_ptr<Store> liveness_store;
 
   // Issuing: numbering, communicators, point-to-point counters.
   std::recursive_mutex issue_mu;
@@ -198,6 +200,7 @@ struct Group : std::enable_shared_from_this<Group> {
   void dump_flight(const std::string& why);
 
   std::string abort_key() const { return prefix + "abort"; }
+  std::string gone_key(int r) const { return prefix + "gone/" + std::to_string(r); }
   // Collective #seq's keys (Note [Collective checks]): <base><rank> holds each rank's
   // descriptor, <base>n counts the ranks done with it.
   std::string check_base(int64_t seq) const { return prefix + "c/" + std::to_string(seq) + "/"; }
@@ -239,6 +242,16 @@ struct Group : std::enable_shared_from_this<Group> {
   // failed or outlived the timeout, and keeps the others. `st` is the calling thread's store.
   void reap_orphans(Store& st);
 };
+
+// dist_init.cpp: opens the liveness connection and the monitor's disconnect notice of a group
+// of several ranks.
+void watch_liveness(Group& g);
+// dist_init.cpp: ends the group's operations by `deadline` (aborting the communicators when it
+// failed or work is still running), then frees them and destroys the communicators.
+void release_operations(Group& g, Clock::time_point deadline);
+// dist_shrink.cpp: the group of the survivors (Note [Shrinking]); `old` is released.
+std::shared_ptr<Group> shrink(const std::shared_ptr<Group>& old, const std::vector<int>& excluded,
+                              std::vector<int>& dropped);
 
 // The bp_comm_host callbacks over a group's store (dist_monitor.cpp).
 bp_comm_host make_host(HostCtx& ctx);

@@ -48,6 +48,12 @@
  *   while another thread issues operations; every other slot of one communicator is called
  *   from one thread at a time. Every slot leaves the calling thread's current device (CUDA's
  *   cudaSetDevice, or the vendor's equivalent) as it found it.
+ *
+ * Fault recovery (Note [Comm fault recovery]):
+ *   When a rank dies, the survivors agree through the store on who is left and build a
+ *   communicator of those ranks: comm_shrink where the plugin has BP_COMM_CAP_SHRINK (NCCL >=
+ *   2.27's ncclCommShrink), else a fresh comm_create among the survivors under a new key
+ *   prefix (BP_COMM_CAP_REINIT; Gloo builds a new context). The host destroys the old one.
  */
 #ifndef BACKPLANE_COMM_ABI_H_
 #define BACKPLANE_COMM_ABI_H_
@@ -63,7 +69,7 @@ extern "C" {
 
 #define BP_COMM_ABI_MAJOR 1
 /* Minor history: see plugins/COMM-CHANGELOG.md. */
-#define BP_COMM_ABI_MINOR 1
+#define BP_COMM_ABI_MINOR 2
 
 /* Error codes of communicators, beside bp_error_code (their values never overlap). */
 typedef enum bp_comm_error_code {
@@ -71,6 +77,20 @@ typedef enum bp_comm_error_code {
   BP_COMM_ERROR_REMOTE = 65,  /* a peer failed, exited or closed its connection */
   BP_COMM_ERROR_ABORTED = 66  /* the communicator was aborted (comm_abort, or the host asked) */
 } bp_comm_error_code;
+
+/* What a communicator can do beyond minor 0 (the capabilities slot, minor 2). A host reading a
+ * plugin of minor < 2 assumes ABORT_ANY_THREAD | REINIT (the 1.0 contract). */
+typedef enum bp_comm_capability {
+  /* comm_abort may be called from any thread while another issues or waits (required of
+   * every plugin since 1.0; the bit states it). */
+  BP_COMM_CAP_ABORT_ANY_THREAD = 1u << 0,
+  /* comm_shrink makes a communicator of the surviving ranks from an existing one. */
+  BP_COMM_CAP_SHRINK = 1u << 1,
+  /* comm_create may be called again after a failure, by any subset of the ranks renumbered
+   * from 0, under a new key prefix (a new store epoch), while the aborted communicator still
+   * exists: the host's recovery when the plugin cannot shrink. */
+  BP_COMM_CAP_REINIT = 1u << 2
+} bp_comm_capability;
 
 /* Reductions. AVG is SUM divided by the world size, for floating dtypes only (integers and
  * BOOL: BP_ERROR_INVALID_ARGUMENT). On BOOL, SUM and MAX are a logical or, MIN a logical and.
@@ -239,6 +259,25 @@ typedef struct bp_comm_api {
   bp_error* (*work_test)(bp_comm_work* work, int32_t* out_done);
   bp_error* (*work_wait)(bp_comm_work* work, int64_t timeout_ms);
   void (*work_free)(bp_comm_work* work);
+
+  /* ---- minor 2 (Note [Comm fault recovery]) ---- */
+
+  /* Never fails. The bp_comm_capability bits this plugin has with the library it loaded;
+   * *out_reason (static, or valid while the plugin is loaded) says why a bit is missing
+   * ("ncclCommShrink needs NCCL >= 2.27; NCCL 2.21.5 is loaded"), "" when none is. NULL:
+   * ABORT_ANY_THREAD | REINIT. */
+  uint64_t (*capabilities)(const char** out_reason);
+  /* Makes, from `comm`, the communicator of its ranks not listed in `excluded` (`excluded_count`
+   * distinct ranks of comm, not this one); the others keep their order, renumbered from 0.
+   * Collective over the remaining ranks only (the excluded ones may be dead). `config` gives
+   * the new rank and world size (checked against comm's) and the timeout; `abort_pending`
+   * non-zero aborts comm's pending operations first (a peer failed; NCCL_SHRINK_ABORT). `comm`
+   * stays valid (the host destroys it afterwards). BP_ERROR_UNSUPPORTED, with the reason,
+   * when the plugin or its library cannot shrink (capabilities lacks BP_COMM_CAP_SHRINK);
+   * NULL slot: the same. */
+  bp_error* (*comm_shrink)(bp_comm* comm, const int32_t* excluded, int32_t excluded_count,
+                           const bp_comm_config* config, int32_t abort_pending,
+                           bp_comm** out_comm);
 } bp_comm_api;
 
 /* The slots every communicator plugin sets (non-NULL), once: X(slot) for each; group_start and

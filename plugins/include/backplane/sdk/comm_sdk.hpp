@@ -26,6 +26,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace bp::sdk {
 
@@ -83,6 +84,16 @@ class Communicator {
   // group_start / group_end, called only when the backend's has_groups() is true.
   virtual void group_start() {}
   virtual void group_end() {}
+  // comm_shrink (comm ABI 1.2): the communicator of the ranks not in `excluded` (checked:
+  // distinct, in range, not this rank; config's world size and rank match), after aborting the
+  // pending operations when `abort_pending`. The default refuses with BP_ERROR_UNSUPPORTED.
+  virtual std::unique_ptr<Communicator> shrink(const std::vector<int32_t>& excluded,
+                                               const bp_comm_config& config, bool abort_pending) {
+    (void)excluded;
+    (void)config;
+    (void)abort_pending;
+    fail(BP_ERROR_UNSUPPORTED, "this communicator cannot shrink; re-initialise it instead");
+  }
 };
 
 // A communicator plugin: one object per process, made on first use of the table.
@@ -101,6 +112,12 @@ class CommBackend {
   // True to expose group_start / group_end (stream backends whose send and recv must be
   // issued together); false leaves both slots NULL, the ABI's default.
   virtual bool has_groups() const { return false; }
+  // capabilities (comm ABI 1.2): bp_comm_capability bits; *reason says why one is missing.
+  // The default: abort from any thread and re-initialisation, no shrink.
+  virtual uint64_t capabilities(const char** reason) {
+    *reason = "the plugin cannot shrink a communicator; the host re-initialises one instead";
+    return BP_COMM_CAP_ABORT_ANY_THREAD | BP_COMM_CAP_REINIT;
+  }
 };
 
 }  // namespace bp::sdk
@@ -246,6 +263,40 @@ struct Table {
     });
   }
   static void work_free(bp_comm_work* w) { delete w; }
+  static uint64_t capabilities(const char** out_reason) {
+    const char* reason = "";
+    uint64_t bits = 0;
+    try {
+      bits = backend().capabilities(&reason);
+    } catch (...) {
+      bits = BP_COMM_CAP_ABORT_ANY_THREAD;
+      reason = "the backend's capability check failed";
+    }
+    if (out_reason) *out_reason = reason;
+    return bits;
+  }
+  static bp_error* comm_shrink(bp_comm* comm, const int32_t* excluded, int32_t excluded_count,
+                               const bp_comm_config* cfg, int32_t abort_pending, bp_comm** out) {
+    return guard([&] {
+      if (!comm || !cfg || !out || (excluded_count > 0 && !excluded) || excluded_count < 0)
+        fail(BP_ERROR_INVALID_ARGUMENT, "NULL argument or negative excluded_count");
+      if (cfg->struct_size < sizeof(bp_comm_config))
+        fail(BP_ERROR_INVALID_ARGUMENT, "bp_comm_config too small");
+      if (cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
+        fail(BP_ERROR_INVALID_ARGUMENT,
+             format("rank %d is not in a world of %d", cfg->rank, cfg->world_size));
+      if (cfg->timeout_ms <= 0) fail(BP_ERROR_INVALID_ARGUMENT, "timeout_ms must be positive");
+      std::vector<int32_t> ex(excluded, excluded + excluded_count);
+      for (size_t i = 0; i < ex.size(); ++i)
+        for (size_t j = 0; j < i; ++j)
+          if (ex[i] == ex[j])
+            fail(BP_ERROR_INVALID_ARGUMENT, format("rank %d excluded twice", ex[i]));
+      auto c = std::make_unique<bp_comm>();
+      c->impl = comm->impl->shrink(ex, *cfg, abort_pending != 0);
+      if (!c->impl) fail(BP_ERROR_INTERNAL, "the backend returned no communicator");
+      *out = c.release();
+    });
+  }
 
   static const bp_comm_api* api() {
     static const bp_comm_api table = [] {
@@ -275,6 +326,8 @@ struct Table {
       t.work_test = &work_test;
       t.work_wait = &work_wait;
       t.work_free = &work_free;
+      t.capabilities = &capabilities;
+      t.comm_shrink = &comm_shrink;
       return t;
     }();
     return &table;
