@@ -23,21 +23,48 @@ __all__ = ["init_process_group", "destroy_process_group", "is_initialized", "get
            "get_world_size", "get_local_rank", "local_device", "ReduceOp", "Work",
            "all_reduce", "broadcast", "all_gather", "all_gather_into_tensor",
            "reduce_scatter_tensor", "send", "recv", "isend", "irecv", "barrier",
-           "DistributedDataParallel"]
+           "DistributedDataParallel", "launch_env", "flight_record", "shrink_group"]
 
 
-def init_process_group(backend=None, init_method=None, rank=-1, world_size=-1, timeout=None):
+def init_process_group(backend=None, init_method=None, rank=-1, world_size=-1, timeout=None,
+                       checks="first_call", nonblocking=False):
     """Joins the default process group. rank, world_size and init_method default to the
-    launcher's environment (BACKPLANE_RANK / _WORLD_SIZE / _INIT, MASTER_ADDR/PORT, mpirun,
-    Slurm); backend is "gloo", "nccl" or pairs "cpu:gloo,cuda:nccl" (None: per device type);
-    timeout is seconds or a datetime.timedelta."""
+    launcher's environment (bp-run, torchrun, Open MPI, PMIx, MPICH, Slurm: see launch_env());
+    backend is "gloo", "nccl" or pairs "cpu:gloo,cuda:nccl" (None: per device type); timeout
+    is seconds or a datetime.timedelta. checks compares each collective signature across ranks
+    the first time it is issued ("first_call"), every call ("every_call", for debugging a
+    mismatch) or never ("off"); nonblocking asks for non-blocking NCCL communicators."""
     if timeout is None:
         seconds = 0.0
     elif hasattr(timeout, "total_seconds"):
         seconds = timeout.total_seconds()
     else:
         seconds = float(timeout)
-    _core._dist_init(int(rank), int(world_size), init_method or "", seconds, backend or "")
+    _core._dist_init(int(rank), int(world_size), init_method or "", seconds, backend or "",
+                     str(checks), bool(nonblocking))
+
+
+def launch_env():
+    """What init_process_group() would read from the launcher's variables: a dict with rank,
+    world_size, local_rank, launcher ("torchrun", "slurm", ...), variables, init_method and
+    init_from. RendezvousError names a malformed or inconsistent variable."""
+    return _core._dist_launch_env()
+
+
+def flight_record():
+    """The default group's flight recorder: this rank's last operations, oldest first (a dict
+    with rank, world_size, failed, failure and entries, each with id, seq, op, description,
+    check, state and age_ms)."""
+    import json
+    return json.loads(_core._dist_flight_record())
+
+
+def shrink_group(excluded_ranks=None):
+    """Fault recovery, as torch.distributed's shrink_group: every surviving rank calls it after
+    a PeerError; the default group becomes the group of the survivors (ranks renumbered in
+    their old order). excluded_ranks names the ranks to drop (old numbers); None lets the
+    survivors agree through the store on who is alive. Returns the ranks dropped."""
+    return list(_core._dist_shrink([int(r) for r in (excluded_ranks or [])]))
 
 
 def destroy_process_group():

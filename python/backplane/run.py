@@ -11,7 +11,8 @@ Note [Python launcher]
   kept). A script (a path ending in .py) runs under this interpreter, anything else as a
   program; `-m module` runs a module. Every line a rank prints is forwarded with a "[rank k] "
   prefix. When a rank fails, the others are stopped (SIGTERM, then SIGKILL after 5 s) with a
-  message naming it, and the launcher exits with the failing rank's status.
+  message naming it (with --keep-going they run on, for fault recovery), and the launcher exits
+  with the failing rank's status.
 """
 import argparse
 import os
@@ -39,6 +40,9 @@ def main(argv=None):
                         dest="n", help="number of processes (ranks)")
     parser.add_argument("-m", "--module", action="store_true",
                         help="run the program as a module (python -m program)")
+    parser.add_argument("--keep-going", action="store_true",
+                        help="let the other ranks run on when one fails (fault recovery: "
+                             "shrink_group); the status is still the first failing rank's")
     parser.add_argument("program")
     parser.add_argument("args", nargs=argparse.REMAINDER)
     a = parser.parse_args(argv)
@@ -79,7 +83,11 @@ def main(argv=None):
                 if rc != 0 and status == 0:
                     status = rc if rc > 0 else 128 - rc
                     others = [r for r in running]
-                    if others:
+                    if a.keep_going:
+                        with lock:
+                            sys.stderr.write(f"backplane.run: rank {rank} exited with status "
+                                             f"{rc}; ranks {others} go on (--keep-going)\n")
+                    elif others:
                         with lock:
                             sys.stderr.write(f"backplane.run: rank {rank} exited with status "
                                              f"{rc}; stopping ranks {others}\n")

@@ -3,9 +3,12 @@
 // hook that DistributedDataParallel uses.
 #include "bp_python.hpp"
 
+#include <backplane/dist_launch.hpp>
+
 #include <nanobind/stl/chrono.h>
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <chrono>
 #include <memory>
@@ -37,8 +40,10 @@ void register_dist(nb::module_& m) {
                          "A queued collective (torch.distributed.Work): wait() blocks until it "
                          "has finished on this rank.")
       .def("wait", &wait_work, nb::arg("timeout").none() = 0.0,
-           "Blocks until the operation has finished on this rank (seconds; 0: the group's "
-           "timeout). TimeoutError, MismatchError, PeerError or DistError on failure.")
+           "As torch's Work.wait(): on a GPU the device's default stream waits for the "
+           "operation and the call returns at once; on the CPU (or with a timeout in seconds) "
+           "the host blocks until it has finished on this rank. TimeoutError, MismatchError, "
+           "PeerError or DistError for a failure known by then.")
       .def("is_completed",
            [](dist::Work& w) {
              nb::gil_scoped_release nogil;
@@ -52,18 +57,49 @@ void register_dist(nb::module_& m) {
   m.def(
       "_dist_init",
       [](int rank, int world_size, const std::string& init_method, double timeout_s,
-         const std::string& backend) {
+         const std::string& backend, const std::string& checks, bool nonblocking) {
         dist::InitOptions o;
         o.rank = rank;
         o.world_size = world_size;
         o.init_method = init_method;
         o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
         o.backend = backend;
+        if (checks == "first_call")
+          o.checks = dist::CollectiveChecks::first_call;
+        else if (checks == "every_call")
+          o.checks = dist::CollectiveChecks::every_call;
+        else if (checks == "off")
+          o.checks = dist::CollectiveChecks::off;
+        else
+          throw nb::value_error(("init_process_group: checks='" + checks.substr(0, 64) +
+                                 "' is not 'first_call' (the default), 'every_call' or 'off'")
+                                    .c_str());
+        o.nonblocking = nonblocking;
         nb::gil_scoped_release nogil;
         dist::init_process_group(o);
       },
       nb::arg("rank"), nb::arg("world_size"), nb::arg("init_method"), nb::arg("timeout"),
-      nb::arg("backend"));
+      nb::arg("backend"), nb::arg("checks") = "first_call", nb::arg("nonblocking") = false);
+  m.def("_dist_flight_record", []() { return dist::flight_record(); });
+  m.def(
+      "_dist_shrink",
+      [](const std::vector<int>& excluded) {
+        nb::gil_scoped_release nogil;
+        return dist::shrink_group(excluded);
+      },
+      nb::arg("excluded"));
+  m.def("_dist_launch_env", []() {
+    dist::LaunchEnv e = dist::launch_env();
+    nb::dict d;
+    d["rank"] = e.rank;
+    d["world_size"] = e.world_size;
+    d["local_rank"] = e.local_rank;
+    d["launcher"] = e.launcher;
+    d["variables"] = e.variables;
+    d["init_method"] = e.init_method;
+    d["init_from"] = e.init_from;
+    return d;
+  });
   m.def("_dist_is_initialized", &dist::is_initialized);
   m.def("_dist_destroy", []() {
     nb::gil_scoped_release nogil;
