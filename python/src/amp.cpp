@@ -8,6 +8,7 @@
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/vector.h>
 
 #include <optional>
@@ -49,11 +50,10 @@ void register_amp(nb::module_& m) {
   nb::class_<amp::GradScaler>(m, "_GradScaler")
       .def(
           "__init__",
-          [](amp::GradScaler* self, double init_scale, double growth_factor,
-             double backoff_factor, int64_t growth_interval, bool enabled) {
-            new (self) amp::GradScaler(amp::GradScalerOptions{init_scale, growth_factor,
-                                                              backoff_factor, growth_interval,
-                                                              enabled});
+          [](amp::GradScaler* self, double init_scale, double growth_factor, double backoff_factor,
+             int64_t growth_interval, bool enabled) {
+            new (self) amp::GradScaler(amp::GradScalerOptions{
+                init_scale, growth_factor, backoff_factor, growth_interval, enabled});
           },
           nb::arg("init_scale"), nb::arg("growth_factor"), nb::arg("backoff_factor"),
           nb::arg("growth_interval"), nb::arg("enabled"))
