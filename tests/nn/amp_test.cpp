@@ -5,6 +5,7 @@
 #include <backplane_test/seed.hpp>
 #include <backplane_test/throws.hpp>
 #include <backplane_test/tolerance.hpp>
+#include "autograd/autograd_internal.hpp"
 #include "nn_test_support.hpp"
 
 #include <backplane/autocast.hpp>
@@ -17,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -154,6 +156,10 @@ TEST_P(AutocastTest, ScopesNestAndDisable) {
     }
     EXPECT_EQ(bp::matmul(a, b).dtype(), dt());
     EXPECT_EQ(bp::get_autocast_dtype(type()), dt());
+    // The state is per thread: another thread runs in f32.
+    DType seen = DType::i64;
+    std::thread([&] { seen = bp::matmul(a, b).dtype(); }).join();
+    EXPECT_EQ(seen, DType::f32);
   }
   EXPECT_FALSE(bp::is_autocast_enabled(type()));
   EXPECT_EQ(bp::matmul(a, b).dtype(), DType::f32);
@@ -216,6 +222,12 @@ TEST_P(AutocastTest, WeightCacheIsPerScope) {
     y2 = bp::linear(y1, w);
     (y2.to(DType::f32).sum()).backward();
   }
+  // Both products take W's one cast: their nodes' weight edges reach the same CastBackward.
+  ASSERT_TRUE(y1.grad_fn() && y2.grad_fn());
+  ASSERT_EQ(y1.grad_fn()->next.size(), 2u);
+  ASSERT_EQ(y2.grad_fn()->next.size(), 2u);
+  EXPECT_EQ(std::string(y1.grad_fn()->next[1]->name()), "CastBackward");
+  EXPECT_EQ(y1.grad_fn()->next[1], y2.grad_fn()->next[1]);
   ASSERT_TRUE(w.grad().defined());
   EXPECT_EQ(w.grad().dtype(), DType::f32);
   // d/dW sum((x W^T) W^T) = 1 (x W^T)... checked through f64 autograd of the same rounded values.
@@ -231,6 +243,7 @@ TEST_P(AutocastTest, WeightCacheIsPerScope) {
   }
   bp::autocast scope(type(), dt());
   bp::Tensor z = bp::linear(x, w);
+  EXPECT_NE(z.grad_fn()->next[1], y1.grad_fn()->next[1]);  // the cache died with its scope
   bp::Tensor ref = bp::linear(x.to(dt()), w.detach().to(dt()));
   EXPECT_EQ(z.to_vector<double>(), ref.to_vector<double>());
 }
