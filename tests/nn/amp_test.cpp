@@ -326,6 +326,9 @@ TEST_P(AutocastRefusalTest, UnsupportedDtypesAndDevicesAreErrors) {
       bp_test::expect_throw<bp::DeviceError>([&] { bp::autocast s("nosuchdevice", DType::bf16); });
   EXPECT_HAS(msg, "autocast: no device of type 'nosuchdevice'");
   EXPECT_HAS(msg, "cpu");
+  msg = bp_test::expect_throw<bp::DeviceError>([&] { bp::autocast s(dev().str(), DType::bf16); });
+  EXPECT_HAS(msg, "'" + dev().str() + "' is a device; autocast takes a device type such as '" +
+                      type + "'");
   // A dtype the device cannot run: refused with the device and what it supports, never an f32
   // run. Disabling is always allowed.
   const std::vector<DType> ok = bp::autocast_supported_dtypes(type);

@@ -40,8 +40,8 @@
 namespace bp {
 
 // The autocast dtypes a device type accepts: those in which every device of the type runs the
-// lower-precision list natively (bf16 and f16 on cpu and cuda). Empty when the type has no
-// device. Loads the type's plugin.
+// lower-precision list natively (bf16 and f16 on cpu, cuda and opencl). Empty when the type has
+// no device; DeviceError for a device string ("cuda:0"). Loads the type's plugin.
 BP_API std::vector<DType> autocast_supported_dtypes(std::string_view device_type);
 
 // An autocast scope for one device type ("cpu", "cuda", "opencl"), as torch.autocast: RAII,
@@ -50,7 +50,8 @@ BP_API std::vector<DType> autocast_supported_dtypes(std::string_view device_type
 // dtype defaults to f16 on cuda and bf16 elsewhere (PyTorch's defaults). Not copyable; must be
 // destroyed on the thread that made it, in reverse order of creation.
 //
-// Throws DeviceError when no device of `device_type` exists (naming the types that do), and,
+// Throws DeviceError when `device_type` is a device ("cuda:0") rather than a type, or when no
+// device of the type exists (naming the types that do), and,
 // when enabled, DTypeError when `dtype` is not f16 or bf16, or when a device of the type cannot
 // run the lower-precision list in it (naming the device and the dtypes it supports): never a
 // silent f32 run.

@@ -86,6 +86,14 @@ std::vector<Device*> devices_of(std::string_view type) {
   return out;
 }
 
+std::vector<Device*> checked_devices_of(std::string_view type) {
+  if (type.find(':') != std::string_view::npos)
+    throw DeviceError("autocast: '" + std::string(type) +
+                      "' is a device; autocast takes a device type such as '" +
+                      std::string(type.substr(0, type.find(':'))) + "'");
+  return devices_of(type);
+}
+
 void check_type(std::string_view type, const std::vector<Device*>& devs) {
   if (!devs.empty()) return;
   std::vector<std::string> types;
@@ -100,7 +108,7 @@ void check_type(std::string_view type, const std::vector<Device*>& devs) {
 }  // namespace
 
 std::vector<DType> autocast_supported_dtypes(std::string_view device_type) {
-  std::vector<Device*> devs = devices_of(device_type);
+  std::vector<Device*> devs = checked_devices_of(device_type);
   std::vector<DType> out;
   if (devs.empty()) return out;
   for (DType t : {DType::bf16, DType::f16}) {
@@ -114,7 +122,7 @@ std::vector<DType> autocast_supported_dtypes(std::string_view device_type) {
 AutocastGuard::AutocastGuard(std::string_view device_type, std::optional<DType> dtype0,
                              bool enabled)
     : type_(device_type) {
-  std::vector<Device*> devs = devices_of(device_type);
+  std::vector<Device*> devs = checked_devices_of(device_type);
   check_type(device_type, devs);
   const DType dtype = dtype0.value_or(default_dtype(device_type));
   if (enabled) {
