@@ -3,7 +3,7 @@
 //
 //   example-gpt [--data DIR] [--device cpu:0] [--layers 6] [--heads 6] [--width 384]
 //               [--context 256] [--batch 64] [--steps 5000] [--lr 1e-3] [--dropout 0.2]
-//               [--seed 0] [--eval-every 250] [--max-loss X] [--sample 0]
+//               [--seed 0] [--eval-every 250] [--max-loss X] [--sample 0] [--autocast bf16]
 //
 // The files of DIR (regular files, in name order) are read as bytes; the vocabulary is the set
 // of bytes that occur. 90% of the text trains, 10% validates. Each step draws `batch` windows of
@@ -13,6 +13,8 @@
 // the validation loss (the mean over 8 fixed batches, in evaluation mode) as JSON lines; at the
 // end it prints --sample bytes sampled from a newline (temperature 0.8, seeded by --seed). Exits 1
 // when the last validation loss is above --max-loss (the CI test runs a small configuration so).
+// --autocast bf16 (or f16) runs the forward pass and the loss under bp::autocast on the device's
+// type (matmuls and attention in that dtype, the loss in f32); f16 adds a bp::amp::GradScaler.
 #include <backplane/backplane.hpp>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -79,7 +82,10 @@ std::pair<bp::Tensor, bp::Tensor> draw(const std::vector<int64_t>& tokens, int64
   return {bp::from_vector(x, {B, T}, dev), bp::from_vector(y, {B, T}, dev)};
 }
 
-bp::Tensor loss_of(bp::nn::GPT& model, const bp::Tensor& x, const bp::Tensor& y) {
+bp::Tensor loss_of(bp::nn::GPT& model, const bp::Tensor& x, const bp::Tensor& y,
+                   std::optional<bp::DType> amp) {
+  std::optional<bp::autocast> scope;
+  if (amp) scope.emplace(x.device().type(), *amp);
   bp::Tensor logits = model.forward(x);
   const int64_t V = logits.size(2);
   return bp::nn::cross_entropy(logits.reshape({-1, V}), y.reshape({-1}));
@@ -98,6 +104,7 @@ int main(int argc, char** argv) try {
   int64_t batch = 64, steps = 5000, eval_every = 250, sample = 0;
   double lr = 1e-3, max_loss = 1e30;
   uint64_t seed = 0;
+  std::optional<bp::DType> amp;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -132,6 +139,8 @@ int main(int argc, char** argv) try {
       max_loss = std::stod(value());
     else if (a == "--sample")
       sample = std::stoll(value());
+    else if (a == "--autocast")
+      amp = bp::dtype_from_name(value());
     else
       throw bp::Error("example-gpt: unknown argument " + a);
   }
@@ -146,15 +155,17 @@ int main(int argc, char** argv) try {
       model.name().c_str(), static_cast<long long>(model.num_params()), d.train.size(),
       d.val.size(), device.c_str());
   bp::optim::Adam opt(model.parameters(), {.lr = lr});
+  bp::amp::GradScaler scaler({.enabled = amp == bp::DType::f16});
   std::mt19937_64 rng(seed);
   double since = 0, val = 0;
   int64_t n_since = 0;
   for (int64_t step = 1; step <= steps; ++step) {
     auto [x, y] = draw(d.train, batch, cfg.block_size, rng, dev);
-    bp::Tensor loss = loss_of(model, x, y);
+    bp::Tensor loss = loss_of(model, x, y, amp);
     opt.zero_grad();
-    loss.backward();
-    opt.step();
+    scaler.scale(loss).backward();
+    scaler.step(opt);
+    scaler.update();
     since += loss.item<float>();
     ++n_since;
     if (step % eval_every == 0 || step == steps) {
@@ -164,7 +175,7 @@ int main(int argc, char** argv) try {
       val = 0;
       for (int k = 0; k < 8; ++k) {
         auto [vx, vy] = draw(d.val, batch, cfg.block_size, vrng, dev);
-        val += loss_of(model, vx, vy).item<float>() / 8;
+        val += loss_of(model, vx, vy, amp).item<float>() / 8;
       }
       model.train();
       std::printf("{\"step\": %lld, \"train_loss\": %.4f, \"val_loss\": %.4f}\n",

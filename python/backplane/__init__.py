@@ -129,6 +129,8 @@ from ._dlpack import from_dlpack
 from ._graph import graph
 from .serialization import load, load_checkpoint, load_metadata, save, save_checkpoint
 from . import autograd, nn, optim  # noqa: E402  (they use the names above)
+from . import amp  # noqa: E402
+from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
 from . import distributed, profiler, utils  # noqa: E402
 from .trainer import Trainer  # noqa: E402
 from . import models  # noqa: E402  (built on nn)

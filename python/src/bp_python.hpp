@@ -68,6 +68,7 @@ void register_tensor(nb::module_& m);
 void register_indexing(nb::class_<Tensor>& cls);
 void register_dlpack(nb::class_<Tensor>& cls, nb::module_& m);
 void register_train(nb::module_& m);
+void register_amp(nb::module_& m);
 void register_graph(nb::module_& m);
 void register_nn_functional(nb::module_& m);
 void register_profiler(nb::module_& m);

@@ -8,6 +8,7 @@ NB_MODULE(_core, m) {
   bp::python::register_runtime(m);
   bp::python::register_tensor(m);
   bp::python::register_train(m);
+  bp::python::register_amp(m);
   bp::python::register_nn_functional(m);
   bp::python::register_graph(m);
   bp::python::register_profiler(m);

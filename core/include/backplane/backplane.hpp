@@ -2,6 +2,7 @@
 // core/include/backplane (checked by the test docs.umbrella_header).
 #pragma once
 
+#include <backplane/autocast.hpp>
 #include <backplane/checkpoint.hpp>
 #include <backplane/device.hpp>
 #include <backplane/dist.hpp>
@@ -10,6 +11,7 @@
 #include <backplane/errors.hpp>
 #include <backplane/export.hpp>
 #include <backplane/functions.hpp>
+#include <backplane/grad_scaler.hpp>
 #include <backplane/graph.hpp>
 #include <backplane/lr_scheduler.hpp>
 #include <backplane/nn.hpp>

@@ -1,5 +1,6 @@
 // Reverse-mode differentiation (Note [Autograd] in tensor.hpp).
 #include "autograd/autograd_internal.hpp"
+#include "tensor/autocast_internal.hpp"
 #include "tensor/tensor_internal.hpp"
 
 #include <backplane/runtime.hpp>
@@ -373,6 +374,7 @@ namespace {
 void run_backward(const std::shared_ptr<autograd::Node>& root, const Tensor& seed,
                   std::unordered_map<autograd::Node*, Tensor>* capture) {
   NoGradGuard no_grad;
+  detail::AutocastOff autocast_off;  // Note [Autocast op lists]: backward follows the forward
   // Reverse topological order by iterative DFS.
   std::vector<autograd::Node*> order;
   std::unordered_map<autograd::Node*, int> state;

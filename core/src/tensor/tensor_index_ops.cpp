@@ -5,6 +5,7 @@
 #include <backplane/runtime.hpp>
 
 #include "runtime/fallback.hpp"
+#include "tensor/autocast_internal.hpp"
 #include "tensor/composites.hpp"
 #include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
@@ -78,7 +79,9 @@ Tensor arg_extreme(Op op, const Tensor& input, std::optional<int> dim, bool keep
   return i.reshape(Shape(static_cast<size_t>(input.rank()), 1));
 }
 
-Tensor softmax_op(Op op, GradKind kind, const Tensor& input, int dim) {
+Tensor softmax_op(Op op, GradKind kind, const Tensor& input0, int dim) {
+  AutocastArgs<1> ac(AutocastPolicy::fp32, {&input0});
+  const Tensor& input = ac[0];
   const char* name = op_name(op).data();
   check_same_device(name, {&input});
   check_domain(op, input.dtype());
@@ -226,9 +229,22 @@ Tensor cat(const std::vector<Tensor>& ts, int axis) {
   Dims shape = impl(first).shape;
   shape.d[axis] = 0;
   bool grad = false;
+  DType widest = first.dtype();
+  for (const Tensor& t : ts) widest = promote_types(widest, t.dtype());
+  if (widest != first.dtype() || std::any_of(ts.begin(), ts.end(), [&](const Tensor& t) {
+        return t.dtype() != widest;
+      })) [[unlikely]] {
+    // Note [Autocast op lists]: cat runs in the widest dtype of its operands, as in PyTorch.
+    std::vector<Tensor> promoted;
+    promoted.reserve(ts.size());
+    for (const Tensor& t : ts) {
+      check_same_device("cat", {&first, &t});
+      promoted.push_back(t.to(widest));
+    }
+    return cat(promoted, axis);
+  }
   for (const Tensor& t : ts) {
     check_same_device("cat", {&first, &t});
-    check_same_dtype("cat", first, t);
     const Dims& s = impl(t).shape;
     bool ok = s.rank == shape.rank;
     for (int k = 0; ok && k < s.rank; ++k) ok = k == axis || s.d[k] == shape.d[k];

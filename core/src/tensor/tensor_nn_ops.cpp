@@ -5,6 +5,7 @@
 #include <backplane/runtime.hpp>
 
 #include "runtime/fallback.hpp"
+#include "tensor/autocast_internal.hpp"
 #include "tensor/composites.hpp"
 #include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
@@ -208,8 +209,10 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 
 // ---- convolution ------------------------------------------------------------------------------
 
-Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias, Pair2 stride,
+Tensor conv2d(const Tensor& input0, const Tensor& weight0, const Tensor& bias0, Pair2 stride,
               Pair2 padding, Pair2 dilation, int64_t groups) {
+  AutocastArgs<3> ac(AutocastPolicy::lower, {&input0, &weight0, &bias0});
+  const Tensor &input = ac[0], &weight = ac[1], &bias = ac[2];
   const char* op = "conv2d";
   const bool has_bias = bias.defined();
   if (has_bias)
@@ -401,9 +404,11 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Pair2 output_size) {
 //   through an f32 copy written back after the launch; absent ones (training without tracked
 //   statistics) through scratch tensors. weight and bias are cast to the statistics dtype with
 //   autograd, so their gradients come back in their own dtype.
-Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, bool training, double momentum,
+Tensor batch_norm(const Tensor& input0, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight0, const Tensor& bias0, bool training, double momentum,
                   double eps) {
+  AutocastArgs<3> ac(AutocastPolicy::fp32, {&input0, &weight0, &bias0});
+  const Tensor &input = ac[0], &weight = ac[1], &bias = ac[2];
   const char* op = "batch_norm";
   check_same_device(op, {&input});
   check_domain(Op::batch_norm, input.dtype());

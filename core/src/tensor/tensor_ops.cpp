@@ -9,6 +9,7 @@
 #include <backplane/tensor.hpp>
 
 #include "runtime/fallback.hpp"
+#include "tensor/autocast_internal.hpp"
 #include "tensor/composites.hpp"
 #include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
@@ -295,7 +296,13 @@ bool floating_only(Op op) {
   return op == Op::exp || op == Op::log || op == Op::sqrt || op == Op::sigmoid || op == Op::tanh;
 }
 
-Tensor unary_op(Op op, GradKind kind, const Tensor& a) {
+bool autocast_fp32(Op op) {  // the unary and scalar ops of the f32 list
+  return op == Op::exp || op == Op::log || op == Op::rsqrt || op == Op::pow;
+}
+
+Tensor unary_op(Op op, GradKind kind, const Tensor& a0) {
+  AutocastArgs<1> ac(autocast_fp32(op) ? AutocastPolicy::fp32 : AutocastPolicy::none, {&a0});
+  const Tensor& a = ac[0];
   check_same_device(op_name(op).data(), {&a});
   if (!is_floating(a.dtype()) && floating_only(op)) [[unlikely]]
     return unary_op(op, kind, as_floating(a));
@@ -303,7 +310,9 @@ Tensor unary_op(Op op, GradKind kind, const Tensor& a) {
   if (autograd::needs_grad({&a})) record(kind, out, {a}, {a, out});
   return out;
 }
-Tensor binary_op(Op op, GradKind kind, const Tensor& a, const Tensor& b) {
+Tensor binary_op(Op op, GradKind kind, const Tensor& a0, const Tensor& b0) {
+  AutocastArgs<2> ac(op == Op::pow ? AutocastPolicy::fp32 : AutocastPolicy::none, {&a0, &b0});
+  const Tensor &a = ac[0], &b = ac[1];
   if (a.dtype() != b.dtype() || (op == Op::div && !is_floating(a.dtype()))) [[unlikely]] {
     check_same_device(op_name(op).data(), {&a, &b});
     DType t = result_type(a, b);
@@ -315,7 +324,9 @@ Tensor binary_op(Op op, GradKind kind, const Tensor& a, const Tensor& b) {
   if (autograd::needs_grad({&a, &b})) record(kind, out, {a, b}, {a, b});
   return out;
 }
-Tensor scalar_op(Op op, GradKind kind, const Tensor& a, double s, bool reverse) {
+Tensor scalar_op(Op op, GradKind kind, const Tensor& a0, double s, bool reverse) {
+  AutocastArgs<1> ac(op == Op::pow ? AutocastPolicy::fp32 : AutocastPolicy::none, {&a0});
+  const Tensor& a = ac[0];
   check_same_device(op_name(op).data(), {&a});
   if (op == Op::div && !is_floating(a.dtype())) [[unlikely]]
     return scalar_op(op, kind, as_floating(a), s, reverse);
@@ -450,7 +461,9 @@ Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) {
   if (autograd::needs_grad({&a, &b})) record(GradKind::where, out, {a, b}, {c, a, b});
   return out;
 }
-Tensor matmul(const Tensor& a, const Tensor& b) {
+Tensor matmul(const Tensor& a0, const Tensor& b0) {
+  AutocastArgs<2> ac(AutocastPolicy::lower, {&a0, &b0});
+  const Tensor &a = ac[0], &b = ac[1];
   Tensor out = matmul_raw(a, b);
   if (autograd::needs_grad({&a, &b})) record(GradKind::matmul, out, {a, b}, {a, b});
   return out;
@@ -493,7 +506,11 @@ Tensor Tensor::matmul(const Tensor& o) const {
 }
 
 namespace {
-Tensor reduce_op(Op op, GradKind kind, const Tensor& a, uint32_t axes, bool keepdim) {
+Tensor reduce_op(Op op, GradKind kind, const Tensor& a0, uint32_t axes, bool keepdim) {
+  // sum, norm and sumsq are on the f32 list; mean and max are not.
+  const bool fp32 = op == Op::sum || op == Op::norm || op == Op::sumsq;
+  AutocastArgs<1> ac(fp32 ? AutocastPolicy::fp32 : AutocastPolicy::none, {&a0});
+  const Tensor& a = ac[0];
   check_same_device(op_name(op).data(), {&a});
   Tensor out = reduce_raw(op, a, axes, keepdim);
   if (autograd::needs_grad({&a}))
@@ -530,7 +547,9 @@ Tensor Tensor::max(int axis, bool keepdim) const {
 // device without them (a plugin built against an older catalogue) the same values come from
 // x * x, sum and sqrt.
 namespace {
-Tensor sumsq_op(Op op, const Tensor& a, uint32_t axes, bool keepdim) {
+Tensor sumsq_op(Op op, const Tensor& a0, uint32_t axes, bool keepdim) {
+  AutocastArgs<1> ac(AutocastPolicy::fp32, {&a0});
+  const Tensor& a = ac[0];
   if (!is_floating(a.dtype()))
     throw DTypeError(std::string(op_name(op)) + ": needs a floating dtype, got " +
                      std::string(dtype_name(a.dtype())) + " (cast first)");
@@ -561,7 +580,9 @@ Tensor Tensor::sumsq(int axis, bool keepdim) const {
 // the plugin's linear kernel writes act(x w^T + b) in one launch, and the result is viewed
 // back as [..., N]. Backward: g' = g * (out > 0) with a ReLU, dx = g' w, dw = g'^T x,
 // db = sum_rows g'. Devices without the kernel compute matmul, add and relu.
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation activation) {
+Tensor linear(const Tensor& x0, const Tensor& weight0, const Tensor& bias0, Activation activation) {
+  AutocastArgs<3> ac(AutocastPolicy::lower, {&x0, &weight0, &bias0});
+  const Tensor &x = ac[0], &weight = ac[1], &bias = ac[2];
   const bool has_bias = bias.defined();
   if (has_bias)
     check_same_device("linear", {&x, &weight, &bias});

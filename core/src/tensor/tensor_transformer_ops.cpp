@@ -6,6 +6,7 @@
 #include <backplane/nn_functional.hpp>
 #include <backplane/runtime.hpp>
 
+#include "tensor/autocast_internal.hpp"
 #include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 #include "tensor/tensor_nn_internal.hpp"
@@ -181,7 +182,9 @@ Tensor tril(const Tensor& input, int64_t diagonal) {
   return triangle(Op::tril, GradKind::tril, input, diagonal);
 }
 
-Tensor cumsum(const Tensor& input, int dim) {
+Tensor cumsum(const Tensor& input0, int dim) {
+  AutocastArgs<1> ac(AutocastPolicy::fp32, {&input0});
+  const Tensor& input = ac[0];
   check_same_device("cumsum", {&input});
   check_domain(Op::cumsum, input.dtype());
   if (input.rank() == 0) {
@@ -209,8 +212,10 @@ namespace nn::functional {
 
 // ---- layer_norm --------------------------------------------------------------------------------
 
-Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
-                  const Tensor& bias, double eps) {
+Tensor layer_norm(const Tensor& input0, const Shape& normalized_shape, const Tensor& weight0,
+                  const Tensor& bias0, double eps) {
+  AutocastArgs<3> ac(AutocastPolicy::fp32, {&input0, &weight0, &bias0});
+  const Tensor &input = ac[0], &weight = ac[1], &bias = ac[2];
   const char* op = "layer_norm";
   check_same_device(op, {&input});
   check_domain(Op::layer_norm, input.dtype());
@@ -368,9 +373,11 @@ Tensor attention_composite(const Tensor& q, const Tensor& k, const Tensor& v, co
 
 }  // namespace
 
-Tensor scaled_dot_product_attention(const Tensor& query, const Tensor& key, const Tensor& value,
-                                    const Tensor& attn_mask, double dropout_p, bool is_causal,
+Tensor scaled_dot_product_attention(const Tensor& query0, const Tensor& key0, const Tensor& value0,
+                                    const Tensor& attn_mask0, double dropout_p, bool is_causal,
                                     std::optional<double> scale) {
+  AutocastArgs<4> ac(AutocastPolicy::lower, {&query0, &key0, &value0, &attn_mask0});
+  const Tensor &query = ac[0], &key = ac[1], &value = ac[2], &attn_mask = ac[3];
   const char* op = "scaled_dot_product_attention";
   check_same_device(op, {&query, &key, &value});
   check_domain(Op::scaled_dot_product_attention, query.dtype());

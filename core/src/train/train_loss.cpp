@@ -1,7 +1,12 @@
 // Losses and gradient clipping (Note [Training on a device] in train.hpp).
 #include <backplane/train.hpp>
 
+#include "tensor/autocast_internal.hpp"
+
 namespace bp::nn {
+
+using detail::AutocastArgs;
+using detail::AutocastPolicy;
 
 namespace {
 std::string shape_str(const Tensor& t) {
@@ -9,7 +14,9 @@ std::string shape_str(const Tensor& t) {
 }
 }  // namespace
 
-Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
+Tensor mse_loss(const Tensor& prediction0, const Tensor& target0) {
+  AutocastArgs<2> ac(AutocastPolicy::fp32, {&prediction0, &target0});
+  const Tensor &prediction = ac[0], &target = ac[1];
   if (prediction.shape() != target.shape())
     throw ShapeError("mse_loss: prediction of shape " + shape_str(prediction) +
                      " and target of shape " + shape_str(target) +
@@ -18,7 +25,9 @@ Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
   return (d * d).mean();
 }
 
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels) {
+Tensor cross_entropy(const Tensor& logits0, const Tensor& labels) {
+  AutocastArgs<1> ac(AutocastPolicy::fp32, {&logits0});
+  const Tensor& logits = ac[0];
   if (logits.rank() != 2)
     throw ShapeError("cross_entropy: logits must be [batch, classes], got shape " +
                      shape_str(logits));
