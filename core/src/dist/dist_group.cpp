@@ -257,7 +257,8 @@ class Issue {
       if (native_stream_) order_after(*stream_, def);
     } catch (const std::exception& e) {
       // This rank cannot take part: tell the others rather than let them wait.
-      fail_here(e);
+      if (!g.failed.load())
+        g.fail(kind_of(e), std::string(op) + " on " + g.where() + ": " + e.what());
       throw;
     }
     g.last_device = &dev;
@@ -271,9 +272,10 @@ class Issue {
   //   fails the group with the local error before it is rethrown: the others get a PeerError
   //   quoting it at once instead of waiting out the timeout. arg() and the constructor report
   //   the error itself; any other exception between numbering and launch is caught by the
-  //   destructor with a generic message.
+  //   destructor with a generic message. A group of one has nobody to tell and stays usable.
   ~Issue() {
-    if (numbered_ && !launched_ && std::uncaught_exceptions() > unwinding_ && !g_.failed.load()) {
+    if (numbered_ && !launched_ && std::uncaught_exceptions() > unwinding_ && g_.size > 1 &&
+        !g_.failed.load()) {
       if (before_fail_) before_fail_();
       g_.fail(FailKind::generic, std::string(op_) + " on " + dev_.str() + ", " + g_.where() +
                                      ": this rank failed before starting it");
@@ -413,8 +415,9 @@ class Issue {
   int unwinding_ = 0;  // std::uncaught_exceptions() when numbered
   std::function<void()> before_fail_;
 
+  // A group of one has nobody waiting: its local errors leave it usable.
   void fail_here(const std::exception& e) {
-    if (g_.failed.load()) return;
+    if (g_.size == 1 || g_.failed.load()) return;
     if (before_fail_) before_fail_();
     g_.fail(kind_of(e),
             std::string(op_) + " on " + dev_.str() + ", " + g_.where() + ": " + e.what());
