@@ -184,6 +184,7 @@ struct Group : std::enable_shared_from_this<Group> {
   std::atomic<bool> failed{false};
   Failure failure;
   bool failure_published = false;  // our own failure written to the abort key
+  std::mutex publish_mu;           // held while it is written (publish_failure)
   bool failure_local = false;      // found here rather than read from the abort key
   std::vector<Communicator*> abortable;
   std::deque<Check> checks;

@@ -162,22 +162,26 @@ void Group::fail(FailKind kind, const std::string& message, bool local) {
 
 void Group::publish_failure() {
   if (size == 1) return;
+  // Held across the write: a thread about to throw the failure waits for a write another
+  // thread has started, so the process cannot exit (its store connection closing says "exited
+  // without leaving") before the other ranks can read why (Note [Failure propagation]).
+  std::lock_guard<std::mutex> publishing(publish_mu);
   std::string text;
   FailKind kind;
   {
     std::lock_guard<std::mutex> l(mu);
     if (!failed.load() || !failure_local || failure_published) return;
-    failure_published = true;
     text = "rank " + std::to_string(rank) + ": " + failure.message;
     kind = failure.kind;
   }
-  // Tell the others now, before this process may exit (Note [Failure propagation]); each
-  // thread uses its own store connection.
+  // Each thread uses its own store connection.
   Store* st = std::this_thread::get_id() == monitor.get_id() ? monitor_store.get() : store.get();
   try {
     if (st && !st->try_get(abort_key())) st->set(abort_key(), encode_failure(kind, text));
   } catch (const Error&) {
   }
+  std::lock_guard<std::mutex> l(mu);
+  failure_published = true;
 }
 
 Failure Group::current_failure() {
@@ -187,6 +191,7 @@ Failure Group::current_failure() {
 
 void Group::throw_if_failed(const std::string& context) {
   if (!failed.load()) return;
+  publish_failure();  // before this thread can let the process exit
   Failure f = current_failure();
   raise(f.kind, f.message.rfind(context, 0) == 0 ? f.message : context + ": " + f.message);
 }
