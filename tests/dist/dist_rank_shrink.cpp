@@ -220,7 +220,11 @@ int run_shrink(const std::vector<std::string>& args) {
     try {
       Tensor on_dev = g.to(dev);
       const bool odd_one = mismatch && !shrunk && step == kill_step && old_rank == 0;
-      d::all_reduce(on_dev, odd_one ? d::ReduceOp::max : d::ReduceOp::sum).wait();
+      // A host wait (Note [Work waits]): on cuda, wait() is a stream wait, and a reduction
+      // that a dead rank never joined is aborted by the watchdog with its output undefined;
+      // the host wait throws before the gradient is used, as DDP's synchronize_gradients does.
+      d::all_reduce(on_dev, odd_one ? d::ReduceOp::max : d::ReduceOp::sum)
+          .wait(d::group().timeout());
       g = on_dev.to(bp::device("cpu:0"));
     } catch (const d::DistError& e) {
       std::string msg = e.what();

@@ -26,8 +26,10 @@
 //   wait for it (an event, no host synchronisation) and returns, as PyTorch's does; the
 //   process group's watchdog keeps testing the operation, so a failure or a hang found later
 //   (a peer died inside NCCL) fails the group and the next call on it throws, and a timeout
-//   aborts the communicators so the device never waits forever. Work::wait(timeout) blocks the
-//   host. A Work dropped without wait() is still watched until it finishes.
+//   aborts the communicators so the device never waits forever; the output of an aborted
+//   operation is undefined. Work::wait(timeout) blocks the host and throws such a failure
+//   before it returns: use it before a result leaves the device or enters a checkpoint. A Work
+//   dropped without wait() is still watched until it finishes.
 //   - Timeouts: nothing waits forever. A Work that has not completed within the group's
 //     timeout (InitOptions::timeout, BACKPLANE_DIST_TIMEOUT seconds) fails with a TimeoutError
 //     naming the op, its sequence number, this rank, the sizes, and the ranks that never
