@@ -14,6 +14,8 @@ least 0.9 * W times one GPU's samples/s; the N-GPU loss curve within 1e-4 of one
 import os
 import sys
 
+from torch_dist import size_bytes  # the same size names as both programs
+
 
 def results(path, kind):
     out = []
@@ -26,14 +28,6 @@ def results(path, kind):
         if len(parts) >= 2 and parts[0] == "RESULT" and parts[1] == kind:
             out.append(parts[2:])
     return out
-
-
-def size_bytes(s):
-    if s[-1] in "Kk":
-        return int(s[:-1]) << 10
-    if s[-1] == "B":
-        return int(s[:-1])
-    return int(s) << 20
 
 
 def size_label(s):

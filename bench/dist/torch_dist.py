@@ -17,6 +17,15 @@ import sys
 import time
 
 
+def size_bytes(s):
+    """'64K' KiB, '4B' bytes, '256' MiB (bp_bench_dist.cpp's size names)."""
+    if s[-1] in "Kk":
+        return int(s[:-1]) << 10
+    if s[-1] == "B":
+        return int(s[:-1])
+    return int(s) << 20
+
+
 def median(v):
     return sorted(v)[len(v) // 2]
 
@@ -47,13 +56,6 @@ def main():
         print(f"torch_dist {args.mode}: {n} rank(s), torch {torch.__version__}, "
               f"NCCL {'.'.join(map(str, torch.cuda.nccl.version()))}, "
               f"{torch.cuda.get_device_name(dev)}", flush=True)
-
-    def size_bytes(s):
-        if s[-1] in "Kk":
-            return int(s[:-1]) << 10
-        if s[-1] == "B":
-            return int(s[:-1])
-        return int(s) << 20
 
     if args.mode == "latency":
         x = torch.rand(1, device=dev)

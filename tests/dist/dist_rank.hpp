@@ -34,6 +34,10 @@ struct Checker {
   }
 };
 
+// --seed N, else BP_TEST_SEED, else a fresh seed drawn by rank 0 and broadcast (printed by the
+// scenarios so that a failure can be repeated). Needs an initialised group.
+uint64_t shared_seed(const std::vector<std::string>& args);
+
 // Scenarios (dist_rank_*.cpp). Each returns the process's exit status.
 int run_collectives(const std::vector<std::string>& args);
 int run_fault(const std::string& name, const std::vector<std::string>& args);

@@ -369,6 +369,14 @@ void barrier_cases(Ctx& c) {
   c.expect("barrier[x3]", "");
 }
 
+std::string arg_value(const std::vector<std::string>& args, const char* name, const char* def) {
+  for (size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == name) return args[i + 1];
+  return def;
+}
+
+}  // namespace
+
 uint64_t shared_seed(const std::vector<std::string>& args) {
   for (size_t i = 0; i + 1 < args.size(); ++i)
     if (args[i] == "--seed") return std::strtoull(args[i + 1].c_str(), nullptr, 0);
@@ -383,14 +391,6 @@ uint64_t shared_seed(const std::vector<std::string>& args) {
   d::broadcast(t, 0).wait();
   return static_cast<uint64_t>(t.item<int64_t>());
 }
-
-std::string arg_value(const std::vector<std::string>& args, const char* name, const char* def) {
-  for (size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == name) return args[i + 1];
-  return def;
-}
-
-}  // namespace
 
 int run_collectives(const std::vector<std::string>& args) {
   d::init_process_group();

@@ -18,7 +18,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
-#include <random>
 
 namespace bpt {
 
@@ -45,18 +44,6 @@ bool flag(const std::vector<std::string>& args, const char* name) {
   for (const auto& a : args)
     if (a == name) return true;
   return false;
-}
-
-uint64_t shared_seed() {
-  if (const char* s = std::getenv("BP_TEST_SEED")) return std::strtoull(s, nullptr, 0);
-  Tensor t = bp::zeros({1}, bp::device("cpu:0"), DType::i64);
-  if (d::get_rank() == 0) {
-    std::random_device rd;
-    t = bp::from_vector<int64_t>({static_cast<int64_t>(rd() % 1000000007u)}, {1},
-                                 bp::device("cpu:0"));
-  }
-  d::broadcast(t, 0).wait();
-  return static_cast<uint64_t>(t.item<int64_t>());
 }
 
 std::shared_ptr<bp::nn::Sequential> make_mlp(uint64_t seed) {
@@ -139,7 +126,7 @@ int run_shrink(const std::vector<std::string>& args) {
   const int kill_step = std::atoi(arg(args, "--kill-step", "5").c_str());
   const int steps = std::atoi(arg(args, "--steps", "20").c_str());
   const bool explicit_list = flag(args, "--explicit");
-  ck.seed = shared_seed();
+  ck.seed = shared_seed(args);
   if (old_rank == 0)
     std::printf("shrink: %d ranks, victim(s) %s %s at step %d, seed %llu\n", old_world,
                 arg(args, "--victim", "2").c_str(), retire ? "leave" : "die", kill_step,

@@ -190,7 +190,9 @@ void DistributedDataParallel::synchronize_gradients() {
   if (!in_iteration_) return;
   if (next_launch_ < buckets_.size()) finish_iteration(true);  // throws (Note [DDP errors])
   finish_backward();
-  for (auto& b : buckets_) b.work.wait();
+  // A host wait (Note [Work waits]: wait() alone is a stream wait on GPUs), so a failed
+  // reduction throws here, before the optimiser step or a checkpoint uses the gradients.
+  for (auto& b : buckets_) b.work.wait(pg_->timeout());
 }
 
 void DistributedDataParallel::reset_iteration() {
