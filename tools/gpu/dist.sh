@@ -40,7 +40,7 @@ mkdir -p "$out"
 
 # Every process: no NVLink SHARP / multicast (KINDS.md), the same for PyTorch's NCCL.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null)
+nccl_dir=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
 if [ -n "$nccl_dir" ] && [ -e "$nccl_dir/lib/libnccl.so.2" ]; then
   export BACKPLANE_NCCL_LIBRARY="$nccl_dir/lib/libnccl.so.2"
 fi

@@ -21,7 +21,7 @@ out=$(cd "$out" && pwd)
 n=$(nvidia-smi -L | wc -l)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export BACKPLANE_DIST_TIMEOUT=${BACKPLANE_DIST_TIMEOUT:-60}
-nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null)
+nccl_dir=$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null)
 [ -n "$nccl_dir" ] && [ -e "$nccl_dir/lib/libnccl.so.2" ] &&
   export BACKPLANE_NCCL_LIBRARY="$nccl_dir/lib/libnccl.so.2"
 rows=()
