@@ -6,6 +6,7 @@
 #include <backplane/checkpoint.hpp>
 #include <backplane/device.hpp>
 #include <backplane/dist.hpp>
+#include <backplane/dist_launch.hpp>
 #include <backplane/dist_store.hpp>
 #include <backplane/dtype.hpp>
 #include <backplane/errors.hpp>
