@@ -114,7 +114,7 @@ SHRINK_SCRIPT = textwrap.dedent("""
     rank, world = dist.get_rank(), dist.get_world_size()
     x = bp.tensor(np.full(3, rank + 1.0, dtype=np.float32))
     dist.all_reduce(x)
-    dist.all_reduce(bp.tensor(np.full(3, 1.0, dtype=np.float32)))  # a repeated signature
+    dist.all_reduce(bp.tensor(np.full(3, 1.0, dtype=np.float32)))  # the same signature again
     if rank == 2:
         os._exit(5)                                                 # dies without leaving
     try:
@@ -144,9 +144,9 @@ def test_survivors_shrink_after_a_rank_dies_and_the_flight_record_shows_checks(t
     for k in (0, 1):
         assert _lines(out, "failed")[k] == "PeerError True" or \
             _lines(out, "failed")[k].endswith(" True"), out + r.stderr[-2000:]
-        # The first all_reduce of a signature is compared across ranks, its repeat is not
-        # (Note [Collective checks]); the third is the signature of the loop.
-        assert _lines(out, "checks")[k] == "compared,compared,repeat", out
+        # The first all_reduce of a signature (f32 [3], sum) is compared across ranks; the
+        # second and the loop's repeat it and are not (Note [Collective checks]).
+        assert _lines(out, "checks")[k] == "compared,repeat,repeat", out
         dropped, new_rank, world, value = _lines(out, "after")[k].rsplit(" ", 3)
         assert dropped == "[2]" and int(new_rank) == k and int(world) == 2
         assert float(value) == 30.0  # 10 * 1 + 10 * 2
