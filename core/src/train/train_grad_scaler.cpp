@@ -73,8 +73,9 @@ void GradScaler::unscale_(optim::Optimizer& optimizer) {
       if (it == partials.end()) it = partials.insert(partials.end(), {d, {}});
       it->second.push_back(grad.sum().to(DType::f32));
     }
-    for (auto& [dev, sums] : partials) {
-      Tensor flag = (stack(sums) * 0.0).sum();  // 0 when finite, nan otherwise
+    for (auto& entry : partials) {
+      Device* dev = entry.first;  // a plain variable: lambdas capture no structured binding
+      Tensor flag = (stack(entry.second) * 0.0).sum();  // 0 when finite, nan otherwise
       auto it = std::find_if(flags.begin(), flags.end(),
                              [&](const Tensor& f) { return &f.device() == dev; });
       if (it == flags.end())
