@@ -10,7 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <thread>
+#include <utility>
 
 namespace bpt {
 
@@ -77,6 +79,17 @@ std::string arg(const std::vector<std::string>& args, const char* name) {
 
 Tensor f32(int64_t n) {
   return bp::full({n}, 1.0, bp::device("cpu:0"));
+}
+
+// Linear(8, 16) - Tanh - Linear(16, 4), seeded: the DDP fault scenarios' model and its first
+// layer (where the faults hook in).
+std::pair<std::shared_ptr<bp::nn::Sequential>, bp::nn::Linear*> small_net() {
+  bp::manual_seed(7);
+  auto net = std::make_shared<bp::nn::Sequential>();
+  auto& first = net->add<bp::nn::Linear>(8, 16);
+  net->add<bp::nn::Tanh>();
+  net->add<bp::nn::Linear>(16, 4);
+  return {net, &first};
 }
 
 bool have_opencl() {
@@ -271,11 +284,8 @@ int run_fault(const std::string& name, const std::vector<std::string>& args) {
     // forward after that must work (the group stays failed, so its backward reports that).
     std::string marker = arg(args, "--marker");
     d::init_process_group();
-    bp::manual_seed(7);
-    auto net = std::make_shared<bp::nn::Sequential>();
-    auto& first = net->add<bp::nn::Linear>(8, 16);
-    net->add<bp::nn::Tanh>();
-    net->add<bp::nn::Linear>(16, 4);
+    auto [net, first_layer] = small_net();
+    bp::nn::Linear& first = *first_layer;
     if (rank == 1)
       first.weight().register_post_accumulate_grad_hook(
           [](const Tensor&) { throw bp::OutOfMemory("injected: out of memory inside backward"); });
@@ -318,11 +328,8 @@ int run_fault(const std::string& name, const std::vector<std::string>& args) {
       return 0;
     }
     d::init_process_group();
-    bp::manual_seed(7);
-    auto net = std::make_shared<bp::nn::Sequential>();
-    auto& first = net->add<bp::nn::Linear>(8, 16);
-    net->add<bp::nn::Tanh>();
-    net->add<bp::nn::Linear>(16, 4);
+    auto [net, first_layer] = small_net();
+    bp::nn::Linear& first = *first_layer;
     net->to(dev);
     // Rank 1 gives rank 0's backward up to 2 s to return (it does at once where backward does
     // not wait on the host), so the failure comes after it.

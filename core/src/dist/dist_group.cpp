@@ -534,11 +534,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
             }
             g.reap_orphans(*g.store);  // an earlier dropped Work's failure is the cause
             g.fail_from_plugin(code, s.description + ": " + text, *g.store);
-            g.publish_failure();  // Note [Failure propagation]
-            internal::Failure f = g.current_failure();
-            internal::raise(f.kind, f.message.rfind(s.description, 0) == 0
-                                        ? f.message
-                                        : s.description + ": " + f.message);
+            g.throw_if_failed(s.description);
           }
         } else {
           s.plugin_done = true;
@@ -580,11 +576,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
         msg += "; a rank died or hangs inside it, or its device stalled";
       g.reap_orphans(*g.store);  // an earlier dropped Work that timed out is the cause
       g.fail(internal::FailKind::timeout, msg);
-      g.publish_failure();
-      internal::Failure f = g.current_failure();
-      internal::raise(f.kind, f.message.rfind(s.description, 0) == 0
-                                  ? f.message
-                                  : s.description + ": " + f.message);
+      g.throw_if_failed(s.description);
     }
   }
 }

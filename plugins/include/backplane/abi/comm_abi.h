@@ -276,16 +276,15 @@ typedef struct bp_comm_api {
    * when the plugin or its library cannot shrink (capabilities lacks BP_COMM_CAP_SHRINK);
    * NULL slot: the same. */
   bp_error* (*comm_shrink)(bp_comm* comm, const int32_t* excluded, int32_t excluded_count,
-                           const bp_comm_config* config, int32_t abort_pending,
-                           bp_comm** out_comm);
+                           const bp_comm_config* config, int32_t abort_pending, bp_comm** out_comm);
 } bp_comm_api;
 
 /* The slots every communicator plugin sets (non-NULL), once: X(slot) for each; group_start and
  * group_end are both set or both NULL. */
-#define BP_COMM_REQUIRED_SLOTS(X)                                                            \
-  X(error_free) X(init) X(available) X(comm_create) X(comm_destroy) X(comm_abort) X(all_reduce) \
-  X(broadcast) X(all_gather) X(reduce_scatter) X(send) X(recv) X(work_test) X(work_wait)        \
-  X(work_free)
+#define BP_COMM_REQUIRED_SLOTS(X)                                                              \
+  X(error_free)                                                                                \
+  X(init) X(available) X(comm_create) X(comm_destroy) X(comm_abort) X(all_reduce) X(broadcast) \
+      X(all_gather) X(reduce_scatter) X(send) X(recv) X(work_test) X(work_wait) X(work_free)
 
 /* The one exported symbol of a communicator plugin. */
 typedef const bp_comm_api* (*bp_comm_get_api_fn)(uint32_t host_abi_major, uint32_t host_abi_minor);
