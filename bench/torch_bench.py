@@ -208,13 +208,13 @@ def conv_bench(torch, dev, cuda, time_ms):
 
 
 # bp-bench's Note [Attention rows]: GPT-2 heads (E = 64, 12 heads), batch 8 at L = 1024 and
-# batch 2 at 4096, causal or not, f32 (TF32 off) and bf16.
+# batch 2 at 4096, batch 1 at 16384, causal or not, f32 (TF32 off) and bf16.
 def attention_bench(torch, dev, time_ms, impl):
     F = torch.nn.functional
     reps = 5 if quick else 20
     torch.backends.cuda.matmul.allow_tf32 = False
     for mname, dt in [("f32", torch.float32), ("bf16", torch.bfloat16)]:
-        for b, h, n in [(8, 12, 1024), (2, 12, 4096)]:
+        for b, h, n in [(8, 12, 1024), (2, 12, 4096), (1, 12, 16384)]:
             for causal in (False, True):
                 tail = f" L={n}{' causal ' if causal else ' '}{mname}"
                 fwd = 4.0 * b * h * n * n * 64 * (0.5 if causal else 1.0)

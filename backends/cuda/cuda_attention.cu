@@ -20,11 +20,12 @@
 //   are rounded once). Under the causal mask the rows come in blocks of about L / 8, and the
 //   block of rows [r0, r0 + nr) multiplies only the keys [0, r0 + nr) it can see (about 56% of
 //   the full products); dk and dv then start from zeros and every block adds to its prefix. This is
-//   the straightforward, verifiable path; a fused flash kernel (or cuDNN's fused attention) that
-//   never materialises the scores is the faster later step.
+//   the path for f32, f64, dropout and every problem cuDNN refuses; f16 and bf16 without dropout
+//   go to cuDNN's fused flash attention first (Note [cuDNN attention]).
 #define BP_PHILOX_FN __host__ __device__ static inline
 #include <backplane/abi/philox.h>
 
+#include "cuda_attention_cudnn.hpp"
 #include "cuda_blas.hpp"
 #include "cuda_common.hpp"
 #include "cuda_device.hpp"
@@ -297,6 +298,10 @@ Attrs read_attrs(const LaunchArgs& a, int64_t E) {
   return r;
 }
 
+AttnProblem problem(const Dims& d, const Attrs& at) {
+  return AttnProblem{d.B, d.H, d.L, d.S, d.E, d.Ev, at.scale, at.causal};
+}
+
 // Pairs per chunk and rows per chunk (at most max_rows) for `per_elem` scratch bytes per score.
 Chunk chunk_size(const Dims& d, uint64_t per_elem, int64_t max_rows) {
   const int64_t rows = std::min(d.L, max_rows);
@@ -342,6 +347,8 @@ void launch_forward(const LaunchArgs& a) {
   const S* q = data_ptr<const S>(a.in[0]);
   const S* k = data_ptr<const S>(a.in[1]);
   const S* v = data_ptr<const S>(a.in[2]);
+  if constexpr (kNarrow)  // Note [cuDNN attention]
+    if (at.drop.p == 0 && cudnn_attention_forward(a, problem(d, at), q, k, v, out, lse)) return;
   const uint64_t per_elem = sizeof(A) + (kNarrow ? sizeof(S) : 0);
   const Chunk cs = chunk_size(d, per_elem, max_rows_of(d, at.causal));
   const uint64_t elems = static_cast<uint64_t>(cs.nb * cs.nr * d.S);
@@ -417,6 +424,10 @@ void launch_backward(const LaunchArgs& a) {
   const S* o = data_ptr<const S>(a.in[3]);
   const S* dout = data_ptr<const S>(a.in[4]);
   const A* lse = data_ptr<const A>(a.in[5]);
+  if constexpr (kNarrow)  // Note [cuDNN attention]
+    if (at.drop.p == 0 &&
+        cudnn_attention_backward(a, problem(d, at), q, k, v, o, dout, lse, dq, dk, dv))
+      return;
   const uint64_t per_elem = 2 * sizeof(A) + (kNarrow ? 2 * sizeof(S) : 0);
   Chunk cs = chunk_size(d, per_elem, max_rows_of(d, at.causal));
   if (kNarrow && cs.nr < d.L)  // the f32 buffers below stay within the bound too

@@ -201,31 +201,6 @@ const Perf* pick(const Perf* perf, int count) {
   return nullptr;
 }
 
-// Scratch memory of one call, freed in stream order when the launch ends.
-class Workspace {
- public:
-  Workspace(const LaunchArgs& a, size_t bytes) : a_(a), bytes_(bytes) {
-    if (bytes_) p_ = a_.device->allocate_scratch(*a_.s, bytes_);
-  }
-  ~Workspace() {
-    if (p_) {
-      try {
-        a_.device->free_scratch(*a_.s, p_, bytes_);
-      } catch (...) {  // a failed stream-ordered free leaves the block to the pool
-      }
-    }
-  }
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-  void* get() const { return p_; }
-  size_t size() const { return bytes_; }
-
- private:
-  const LaunchArgs& a_;
-  size_t bytes_;
-  void* p_ = nullptr;
-};
-
 bool graph_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("BACKPLANE_CUDNN_GRAPH");

@@ -56,6 +56,7 @@ CudnnApi open_cudnn() {
                  (e ? e : "unknown error") + ")" + hint;
     return api;
   }
+  api.handle = h;
   std::string missing;
   auto sym = [&](const char* name, auto& fn) {
     fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));

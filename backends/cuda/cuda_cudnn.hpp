@@ -78,9 +78,10 @@ struct CudnnApi {
 #undef BP_CUDNN_FN
 
   bool loaded = false;
-  std::string path;      // the shim actually opened
-  std::string describe;  // "cuDNN 9.19.0 from /path/libcudnn.so.9" once loaded
-  std::string reason;    // why not, when !loaded
+  void* handle = nullptr;  // the shim's dlopen handle (cudnn_frontend resolves through it)
+  std::string path;        // the shim actually opened
+  std::string describe;    // "cuDNN 9.19.0 from /path/libcudnn.so.9" once loaded
+  std::string reason;      // why not, when !loaded
 };
 
 // The process's cuDNN, opened on the first call (thread-safe); check `loaded`.

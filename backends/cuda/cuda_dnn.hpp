@@ -6,6 +6,8 @@
 #define BACKPLANE_CUDA_DNN_HPP_
 
 #include "cuda_cudnn.hpp"
+#include "cuda_device.hpp"
+#include "cuda_kernels.hpp"
 
 #include <cstdint>
 
@@ -25,6 +27,31 @@ struct TensorDesc {
   ~TensorDesc();
   TensorDesc(const TensorDesc&) = delete;
   TensorDesc& operator=(const TensorDesc&) = delete;
+};
+
+// Scratch memory of one call, freed in stream order when the launch ends.
+class Workspace {
+ public:
+  Workspace(const LaunchArgs& a, size_t bytes) : a_(a), bytes_(bytes) {
+    if (bytes_) p_ = a_.device->allocate_scratch(*a_.s, bytes_);
+  }
+  ~Workspace() {
+    if (p_) {
+      try {
+        a_.device->free_scratch(*a_.s, p_, bytes_);
+      } catch (...) {  // a failed stream-ordered free leaves the block to the pool
+      }
+    }
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  void* get() const { return p_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  const LaunchArgs& a_;
+  size_t bytes_;
+  void* p_ = nullptr;
 };
 
 }  // namespace bp::cuda

@@ -312,18 +312,18 @@ void bench_conv(bp::Device& d, bool gpu) {
 
 // Note [Attention rows]
 //   scaled_dot_product_attention at GPT-2's head size (E = 64, 12 heads) on GPUs: batch 8 at
-//   L = S = 1024, batch 2 at 4096, with and without the causal mask, f32 (TF32 off) and bf16.
-//   "fwd" times the forward alone; "fwd+bwd" the forward and y.backward(dy) into leaves q, k, v
-//   (their gradients accumulate, as in training). TFLOP/s count 4 B H L S E for the forward's
-//   two products and 2.5 times that for the backward's five, halved under the causal mask.
-//   bench/torch_bench.py times torch.nn.functional.scaled_dot_product_attention the same way.
+//   L = S = 1024, batch 2 at 4096, batch 1 at 16384, with and without the causal mask, f32 (TF32
+//   off) and bf16. "fwd" times the forward alone; "fwd+bwd" the forward and y.backward(dy) into
+//   leaves q, k, v (their gradients accumulate, as in training). TFLOP/s count 4 B H L S E for the
+//   forward's two products and 2.5 times that for the backward's five, halved under the causal
+//   mask. bench/torch_bench.py times torch.nn.functional.scaled_dot_product_attention the same way.
 void bench_attention(bp::Device& d, bool gpu) {
   if (!gpu) return;
   namespace F = bp::nn::functional;
   struct Shape {
     int64_t b, h, l;
   };
-  constexpr Shape kShapes[] = {{8, 12, 1024}, {2, 12, 4096}};
+  constexpr Shape kShapes[] = {{8, 12, 1024}, {2, 12, 4096}, {1, 12, 16384}};
   constexpr int64_t kE = 64;
   const int reps = g_quick ? 5 : 20;
   bp::set_allow_tf32(false);

@@ -13,6 +13,7 @@
 
 #include <backplane_test/throws.hpp>
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -432,10 +433,28 @@ TEST(GroupOfOne, DistributedDataParallelRecoversFromAnExceptionInsideBackward) {
   d::destroy_process_group();
 }
 
-// Review F19 (needs two CUDA GPUs and the NCCL plugin; skipped elsewhere): a collective on a
-// communicator of cuda:0, waited for while the thread last computed on cuda:1, must leave the
-// thread's current device alone, so the CUDA plugin's next launch on cuda:1 (whose
-// current-device cache still says cuda:1) runs there.
+// The calling thread's current CUDA device, read through the driver (the current context is
+// the driver's per-thread state, shared by every CUDA runtime in the process: the plugins link
+// their own); -1 where it cannot be read.
+int current_cuda_device() {
+  static void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return -1;
+  using GetCurrent = int (*)(void**);
+  using GetDevice = int (*)(int*);
+  static auto get_current = reinterpret_cast<GetCurrent>(dlsym(lib, "cuCtxGetCurrent"));
+  static auto get_device = reinterpret_cast<GetDevice>(dlsym(lib, "cuCtxGetDevice"));
+  void* ctx = nullptr;
+  int dev = -1;
+  if (!get_current || !get_device || get_current(&ctx) != 0 || !ctx || get_device(&dev) != 0)
+    return -1;
+  return dev;
+}
+
+// Review F19 (needs two CUDA GPUs and the NCCL plugin; skipped elsewhere): the comm ABI says a
+// plugin leaves the calling thread's current device as it found it. A thread that last computed
+// on cuda:1 issues and waits for collectives on a communicator of cuda:0: after each call its
+// current device is still cuda:1 (the plugin before the fix set cuda:0 in every slot), so the
+// CUDA plugin's next launch on cuda:1 (whose current-device cache still says cuda:1) runs there.
 TEST(GroupOfOne, NcclLeavesTheCallingThreadsCurrentDevice) {
   if (bp::num_devices("cuda") < 2) GTEST_SKIP() << "needs two CUDA devices";
   bool nccl = false;
@@ -449,10 +468,16 @@ TEST(GroupOfOne, NcclLeavesTheCallingThreadsCurrentDevice) {
   std::vector<double> r_before = r.to_vector<double>();
   bp::Tensor a = bp::rand({1000}, gpu1);
   std::vector<double> a_host = a.to_vector<double>();
+  bp::Tensor b = a * 2.0;  // the CUDA plugin makes cuda:1 this thread's current device
+  ASSERT_EQ(current_cuda_device(), 1) << "a launch on cuda:1 left another current device";
   d::Work w = d::all_reduce(r);  // NCCL on cuda:0
-  bp::Tensor b = a * 2.0;        // the CUDA plugin's thread now on cuda:1
-  w.wait();                      // polls the NCCL work from this thread
-  bp::Tensor c = b + 1.0;        // a launch on cuda:1 right after
+  EXPECT_EQ(current_cuda_device(), 1) << "issuing the all_reduce changed the current device";
+  w.wait();  // a stream wait
+  EXPECT_EQ(current_cuda_device(), 1) << "Work::wait() changed the current device";
+  d::Work w2 = d::broadcast(r, 0);
+  w2.wait(std::chrono::seconds(60));  // a host wait: polls the NCCL work from this thread
+  EXPECT_EQ(current_cuda_device(), 1) << "Work::wait(timeout) changed the current device";
+  bp::Tensor c = b + 1.0;  // a launch on cuda:1 right after
   std::vector<double> want;
   for (double v : a_host) want.push_back(v * 2.0 + 1.0);
   const int32_t f32 = static_cast<int32_t>(bp::DType::f32);

@@ -12,8 +12,10 @@
 #     step 600), then the full character GPT (6 layers, 6 heads, 384 wide, context 256, dropout
 #     0.2) for GPT_STEPS steps (default 300) with 300 sampled bytes;
 #   - bench/compare.py --only sdpa: Backplane's attention forward and forward+backward against
-#     torch.nn.functional.scaled_dot_product_attention at L = 1024 and 4096 (bp-bench's Note
-#     [Attention rows]), REPEAT interleaved runs, medians.
+#     torch.nn.functional.scaled_dot_product_attention at L = 1024, 4096 and 16384 (bp-bench's
+#     Note [Attention rows]), REPEAT interleaved runs, medians; with OWN_KERNELS=1 the
+#     forward+backward rows again with BACKPLANE_CUDNN_ATTENTION=deterministic and =0 (Note
+#     [cuDNN attention]).
 # Without ALL the whole script fits one 10-minute command on the H100 (budget: tests and
 # conformance ~2 min, the GPTs ~3 min, the comparison ~2 min per REPEAT).
 #
@@ -36,6 +38,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 plugin=$build/lib/backplane/plugins/libbackplane-cuda.so
 STEP_TIMEOUT=120 STEP_TAIL=20 step cuda_transformer_test "$build/bin/cuda_transformer_test" \
   --gtest_brief=1
+# Note [cuDNN attention]: the attention cases on Backplane's own kernels, and a bad setting.
+BACKPLANE_CUDNN_ATTENTION=0 STEP_TIMEOUT=120 STEP_TAIL=8 step cuda_transformer_test.own_kernels \
+  "$build/bin/cuda_transformer_test" --gtest_brief=1 --gtest_filter='CudaTransformer.Attention*'
+BACKPLANE_CUDNN_ATTENTION=deterministic STEP_TIMEOUT=120 STEP_TAIL=8 \
+  step cuda_transformer_test.cudnn_deterministic "$build/bin/cuda_transformer_test" \
+  --gtest_brief=1 --gtest_filter='CudaTransformer.Attention*'
+BACKPLANE_CUDNN_ATTENTION=bogus STEP_TIMEOUT=60 STEP_TAIL=4 step cuda_transformer_test.bad_setting \
+  "$build/bin/cuda_transformer_test" --gtest_brief=1 \
+  --gtest_filter='CudaTransformer.AttentionRefusesABadCudnnSetting'
 STEP_TIMEOUT=60 STEP_TAIL=10 step cuda_plugin_test.list_ops "$build/bin/cuda_plugin_test" \
   --gtest_filter='CudaPlugin.PropertiesAndListOps'
 filters=()
@@ -47,6 +58,9 @@ STEP_TIMEOUT=${CONFORMANCE_TIMEOUT:-180} step conformance.transformer.cuda0 \
   "$build/bin/bp-conformance" --plugin "$plugin" --device cuda:0 "${filters[@]}" \
   --seed "$(seed)" --json "$out/conformance-transformer-cuda0.json"
 grep -E "^FAIL|UNSUPPORTED|declared" "$out/conformance.transformer.cuda0.log" | head -40
+BACKPLANE_CUDNN_ATTENTION=0 STEP_TIMEOUT=${CONFORMANCE_TIMEOUT:-180} step \
+  conformance.sdpa_own_kernels.cuda0 "$build/bin/bp-conformance" --plugin "$plugin" \
+  --device cuda:0 --filter kernels.scaled_dot_product_attention --seed "$(seed)"
 if [ -n "${ALL:-}" ]; then
   STEP_TIMEOUT=${CONFORMANCE_TIMEOUT:-180} step conformance.all.cuda0 \
     "$build/bin/bp-conformance" --plugin "$plugin" --device cuda:0 --seed "$(seed)" \
@@ -63,5 +77,15 @@ fi
 STEP_TIMEOUT=${COMPARE_TIMEOUT:-240} STEP_TAIL=40 step compare.sdpa python3 bench/compare.py \
   --bp "$build/bin/bp-bench" --device cuda:0 --only sdpa --repeat "$repeat" \
   --json "$out/compare-sdpa.json"
+if [ -n "${OWN_KERNELS:-}" ]; then  # the same rows on cuDNN's deterministic backward, our kernels
+  BACKPLANE_CUDNN_ATTENTION=deterministic STEP_TIMEOUT=${COMPARE_TIMEOUT:-240} STEP_TAIL=40 \
+    step compare.sdpa_deterministic python3 bench/compare.py --bp "$build/bin/bp-bench" \
+    --device cuda:0 --only "sdpa fwd+bwd" --repeat "$repeat" \
+    --json "$out/compare-sdpa-deterministic.json"
+  BACKPLANE_CUDNN_ATTENTION=0 STEP_TIMEOUT=${COMPARE_TIMEOUT:-240} STEP_TAIL=40 \
+    step compare.sdpa_own_kernels python3 bench/compare.py --bp "$build/bin/bp-bench" \
+    --device cuda:0 --only "sdpa fwd+bwd" --repeat "$repeat" \
+    --json "$out/compare-sdpa-own-kernels.json"
+fi
 echo "=== summary"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"

@@ -4,11 +4,15 @@
 // reported at the next synchronisation, and attention on rows long enough that the launch
 // splits its scratch into chunks of query rows, and under the causal mask in blocks of rows that
 // see a prefix of the keys (Note [CUDA attention]: dk and dv added over the chunks, through f32
-// buffers for f16/bf16). Every (op, dtype) against the float64
-// references is the conformance kit's. Skips without a GPU (CI).
+// buffers for f16/bf16), and cuDNN's fused attention for f16/bf16 (Note [cuDNN attention]:
+// GPT-2's head size, its deterministic backward, a bad BACKPLANE_CUDNN_ATTENTION). The f16/bf16
+// cases run three times in the GPU job (tools/gpu/transformer.sh): as they are (cuDNN), with
+// BACKPLANE_CUDNN_ATTENTION=deterministic and with =0 (Backplane's kernels). Every (op, dtype)
+// against the float64 references is the conformance kit's. Skips without a GPU (CI).
 #include "cuda_test_support.hpp"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -132,8 +136,7 @@ AttnRef attention_reference(int64_t n, int64_t e, const std::vector<double>& q,
 
 // Forward and backward of one pair of n queries and keys against float64, the backward from
 // the reference forward rounded to the device's dtypes.
-void check_attention(int dt, int64_t n, bool causal) {
-  const int64_t e = 8;
+void check_attention(int dt, int64_t n, bool causal, int64_t e = 8) {
   const int st = dt == BP_DTYPE_F64 ? BP_DTYPE_F64 : BP_DTYPE_F32;
   Tensor q = dense(dt, {1, 1, n, e}, range_values(-1, 1));
   Tensor k = dense(dt, {1, 1, n, e}, range_values(-1, 1));
@@ -192,6 +195,68 @@ TEST(CudaTransformer, AttentionCausalRowBlocks) {
   check_attention(BP_DTYPE_BF16, 1000, true);
   check_attention(BP_DTYPE_F32, 1000, true);
   check_attention(BP_DTYPE_F64, 300, true);
+}
+
+// GPT-2's head size (E = 64): the shapes cuDNN's fused attention takes, causal or not, and a
+// length that is not a multiple of its tiles.
+TEST(CudaTransformer, AttentionGpt2Heads) {
+  BP_REQUIRE_GPU();
+  check_attention(BP_DTYPE_BF16, 1024, true, 64);
+  check_attention(BP_DTYPE_F16, 777, false, 64);
+  check_attention(BP_DTYPE_BF16, 333, false, 64);
+}
+
+// The backward gives the same bits twice: under BACKPLANE_CUDNN_ATTENTION=deterministic (cuDNN's
+// deterministic algorithm) and =0 (our own kernels, deterministic by construction), as CI's GPU
+// job runs it. The default (cuDNN's atomics) passed it too on an H100: it is no proof of
+// nondeterminism, only a regression check of the two deterministic paths.
+TEST(CudaTransformer, AttentionBackwardIsDeterministic) {
+  BP_REQUIRE_GPU();
+  const int dt = BP_DTYPE_BF16;
+  const int64_t b = 2, h = 4, n = 1000, e = 64;
+  Tensor q = dense(dt, {b, h, n, e}, range_values(-2, 2));
+  Tensor k = dense(dt, {b, h, n, e}, range_values(-2, 2));
+  Tensor v = dense(dt, {b, h, n, e}, range_values(-1, 1));
+  Tensor dout = dense(dt, {b, h, n, e}, range_values(-1, 1));
+  Tensor out = dense(dt, {b, h, n, e}, any_values(dt));
+  Tensor lse = dense(BP_DTYPE_F32, {b, h, n}, any_values(BP_DTYPE_F32));
+  const std::vector<bp_attr> attrs = {attr_i("causal", 1)};
+  launch("scaled_dot_product_attention", dt, {&q, &k, &v}, {&out, &lse}, attrs);
+  std::vector<std::vector<double>> first;
+  for (int run = 0; run < 2; ++run) {
+    Tensor dq = dense(dt, {b, h, n, e}, any_values(dt));
+    Tensor dk = dense(dt, {b, h, n, e}, any_values(dt));
+    Tensor dv = dense(dt, {b, h, n, e}, any_values(dt));
+    launch("scaled_dot_product_attention_backward", dt, {&q, &k, &v, &out, &dout, &lse},
+           {&dq, &dk, &dv}, attrs);
+    std::vector<std::vector<double>> got = {dq.download(), dk.download(), dv.download()};
+    double mag = 0;
+    for (double x : got[0]) mag = std::max(mag, std::fabs(x));
+    EXPECT_GT(mag, 0.0) << "dq is all zeros";
+    if (run == 0)
+      first = std::move(got);
+    else
+      for (size_t t = 0; t < got.size(); ++t)
+        EXPECT_TRUE(got[t] == first[t]) << "gradient " << t << " differs between two runs";
+  }
+}
+
+// Registered with BACKPLANE_CUDNN_ATTENTION=bogus (CMakeLists.txt): the launch is refused with
+// the variable, its value and the accepted values; skipped where the variable is not so.
+TEST(CudaTransformer, AttentionRefusesABadCudnnSetting) {
+  BP_REQUIRE_GPU();
+  const char* v = std::getenv("BACKPLANE_CUDNN_ATTENTION");
+  if (!v || std::string(v) != "bogus") GTEST_SKIP() << "needs BACKPLANE_CUDNN_ATTENTION=bogus";
+  const int dt = BP_DTYPE_BF16;
+  Tensor q = dense(dt, {1, 1, 16, 64}, range_values(-1, 1));
+  Tensor out = dense(dt, {1, 1, 16, 64}, any_values(dt));
+  Tensor lse = dense(BP_DTYPE_F32, {1, 1, 16}, any_values(BP_DTYPE_F32));
+  const Err err =
+      error_of(try_launch("scaled_dot_product_attention", dt, {&q, &q, &q}, {&out, &lse}, {}));
+  EXPECT_EQ(err.code, BP_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(err.message.find("BACKPLANE_CUDNN_ATTENTION='bogus' is not 0, 1 or deterministic"),
+            std::string::npos)
+      << err.message;
 }
 
 }  // namespace
