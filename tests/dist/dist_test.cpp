@@ -451,10 +451,12 @@ int current_cuda_device() {
 }
 
 // Review F19 (needs two CUDA GPUs and the NCCL plugin; skipped elsewhere): the comm ABI says a
-// plugin leaves the calling thread's current device as it found it. A thread that last computed
-// on cuda:1 issues and waits for collectives on a communicator of cuda:0: after each call its
-// current device is still cuda:1 (the plugin before the fix set cuda:0 in every slot), so the
-// CUDA plugin's next launch on cuda:1 (whose current-device cache still says cuda:1) runs there.
+// plugin leaves the calling thread's current device as it found it. The thread issues
+// collectives on a communicator of cuda:0 (the CUDA plugin may make cuda:0 current for the
+// stream work around them, keeping its current-device cache in step), computes on cuda:1 (cuda:1
+// current, and so in the CUDA plugin's cache), then host-waits, which polls the NCCL work from
+// this thread: the current device must still be cuda:1 (the plugin before the fix set cuda:0
+// there behind the CUDA plugin's cache, whose next cuda:1 launch then went to the wrong device).
 TEST(GroupOfOne, NcclLeavesTheCallingThreadsCurrentDevice) {
   if (bp::num_devices("cuda") < 2) GTEST_SKIP() << "needs two CUDA devices";
   bool nccl = false;
@@ -468,20 +470,19 @@ TEST(GroupOfOne, NcclLeavesTheCallingThreadsCurrentDevice) {
   std::vector<double> r_before = r.to_vector<double>();
   bp::Tensor a = bp::rand({1000}, gpu1);
   std::vector<double> a_host = a.to_vector<double>();
-  bp::Tensor b = a * 2.0;  // the CUDA plugin makes cuda:1 this thread's current device
-  ASSERT_EQ(current_cuda_device(), 1) << "a launch on cuda:1 left another current device";
-  d::Work w = d::all_reduce(r);  // NCCL on cuda:0
-  EXPECT_EQ(current_cuda_device(), 1) << "issuing the all_reduce changed the current device";
-  w.wait();  // a stream wait
-  EXPECT_EQ(current_cuda_device(), 1) << "Work::wait() changed the current device";
-  d::Work w2 = d::broadcast(r, 0);
-  w2.wait(std::chrono::seconds(60));  // a host wait: polls the NCCL work from this thread
-  EXPECT_EQ(current_cuda_device(), 1) << "Work::wait(timeout) changed the current device";
-  bp::Tensor c = b + 1.0;  // a launch on cuda:1 right after
-  std::vector<double> want;
-  for (double v : a_host) want.push_back(v * 2.0 + 1.0);
   const int32_t f32 = static_cast<int32_t>(bp::DType::f32);
-  EXPECT_TRUE(bp_test::all_close(f32, c.to_vector<double>(), want));
+  for (int round = 0; round < 2; ++round) {
+    d::Work w = round == 0 ? d::all_reduce(r) : d::broadcast(r, 0);  // NCCL on cuda:0
+    bp::Tensor b = a * 2.0;  // the CUDA plugin makes cuda:1 current
+    ASSERT_EQ(current_cuda_device(), 1) << "a launch on cuda:1 left another current device";
+    w.wait(std::chrono::seconds(60));  // a host wait: the NCCL plugin polls from this thread
+    EXPECT_EQ(current_cuda_device(), 1)
+        << "round " << round << ": Work::wait(timeout) changed the current device";
+    bp::Tensor c = b + 1.0;  // a launch on cuda:1 right after
+    std::vector<double> want;
+    for (double v : a_host) want.push_back(v * 2.0 + 1.0);
+    EXPECT_TRUE(bp_test::all_close(f32, c.to_vector<double>(), want));
+  }
   EXPECT_TRUE(bp_test::all_close(f32, r.to_vector<double>(), r_before));  // a world of one
   d::destroy_process_group();
 }
