@@ -12,20 +12,14 @@ using detail::impl;
 using detail::impl_ptr;
 using detail::TensorImpl;
 
-namespace {
-std::string shape_str(const Tensor& t) {
-  return Dims(std::span<const int64_t>(t.shape())).str();
-}
-}  // namespace
-
 DataLoader::DataLoader(const Tensor& inputs, const Tensor& targets,
                        const DataLoaderOptions& options)
     : opt_(options), rng_(options.seed) {
   if (!inputs.defined() || !targets.defined())
     throw Error("DataLoader: inputs and targets must be defined tensors");
   if (inputs.rank() == 0 || targets.rank() == 0 || inputs.size(0) != targets.size(0))
-    throw ShapeError("DataLoader: inputs " + shape_str(inputs) + " and targets " +
-                     shape_str(targets) + " need one first dimension counting the examples");
+    throw ShapeError("DataLoader: inputs " + inputs.dims().str() + " and targets " +
+                     targets.dims().str() + " need one first dimension counting the examples");
   if (options.batch_size < 1)
     throw Error("DataLoader: batch_size must be at least 1, got " +
                 std::to_string(options.batch_size));

@@ -8,18 +8,12 @@ namespace bp::nn {
 using detail::AutocastArgs;
 using detail::AutocastPolicy;
 
-namespace {
-std::string shape_str(const Tensor& t) {
-  return Dims(std::span<const int64_t>(t.shape())).str();
-}
-}  // namespace
-
 Tensor mse_loss(const Tensor& prediction0, const Tensor& target0) {
   AutocastArgs<2> ac(AutocastPolicy::fp32, {&prediction0, &target0});
   const Tensor &prediction = ac[0], &target = ac[1];
   if (prediction.shape() != target.shape())
-    throw ShapeError("mse_loss: prediction of shape " + shape_str(prediction) +
-                     " and target of shape " + shape_str(target) +
+    throw ShapeError("mse_loss: prediction of shape " + prediction.dims().str() +
+                     " and target of shape " + target.dims().str() +
                      " differ; reshape one (broadcasting them is almost always a bug)");
   Tensor d = prediction - target;
   return (d * d).mean();
@@ -30,13 +24,13 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& labels) {
   const Tensor& logits = ac[0];
   if (logits.rank() != 2)
     throw ShapeError("cross_entropy: logits must be [batch, classes], got shape " +
-                     shape_str(logits));
+                     logits.dims().str());
   if (!is_floating(logits.dtype()))
     throw DTypeError("cross_entropy: logits must be floating, got " +
                      std::string(dtype_name(logits.dtype())));
   if (labels.rank() != 1 || labels.size(0) != logits.size(0))
     throw ShapeError("cross_entropy: labels must be [batch] = [" + std::to_string(logits.size(0)) +
-                     "], got shape " + shape_str(labels));
+                     "], got shape " + labels.dims().str());
   if (labels.dtype() != DType::i64 && labels.dtype() != DType::i32)
     throw DTypeError("cross_entropy: labels must be i64 or i32 class indices, got " +
                      std::string(dtype_name(labels.dtype())));
