@@ -8,7 +8,7 @@
 //                    when `import backplane` fails, e.g. without PYTHONPATH)
 //   bp_smi           bp-smi: every plugin loaded and every device listed
 // Usage: bp-bench-startup [--runs N] [--python EXE] [--case NAME]...
-// The programs are found beside this one (bin/). The environment is passed on unchanged, so
+// The programs are found beside this one (bin/; bp-smi also in the build tree's tools/). The environment is passed on unchanged, so
 // BACKPLANE_PLUGINS, BACKPLANE_PLUGIN_PATH and PYTHONPATH apply to every case.
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -111,12 +111,16 @@ int main(int argc, char** argv) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path here = fs::canonical("/proc/self/exe", ec).parent_path();
+  // bp-smi is built into tools/ of the build tree and installed beside the other programs.
+  fs::path smi = here / "bp-smi";
+  if (!fs::exists(smi) && fs::exists(here.parent_path() / "tools" / "bp-smi"))
+    smi = here.parent_path() / "tools" / "bp-smi";
   const std::string first_op =
       "import backplane as bp\nt = bp.ones([4]) + 1.0\nassert t.tolist()[3] == 2.0\n";
   std::vector<Case> cases = {
       {"cpp_trivial", {(here / "bp-startup-trivial").string()}, 30, 30},
       {"python_first_op", {python, "-c", first_op}, 100, 60},
-      {"bp_smi", {(here / "bp-smi").string()}, 150, 0},
+      {"bp_smi", {smi.string()}, 150, 0},
   };
   int failed = 0;
   for (const Case& c : cases) {
