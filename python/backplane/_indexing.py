@@ -13,7 +13,7 @@ Note [Advanced indexing]
 """
 import builtins
 
-import numpy as np
+from ._np import is_numpy, np
 
 from . import _core
 from ._core import Tensor
@@ -34,7 +34,8 @@ def _is_mask(item):
 
 
 def _is_index(item):
-    if item is None or item is Ellipsis or isinstance(item, (builtins.int, np.integer)):
+    if item is None or item is Ellipsis or isinstance(item, builtins.int) or is_numpy(
+            item, "integer"):
         return False
     if isinstance(item, slice):
         return False
@@ -105,7 +106,7 @@ def _out_position(items, p, rank):
     for it in items[:p]:
         if it is Ellipsis:
             pos += rank - consuming
-        elif not isinstance(it, (builtins.int, np.integer)):
+        elif not (isinstance(it, builtins.int) or is_numpy(it, "integer")):
             pos += 1  # None, slices and index arrays keep (or add) a dimension
     return pos
 

@@ -8,24 +8,30 @@ Note [Default dtype]
   z is float32, as in PyTorch.
 """
 import builtins
+import functools
 import math
 
-import numpy as np
+from ._np import is_numpy, np
 
 from . import _core
 from ._core import Tensor
 from ._core import dtype as DT
 
-_NUMPY_OF = {
-    DT.float32: np.float32,
-    DT.float64: np.float64,
-    DT.float16: np.float16,
-    DT.int32: np.int32,
-    DT.int64: np.int64,
-    DT.uint8: np.uint8,
-    DT.bool: np.bool_,
+_NUMPY_NAMES = {
+    DT.float32: "float32",
+    DT.float64: "float64",
+    DT.float16: "float16",
+    DT.int32: "int32",
+    DT.int64: "int64",
+    DT.uint8: "uint8",
+    DT.bool: "bool_",
 }
-_FROM_NUMPY = {np.dtype(v): k for k, v in _NUMPY_OF.items()}
+
+
+@functools.cache
+def _from_numpy_dtypes():
+    """NumPy dtype -> Backplane dtype (built on first use: Note [Lazy NumPy] in _np.py)."""
+    return {np.dtype(getattr(np, v)): k for k, v in _NUMPY_NAMES.items()}
 
 
 def _dtype(d, default=DT.float32):
@@ -40,7 +46,8 @@ def _size(size, what):
     if len(size) == 1 and isinstance(size[0], (list, tuple)):
         size = tuple(size[0])
     for s in size:
-        if not isinstance(s, (builtins.int, np.integer)) or isinstance(s, builtins.bool):
+        if not (isinstance(s, builtins.int) or is_numpy(s, "integer")) or isinstance(
+                s, builtins.bool):
             raise _core.ShapeError(f"{what}: sizes must be integers, got {size!r}")
         if s < 0:
             raise _core.ShapeError(f"{what}: sizes must be non-negative, got {tuple(size)!r}")
@@ -58,17 +65,18 @@ def _from_array(arr, dt, device):
     if dt == DT.bfloat16:
         return _core._from_host(np.asarray(arr, dtype=np.float32, order="C"), DT.float32,
                                 device)._to_dtype(dt)
-    host = np.asarray(arr, dtype=_NUMPY_OF[dt], order="C")
+    host = np.asarray(arr, dtype=getattr(np, _NUMPY_NAMES[dt]), order="C")
     return _core._from_host(host, dt, device)
 
 
 def _infer_dtype(data, arr):
-    if isinstance(data, np.ndarray) or isinstance(data, np.generic):
-        if arr.dtype.kind == "f" and arr.dtype not in _FROM_NUMPY:
+    if is_numpy(data, "ndarray", "generic"):
+        from_numpy_dtypes = _from_numpy_dtypes()
+        if arr.dtype.kind == "f" and arr.dtype not in from_numpy_dtypes:
             raise _core.DTypeError(f"tensor(): NumPy dtype {arr.dtype} is not supported; "
                                    "use float16, float32 or float64")
-        if arr.dtype in _FROM_NUMPY:
-            return _FROM_NUMPY[arr.dtype]
+        if arr.dtype in from_numpy_dtypes:
+            return from_numpy_dtypes[arr.dtype]
         if arr.dtype.kind in "iu":
             raise _core.DTypeError(f"tensor(): NumPy dtype {arr.dtype} is not supported; "
                                    "use int32, int64, uint8 or pass dtype=")
@@ -93,7 +101,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False):
         if dtype is not None:
             t = t._to_dtype(_dtype(dtype))
         return _finish(t, requires_grad)
-    if hasattr(data, "__dlpack__") and not isinstance(data, (np.ndarray, np.generic)):
+    if hasattr(data, "__dlpack__") and not is_numpy(data, "ndarray", "generic"):
         from ._dlpack import from_dlpack
 
         return tensor(from_dlpack(data), dtype=dtype, device=dev, requires_grad=requires_grad)
@@ -130,7 +138,7 @@ def as_tensor(data, dtype=None, device=None):
 def from_numpy(array):
     """A cpu tensor sharing memory with the NumPy array (writes on either side are seen by the
     other), like torch.from_numpy."""
-    if not isinstance(array, np.ndarray):
+    if not is_numpy(array, "ndarray"):
         raise TypeError(f"from_numpy: expected a numpy.ndarray, got {type(array).__name__}")
     from ._dlpack import from_dlpack
 
@@ -145,9 +153,9 @@ def empty(*size, dtype=None, device=None, requires_grad=False):
 
 def _scalar_dtype(value):
     """The dtype a Python number gives (Note [Default dtype])."""
-    if isinstance(value, (builtins.bool, np.bool_)):
+    if isinstance(value, builtins.bool) or is_numpy(value, "bool_"):
         return DT.bool
-    if isinstance(value, (builtins.int, np.integer)):
+    if isinstance(value, builtins.int) or is_numpy(value, "integer"):
         return DT.int64
     return DT.float32
 
@@ -214,8 +222,8 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
         start, end = 0, start
     if step == 0:
         raise _core.ShapeError("arange: step must not be zero")
-    ints = all(isinstance(v, (builtins.int, np.integer)) and not isinstance(v, builtins.bool)
-               for v in (start, end, step))
+    ints = all((isinstance(v, builtins.int) or is_numpy(v, "integer"))
+               and not isinstance(v, builtins.bool) for v in (start, end, step))
     dt = _dtype(dtype, DT.int64 if ints else DT.float32)
     n = max(0, math.ceil((end - start) / step))
     if start == 0 and step == 1 and dt != DT.bool:
@@ -301,8 +309,8 @@ def _format(self, spec):
 
 
 def _tolist(self):
-    """The values as (nested) Python numbers (waits for the device)."""
-    return _host_array(self, "tolist()").tolist()
+    """The values as (nested) Python numbers (waits for the device; no NumPy involved)."""
+    return _core._tolist(self, "tolist()")
 
 
 def _iter(self):

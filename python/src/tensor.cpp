@@ -147,6 +147,38 @@ nb::dlpack::dtype dl_dtype(DType t) {
   return make(dtype_code::Float, 32);
 }
 
+// The values as nested Python lists of Python numbers, as torch's tolist() (a 0-d tensor gives
+// the number itself): read once on the host, no NumPy involved (Note [Lazy NumPy] in _np.py).
+template <class T, class Make>
+nb::object nest(const std::vector<T>& v, const Shape& shape, size_t dim, size_t& at,
+                const Make& make) {
+  if (dim == shape.size()) return make(v[at++]);
+  nb::list l;
+  for (int64_t i = 0; i < shape[dim]; ++i) l.append(nest(v, shape, dim + 1, at, make));
+  return std::move(l);
+}
+
+nb::object to_list(const Tensor& t) {
+  const Shape shape = t.shape();
+  size_t at = 0;
+  if (is_floating(t.dtype())) {
+    std::vector<double> v;
+    {
+      nb::gil_scoped_release nogil;
+      v = t.to_vector<double>();
+    }
+    return nest(v, shape, 0, at, [](double x) { return nb::object(nb::float_(x)); });
+  }
+  std::vector<int64_t> v;
+  {
+    nb::gil_scoped_release nogil;
+    v = t.to_vector<int64_t>();
+  }
+  if (t.dtype() == DType::boolean)
+    return nest(v, shape, 0, at, [](int64_t x) { return nb::object(nb::bool_(x != 0)); });
+  return nest(v, shape, 0, at, [](int64_t x) { return nb::object(nb::int_(x)); });
+}
+
 // A NumPy array over the tensor's host memory: shared with the tensor on host-memory devices
 // (like torch's Tensor.numpy()), over a fresh host copy otherwise.
 nb::object to_numpy(const Tensor& t0) {
@@ -908,6 +940,10 @@ void register_tensor(nb::module_& m) {
   m.def("_numpy_as", [](const Tensor& t, const std::string& call) {
     SyncDebugCall name(call.c_str());
     return to_numpy(t);
+  });
+  m.def("_tolist", [](const Tensor& t, const std::string& call) {
+    SyncDebugCall name(call.c_str());
+    return to_list(t);
   });
   m.def("_to_string", [](const Tensor& t) {
     SyncDebugCall call("str()");

@@ -15,7 +15,7 @@ import builtins
 import collections
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
+from .._np import is_numpy, np
 
 from .. import _core
 from .._core import Tensor
@@ -63,10 +63,10 @@ def default_collate(batch):
     first = batch[0]
     if isinstance(first, Tensor):
         return _core.stack(list(batch), 0)
-    if isinstance(first, np.ndarray):
+    if is_numpy(first, "ndarray"):
         from .._tensor import tensor
         return tensor(np.stack(batch))
-    if isinstance(first, (builtins.bool, builtins.int, builtins.float, np.generic)):
+    if isinstance(first, (builtins.bool, builtins.int, builtins.float)) or is_numpy(first, "generic"):
         from .._tensor import tensor
         return tensor(list(batch))
     if isinstance(first, collections.abc.Mapping):
