@@ -202,7 +202,7 @@ INTERRUPT_SCRIPT = textwrap.dedent("""
 
 
     # Before DDP's own hooks: the first layer's weight never starts its average.
-    bp._core._register_post_accumulate_grad_hook(net[0].weight, interrupt)
+    hook = bp._core._register_post_accumulate_grad_hook(net[0].weight, interrupt)
     ddp = dist.DistributedDataParallel(net)
     x = bp.tensor(np.random.default_rng([{seed}, rank]).uniform(-1, 1, (5, 4)).astype(np.float32))
     try:
@@ -227,6 +227,7 @@ INTERRUPT_SCRIPT = textwrap.dedent("""
         want = [p.grad.reshape(-1).tolist() for p in net.parameters()]
         print("same", all(np.allclose(a, b, rtol=1e-6, atol=1e-7) for a, b in zip(got, want)),
               flush=True)
+    bp._core._remove_post_accumulate_grad_hook(net[0].weight, hook)  # it holds this module
 """)
 
 
