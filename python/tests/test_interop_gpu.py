@@ -178,7 +178,7 @@ def our_work_stream(dev):
     import ctypes
     from test_dlpack_c_api import API
     s = ctypes.c_void_p()
-    ordinal = bp.from_dlpack(bp.ones(1, device=dev)).__dlpack_device__()[1]
+    ordinal = bp.ones(1, device=dev).__dlpack_device__()[1]
     assert API.current_work_stream(2, ordinal, ctypes.byref(s)) == 0
     if not s.value:
         return torch.cuda.default_stream(ordinal)
