@@ -530,7 +530,7 @@ def test_from_dlpack_of_our_own_tensor_goes_through_our_table(rng):
     np.testing.assert_array_equal(u.numpy(), t.numpy())
 
 
-# ---- PyTorch --------------------------------------------------------------------------------------
+# ---- PyTorch ------------------------------------------------------------------------------------
 
 TORCH_TYPES = [] if torch is None else [
     (torch.float32, bp.float32), (torch.float64, bp.float64), (torch.float16, bp.float16),
