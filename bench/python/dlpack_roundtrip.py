@@ -115,6 +115,10 @@ def main():
         res.setdefault("capsule", ([], []))
         res["capsule"][0].append(per_call(cases["capsule"][0], args.n))
         res["capsule"][1].append(per_call(cases["capsule"][1], args.n))
+    if torch_mod is not None and not hasattr(torch_mod.Tensor, "__dlpack_c_exchange_api__"):
+        print(f"torch {torch_mod.__version__} has no __dlpack_c_exchange_api__: the C rows run "
+              f"without a reference")
+        torch_mod = None
     c_rows = c_api_rows(ours, x if torch_mod else None, torch_mod, args)
     bp.synchronize()
     print(f"DLPack exchange on {dev} ({dev.name}); reference: {ref}")

@@ -16,7 +16,9 @@ try:
 except ImportError:
     torch = None
 
-needs_torch = pytest.mark.skipif(torch is None, reason="PyTorch is not installed")
+needs_torch = pytest.mark.skipif(
+    torch is None or not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"),
+    reason="needs PyTorch with the DLPack C exchange API (2.10 or later)")
 
 # ---- the C declarations of dlpack.h 1.3 ---------------------------------------------------------
 
@@ -528,6 +530,11 @@ def test_from_dlpack_of_our_own_tensor_goes_through_our_table(rng):
     u = bp.from_dlpack(t)
     assert u.data_ptr() == t.data_ptr() and u.stride() == t.stride()
     np.testing.assert_array_equal(u.numpy(), t.numpy())
+    p = bp.nn.Linear(3, 2).weight  # a Parameter, a Python subclass: the same table
+    assert type(p).__dlpack_c_exchange_api__ is bp.Tensor.__dlpack_c_exchange_api__
+    v = to_object(export(p))
+    assert v.data_ptr() == p.data_ptr() and not v.requires_grad
+    np.testing.assert_array_equal(v.numpy(), p.detach().numpy())
 
 
 # ---- PyTorch ------------------------------------------------------------------------------------
@@ -555,6 +562,8 @@ def test_torch_has_a_table_and_from_dlpack_uses_it(rng):
 
 
 @needs_torch
+@pytest.mark.skipif(torch is None or not hasattr(torch.utils.dlpack, "ReadOnlyTensorWrapper"),
+                    reason="needs torch.utils.dlpack.ReadOnlyTensorWrapper")
 def test_torch_read_only_export_is_copied():
     x = torch.arange(6, dtype=torch.float32)
     ro = torch.utils.dlpack.ReadOnlyTensorWrapper(x)

@@ -123,8 +123,9 @@ def test_import_orders_after_the_producers_stream():
     long_torch_work(side, x)
     assert not side.query()  # the premise: the producer's work is still running
     with torch.cuda.stream(side):
-        # Through torch's C exchange table: its current_work_stream names `side`, and our
-        # stream waits for it (an event; Note [DLPack C exchange API]).
+        # Through torch's C exchange table (torch >= 2.10): its current_work_stream names
+        # `side`, and our stream waits for it (an event; Note [DLPack C exchange API]); through
+        # __dlpack__(stream=ours) on older torch, which makes our stream wait for `side`.
         t = bp.from_dlpack(x)
     # Had the producer or we synchronised the device instead of ordering streams with an
     # event, `side` would be idle here.
@@ -173,6 +174,12 @@ def test_export_free_waits_for_the_consumers_stream():
         assert all(o[:4].tolist() == [7.0] * 4 for o in others)
 
 
+needs_torch_cuda_table = pytest.mark.skipif(
+    torch is None or not GPU_DEVICES or not torch.cuda.is_available()
+    or not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"),
+    reason="needs PyTorch with CUDA and the DLPack C exchange API (2.10 or later)")
+
+
 def our_work_stream(dev):
     """Our current_work_stream for `dev`, as a torch stream (Note [DLPack C exchange API])."""
     import ctypes
@@ -185,7 +192,7 @@ def our_work_stream(dev):
     return torch.cuda.ExternalStream(s.value, device=f"cuda:{ordinal}")
 
 
-@needs_torch_cuda
+@needs_torch_cuda_table
 def test_c_api_consumer_on_our_work_stream_is_ordered_both_ways():
     """A consumer of our table that runs on current_work_stream's stream (the protocol's rule)
     reads after our pending writes, and its queued reads come before the block's reuse although
