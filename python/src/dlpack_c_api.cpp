@@ -235,14 +235,31 @@ const DLPackExchangeAPI g_api = {
 
 // ---- consumer --------------------------------------------------------------------------------
 
-// Types seen by from_dlpack and their tables (nullptr: none). Each type is referenced, so its
-// address is never reused while cached; kept for the process, the tables being static.
+// Types seen by from_dlpack and their tables (nullptr: none), each entry with a weak reference
+// to its type whose callback drops the entry when the type dies (so a new type at the same
+// address is looked up afresh). No strong reference: a cached type, and through its methods
+// their module, must not outlive the interpreter (nanobind's leak check at exit).
 struct ApiCacheEntry {
   PyTypeObject* type;
   const DLPackExchangeAPI* api;
+  PyObject* weak;  // owned
 };
 constexpr size_t kApiCacheSize = 32;
 auto* g_api_cache = new std::vector<ApiCacheEntry>();
+
+PyObject* forget_type(PyObject*, PyObject* weak) {
+  auto& c = *g_api_cache;
+  for (size_t i = 0; i < c.size(); ++i)
+    if (c[i].weak == weak) {
+      Py_DECREF(c[i].weak);
+      c.erase(c.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef g_forget_def = {"_dlpack_forget_type", forget_type, METH_O, nullptr};
+PyObject* g_forget = nullptr;  // the weak references' callback, made once
 
 const DLPackExchangeAPI* lookup_api(PyTypeObject* type) {
   nb::object cap = nb::steal(PyObject_GetAttrString(reinterpret_cast<PyObject*>(type), kApiAttr));
@@ -266,8 +283,13 @@ const DLPackExchangeAPI* dl::exchange_api_of(PyTypeObject* type) {
     if (e.type == type) return e.api;
   const DLPackExchangeAPI* api = lookup_api(type);
   if (g_api_cache->size() < kApiCacheSize) {
-    Py_INCREF(type);
-    g_api_cache->push_back({type, api});
+    if (!g_forget) g_forget = PyCFunction_New(&g_forget_def, nullptr);
+    PyObject* weak =
+        g_forget ? PyWeakref_NewRef(reinterpret_cast<PyObject*>(type), g_forget) : nullptr;
+    if (weak)
+      g_api_cache->push_back({type, api, weak});
+    else
+      PyErr_Clear();  // not cached: looked up again next time
   }
   return api;
 }

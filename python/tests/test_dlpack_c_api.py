@@ -525,6 +525,19 @@ def test_from_dlpack_walks_the_version_chain_and_falls_back_to_dunder(rng):
     assert CALLS["from_py"] == n + 1  # through __dlpack__
 
 
+def test_the_table_cache_keeps_no_type_alive():
+    import weakref
+
+    class Temporary:
+        __dlpack_c_exchange_api__ = bp.Tensor.__dlpack_c_exchange_api__
+
+    assert bp._core._dlpack_c_exchange_api_of(Temporary) == ctypes.addressof(API)
+    gone = weakref.ref(Temporary)
+    del Temporary
+    gc.collect()
+    assert gone() is None  # and its cache entry went with it
+
+
 def test_from_dlpack_of_our_own_tensor_goes_through_our_table(rng):
     t = random_tensor(rng, bp.float64, (3, 4)).t()
     u = bp.from_dlpack(t)
