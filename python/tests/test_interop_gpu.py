@@ -206,7 +206,7 @@ def test_c_api_consumer_on_our_work_stream_is_ordered_both_ways():
         a = bp.rand(2048, 2048, device=dev)
         for _ in range(100):
             a = (a @ a) / 2048.0
-        x = bp.zeros(n, device=dev) + (a[0, :1] * 0 + 1)  # written after ~0.3 s of our work
+        x = bp.zeros(n, device=dev) + (a[0, :1] * 0 + 1)  # written after the matmul chain
         with torch.cuda.stream(ours):
             t = to_object(export(x), api=torch_api)  # no synchronisation anywhere
             torch.cuda._sleep(2_000_000_000)  # ~1 s on our stream before torch's read
@@ -225,7 +225,7 @@ def test_c_api_current_work_stream_is_our_default_stream():
     x = bp.zeros(1 << 20, device=dev)
     ours = our_work_stream(dev)
     with torch.cuda.stream(ours):
-        y = torch.from_dlpack(x, copy=False)
+        y = torch.from_dlpack(x)  # __dlpack__(stream=ours): the same stream, no event
         torch.cuda._sleep(2_000_000_000)
         y.fill_(3)
     assert not ours.query()  # the premise: the write is still queued
