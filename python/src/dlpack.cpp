@@ -442,7 +442,7 @@ Tensor import_managed(M* m, bool read_only, std::optional<bool> copy,
   std::function<void()> release = releaser(m);
   Tensor t;
   try {
-    t = from_blob(*dev, data, shape, strides, dtype, release);
+    t = from_blob(*dev, data, std::move(shape), std::move(strides), dtype, std::move(release));
   } catch (...) {
     --dl::live_imports;
     if (m->deleter) m->deleter(m);
