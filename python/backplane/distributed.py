@@ -7,11 +7,18 @@ Note [Python DDP]
   DistributedDataParallel(module) broadcasts the module's parameters and buffers from rank 0,
   then registers a post-accumulate hook on every parameter: when backward has finished a
   parameter's gradient, its average over the ranks is started (an asynchronous all_reduce
-  with AVG), and the hook of the last parameter waits for all of them, so the gradients are
-  averaged when backward() returns and the optimiser steps on the same values on every rank.
-  A parameter that got no gradient in an iteration is reported by the next forward(), naming
-  it (PyTorch's find_unused_parameters=False behaviour). The hooks hold the wrapper weakly, so
-  nothing is kept alive past it.
+  with AVG; it counts as started once the call returned), and the hook of the last parameter
+  waits for all of them, so the gradients are averaged when backward() returns (a failed
+  reduction raises there) and the optimiser steps on the same values on every rank. The hooks
+  hold the wrapper weakly, so nothing is kept alive past it.
+  An iteration that did not finish (backward interrupted by an exception such as an
+  OutOfMemory, a parameter that got no gradient: PyTorch's find_unused_parameters=False
+  behaviour) is dropped by the next forward() or synchronize_gradients(), which raise once,
+  naming the parameters, and reset the iteration state, so the wrapper stays usable. With more
+  than one rank the other ranks may be waiting in reductions this rank never started, or would
+  pair them with the next iteration's, so the process group is aborted with the same message:
+  every rank learns at once (PeerError) instead of waiting out the timeout, and training resumes
+  from a new group, as with the C++ DistributedDataParallel (Note [DDP errors]).
 """
 import weakref
 
@@ -219,23 +226,44 @@ class DistributedDataParallel(Module):
         self._ddp_pending.append(_core._dist_all_reduce(param.grad, ReduceOp.AVG))
         self._ddp_ready.add(k)
         if len(self._ddp_ready) == len(self._ddp_params):
-            self.synchronize_gradients()
+            self._finish_backward()
 
-    def synchronize_gradients(self):
-        """Waits until every started gradient average has finished."""
-        pending = self._ddp_pending
+    def _reset_iteration(self):
         object.__setattr__(self, "_ddp_pending", [])
-        for w in pending:
-            w.wait()
         self._ddp_ready.clear()
 
+    def _finish_backward(self):
+        """Waits for every started average; a failure resets the iteration and is raised."""
+        pending = self._ddp_pending
+        self._reset_iteration()
+        for w in pending:
+            w.wait()
+
+    def _drop_unfinished_iteration(self):
+        """Note [Python DDP]: raises once for an iteration whose backward did not finish."""
+        if not self._ddp_ready and not self._ddp_pending:
+            return
+        missing = [self._ddp_names.get(id(p), "?") for k, p in enumerate(self._ddp_params)
+                   if k not in self._ddp_ready]
+        shown = ", ".join(missing[:8]) + (", ..." if len(missing) > 8 else "")
+        msg = (f"DistributedDataParallel: the last backward did not finish: {len(missing)} of "
+               f"{len(self._ddp_params)} parameter(s) got no gradient ({shown}), so their "
+               f"averages never started; either backward was interrupted by an exception, or a "
+               f"parameter does not take part in the loss (unused parameters are not "
+               f"supported). The iteration is dropped")
+        self._reset_iteration()  # the started averages' Works are let go (they may never end)
+        if get_world_size() > 1:
+            msg += "; the ranks are out of step, so the process group is aborted"
+            _core._dist_abort(msg)
+        raise _core.Error(msg)
+
+    def synchronize_gradients(self):
+        """Waits until every started gradient average has finished; raises for an iteration
+        whose backward did not finish (Note [Python DDP])."""
+        self._drop_unfinished_iteration()
+
     def forward(self, *args, **kwargs):
-        if self._ddp_ready or self._ddp_pending:
-            missing = [self._ddp_names.get(id(p), "?") for k, p in enumerate(self._ddp_params)
-                       if k not in self._ddp_ready]
-            self.synchronize_gradients()
-            raise _core.Error("DistributedDataParallel: parameters got no gradient in the last "
-                              "iteration, so their averages never ran: " + ", ".join(missing))
+        self._drop_unfinished_iteration()
         return self.module(*args, **kwargs)
 
     def __del__(self):

@@ -41,6 +41,10 @@ enum class ErrorKind {
   count_
 };
 PyObject* error_class(ErrorKind kind);
+// Sets the Python error for the exception being handled (call it inside a catch block): a
+// bp::Error as its backplane class, a nanobind exception as its builtin, anything else as
+// RuntimeError (MemoryError for std::bad_alloc). For C entry points that must not throw.
+void set_python_error() noexcept;
 
 // A device argument: None (the default device), a Device, a string ("cuda:1"), or any object
 // whose str() is a device string (torch.device). DeviceError for anything else.

@@ -154,6 +154,15 @@ void register_dist(nb::module_& m) {
         return dist::recv(t, src);
       },
       nb::arg("tensor"), nb::arg("src"));
+  m.def(
+      "_dist_abort",
+      [](const std::string& reason) {
+        nb::gil_scoped_release nogil;
+        dist::group().abort(reason);
+      },
+      nb::arg("reason"),
+      "Aborts the default group from this rank: its pending operations fail and the other "
+      "ranks are told, with `reason` in their error.");
   m.def("_dist_barrier", []() {
     nb::gil_scoped_release nogil;
     dist::barrier();

@@ -23,9 +23,7 @@
 //   the producer's deleter under the GIL, as producers such as NumPy release Python objects
 //   there. Counters of live exports and imports (backplane._core._dlpack_live) let tests
 //   check that both sides let go.
-#include "bp_python.hpp"
-
-#include <dlpack/dlpack.h>
+#include "dlpack_internal.hpp"
 
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -39,6 +37,18 @@
 
 namespace bp::python {
 
+namespace dl {
+
+std::atomic<int64_t> live_exports{0};
+std::atomic<int64_t> live_imports{0};
+
+}  // namespace dl
+
+using dl::device_of;
+using dl::from_dl;
+using dl::host_device;
+using dl::to_dl;
+
 namespace {
 
 constexpr const char* kVersioned = "dltensor_versioned";
@@ -46,17 +56,16 @@ constexpr const char* kUsedVersioned = "used_dltensor_versioned";
 constexpr const char* kLegacy = "dltensor";
 constexpr const char* kUsedLegacy = "used_dltensor";
 
-std::atomic<int64_t> g_live_exports{0};
-std::atomic<int64_t> g_live_imports{0};
-
 [[noreturn]] void buffer_error(const std::string& msg) {
   PyErr_SetString(PyExc_BufferError, msg.c_str());
   throw nb::python_error();
 }
 
+}  // namespace
+
 // ---- dtypes ----------------------------------------------------------------------------------
 
-DLDataType to_dl(DType t) {
+DLDataType dl::to_dl(DType t) {
   switch (t) {
     case DType::f32:
       return {kDLFloat, 32, 1};
@@ -78,7 +87,7 @@ DLDataType to_dl(DType t) {
   return {kDLFloat, 32, 1};
 }
 
-DType from_dl(DLDataType d) {
+DType dl::from_dl(DLDataType d, const char* what) {
   if (d.lanes == 1) {
     if (d.code == kDLFloat && d.bits == 32) return DType::f32;
     if (d.code == kDLFloat && d.bits == 64) return DType::f64;
@@ -96,7 +105,7 @@ DType from_dl(DLDataType d) {
           ? std::string(names[d.code]) + std::to_string(d.bits)
           : "type code " + std::to_string(d.code) + " of " + std::to_string(d.bits) + " bits";
   if (d.lanes != 1) name += " x" + std::to_string(d.lanes) + " lanes";
-  throw DTypeError("from_dlpack: unsupported dtype " + name +
+  throw DTypeError(std::string(what) + ": unsupported dtype " + name +
                    "; Backplane tensors hold float32, float64, float16, bfloat16, int32, int64, "
                    "uint8 or bool (convert on the producer's side first)");
 }
@@ -106,12 +115,16 @@ DType from_dl(DLDataType d) {
 // The Backplane device holding memory that DLPack calls (type, id). CUDA ids are vendor
 // ordinals, which need not be our indices: each cuda device's ordinal is read once from the
 // native handle of a small allocation.
-Device& host_device() {
+Device& dl::host_device() {
   static Device* cpu = &device("cpu:0");  // devices live as long as the process
   return *cpu;
 }
 
-Device& device_of(int32_t type, int32_t id) {
+bool dl::is_host(Device& dev) {
+  return dev.type() == "cpu" || dev.properties().unified_memory;
+}
+
+Device& dl::device_of(int32_t type, int32_t id) {
   if (type == kDLCPU || type == kDLCUDAHost) return host_device();
   if (type == kDLCUDA || type == kDLCUDAManaged) {
     static std::mutex mu;
@@ -137,6 +150,8 @@ Device& device_of(int32_t type, int32_t id) {
                          ") is not supported; Backplane imports host memory (kDLCPU, "
                          "kDLCUDAHost) and CUDA memory (kDLCUDA, kDLCUDAManaged)");
 }
+
+namespace {
 
 // A (DLPack device type, device id) pair given to us: `h` as two integers that fit int32_t.
 // TypeError / ValueError naming `what` and the accepted form otherwise.
@@ -214,13 +229,13 @@ void fill_export(M* m, ExportCtx* ctx, const Tensor& t, const NativeBuffer& n) {
 void delete_versioned(DLManagedTensorVersioned* m) {
   release_export(static_cast<ExportCtx*>(m->manager_ctx));
   delete m;
-  --g_live_exports;
+  --dl::live_exports;
 }
 
 void delete_legacy(DLManagedTensor* m) {
   release_export(static_cast<ExportCtx*>(m->manager_ctx));
   delete m;
-  --g_live_exports;
+  --dl::live_exports;
 }
 
 void capsule_destructor_versioned(PyObject* cap) {
@@ -241,22 +256,33 @@ void capsule_destructor_legacy(PyObject* cap) {
   PyErr_Restore(type, value, tb);
 }
 
-// Note [DLPack streams], producer side.
-// One event per device, recorded and waited on under a mutex by every export to a consumer
-// stream (an event may be re-recorded once a wait has captured it), so an export costs no
-// event creation. Never destroyed (leaked at exit, when the plugins may already be gone). The
-// consumer's stream is wrapped per call and let go at once: a kept wrapper would join the
-// streams that Device::synchronize waits for.
+// One event per device, recorded and waited on under a mutex by every ordering (an event may be
+// re-recorded once a wait has captured it). Never destroyed (leaked at exit, when the plugins
+// may already be gone).
 std::mutex g_event_mu;
 auto* g_events = new std::vector<std::pair<Device*, std::unique_ptr<Event>>>();
 
+}  // namespace
+
+void dl::order_streams(Device& dev, Stream& first, Stream& then) {
+  std::lock_guard<std::mutex> lock(g_event_mu);
+  Event* ev = nullptr;
+  for (auto& [d, e] : *g_events)
+    if (d == &dev) ev = e.get();
+  if (!ev) ev = g_events->emplace_back(&dev, dev.create_event()).second.get();
+  ev->record(first);
+  then.wait(*ev);
+}
+
+namespace {
+
+// Note [DLPack streams], producer side.
 // Returns true when the consumer's stream is a device stream other than ours (`*consumer` its
 // handle): the export's free must then be ordered after it (Note [DLPack export frees]).
 bool order_for_consumer(const Tensor& t, nb::handle stream, void** consumer_out) {
   Device& dev = t.device();
   Stream& ours = dev.default_stream();
-  const bool host = dev.properties().unified_memory || dev.type() == "cpu";
-  if (host) {
+  if (dl::is_host(dev)) {
     if (!stream.is_none() && !(PyLong_Check(stream.ptr()) && nb::cast<int64_t>(stream) == -1))
       buffer_error("__dlpack__: stream must be None for a tensor on " + dev.str() +
                    " (host memory has no streams), got " + nb::repr(stream).c_str());
@@ -281,14 +307,10 @@ bool order_for_consumer(const Tensor& t, nb::handle stream, void** consumer_out)
   void* consumer = s == 1 ? nullptr : reinterpret_cast<void*>(static_cast<intptr_t>(s));
   if (consumer == ours.native_handle()) return false;  // same stream: already ordered
   *consumer_out = consumer;
+  // The consumer's stream is wrapped per call and let go at once: a kept wrapper would join
+  // the streams that Device::synchronize waits for.
   std::unique_ptr<Stream> theirs = dev.import_stream(consumer);
-  std::lock_guard<std::mutex> lock(g_event_mu);
-  Event* ev = nullptr;
-  for (auto& [d, e] : *g_events)
-    if (d == &dev) ev = e.get();
-  if (!ev) ev = g_events->emplace_back(&dev, dev.create_event()).second.get();
-  ev->record(ours);
-  theirs->wait(*ev);
+  dl::order_streams(dev, ours, *theirs);
   return true;
 }
 
@@ -340,7 +362,7 @@ nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_vers
     m->deleter = delete_versioned;
     m->flags = copied ? DLPACK_FLAG_BITMASK_IS_COPIED : 0;
     fill_export(m, ctx, t, n);
-    ++g_live_exports;
+    ++dl::live_exports;
     cap = PyCapsule_New(m, kVersioned, capsule_destructor_versioned);
     if (!cap) {
       delete_versioned(m);
@@ -350,7 +372,7 @@ nb::object dlpack_export(nb::handle self, nb::handle stream, nb::handle max_vers
     auto* m = new DLManagedTensor{};
     m->deleter = delete_legacy;
     fill_export(m, ctx, t, n);
-    ++g_live_exports;
+    ++dl::live_exports;
     cap = PyCapsule_New(m, kLegacy, capsule_destructor_legacy);
     if (!cap) {
       delete_legacy(m);
@@ -373,9 +395,9 @@ bool finalizing() {
 // Note [DLPack lifetimes], import side: the producer's deleter, once, under the GIL.
 template <typename M>
 std::function<void()> releaser(M* m) {
-  ++g_live_imports;
+  ++dl::live_imports;
   return [m]() {
-    --g_live_imports;
+    --dl::live_imports;
     if (!m->deleter || !Py_IsInitialized() || finalizing()) return;  // at exit: let it go
     PyGILState_STATE g = PyGILState_Ensure();
     m->deleter(m);
@@ -384,13 +406,14 @@ std::function<void()> releaser(M* m) {
 }
 
 template <typename M>
-Tensor import_managed(M* m, bool read_only, std::optional<bool> copy) {
+Tensor import_managed(M* m, bool read_only, std::optional<bool> copy,
+                      const char* what = "from_dlpack") {
   DLTensor& dl = m->dl_tensor;
   DType dtype;
   try {
-    dtype = from_dl(dl.dtype);
+    dtype = from_dl(dl.dtype, what);
     if (dl.ndim < 0 || dl.ndim > bp::kMaxRank)
-      throw ShapeError("from_dlpack: rank " + std::to_string(dl.ndim) +
+      throw ShapeError(std::string(what) + ": rank " + std::to_string(dl.ndim) +
                        " is outside what Backplane supports (0.." + std::to_string(bp::kMaxRank) +
                        ")");
   } catch (...) {
@@ -402,7 +425,7 @@ Tensor import_managed(M* m, bool read_only, std::optional<bool> copy) {
   for (size_t k = 0; k < strides.size(); ++k)
     if (strides[k] < 0) {
       if (m->deleter) m->deleter(m);
-      throw ShapeError("from_dlpack: negative stride " + std::to_string(strides[k]) +
+      throw ShapeError(std::string(what) + ": negative stride " + std::to_string(strides[k]) +
                        " in dimension " + std::to_string(k) +
                        " (a reversed view); Backplane tensors have non-negative strides: pass a "
                        "copy, e.g. numpy.ascontiguousarray(a)");
@@ -419,20 +442,35 @@ Tensor import_managed(M* m, bool read_only, std::optional<bool> copy) {
   std::function<void()> release = releaser(m);
   Tensor t;
   try {
-    t = from_blob(*dev, data, shape, strides, dtype, release);
+    t = from_blob(*dev, data, std::move(shape), std::move(strides), dtype, std::move(release));
   } catch (...) {
-    --g_live_imports;
+    --dl::live_imports;
     if (m->deleter) m->deleter(m);
     throw;
   }
   const bool want_copy = copy == true;
   if (read_only && copy == false)
-    buffer_error(
-        "from_dlpack: the producer marked the memory read-only and copy=False; "
-        "Backplane tensors are writable (pass copy=None or True)");
+    buffer_error(std::string(what) +
+                 ": the producer marked the memory read-only and copy=False; "
+                 "Backplane tensors are writable (pass copy=None or True)");
   if (read_only || want_copy) t = t.clone();
   return t;
 }
+
+}  // namespace
+
+Tensor dl::import_versioned(DLManagedTensorVersioned* m, std::optional<bool> copy) {
+  if (m->version.major != DLPACK_MAJOR_VERSION) {
+    // A newer major layout: only `version` and `deleter` may be used.
+    const std::string v = std::to_string(m->version.major) + "." + std::to_string(m->version.minor);
+    if (m->deleter) m->deleter(m);
+    buffer_error("DLPack: a managed tensor of DLPack " + v +
+                 "; Backplane reads major version 1 (DLPack 1.x)");
+  }
+  return import_managed(m, (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, copy);
+}
+
+namespace {
 
 Tensor import_capsule(nb::handle cap, std::optional<bool> copy) {
   PyObject* c = cap.ptr();
@@ -479,12 +517,8 @@ nb::object consumer_stream(Device& dev) {
   return nb::int_(reinterpret_cast<intptr_t>(s));
 }
 
-Tensor from_dlpack(nb::handle obj, nb::handle device_arg, nb::handle copy_arg) {
-  // Every argument is checked before the producer is asked for a capsule, so a refusal
-  // consumes nothing.
-  const std::optional<bool> copy = optional_flag(copy_arg, "from_dlpack: copy");
-  Device* want = device_arg.is_none() ? nullptr : &as_device(device_arg);
-  if (PyCapsule_CheckExact(obj.ptr())) return import_capsule(obj, copy);
+// The capsule protocol: obj.__dlpack__(stream=..., max_version=...).
+Tensor import_protocol(nb::handle obj, std::optional<bool> copy) {
   nb::object dlpack = nb::getattr(obj, "__dlpack__", nb::none());
   if (dlpack.is_none())
     throw nb::type_error(("from_dlpack: " + std::string(nb::type_name(obj.type()).c_str()) +
@@ -499,7 +533,7 @@ Tensor from_dlpack(nb::handle obj, nb::handle device_arg, nb::handle copy_arg) {
                                      ".__dlpack_device__() returned");
     stream = consumer_stream(device_of(dd.first, dd.second));
   }
-  // __dlpack__(stream=stream, max_version=(1, 1)) by vectorcall; names and version made once
+  // __dlpack__(stream=stream, max_version=(1, 3)) by vectorcall; names and version made once
   // (and kept for the process).
   static PyObject* kwnames = Py_BuildValue("(ss)", "stream", "max_version");
   static PyObject* max_version = Py_BuildValue("(ii)", DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION);
@@ -515,7 +549,18 @@ Tensor from_dlpack(nb::handle obj, nb::handle device_arg, nb::handle copy_arg) {
     // A producer from before DLPack 1.0 knows only `stream`.
     cap = dlpack(nb::arg("stream") = stream);
   }
-  Tensor t = import_capsule(cap, copy);
+  return import_capsule(cap, copy);
+}
+
+Tensor from_dlpack(nb::handle obj, nb::handle device_arg, nb::handle copy_arg) {
+  // Every argument is checked before the producer is asked for a capsule, so a refusal
+  // consumes nothing.
+  const std::optional<bool> copy = optional_flag(copy_arg, "from_dlpack: copy");
+  Device* want = device_arg.is_none() ? nullptr : &as_device(device_arg);
+  if (PyCapsule_CheckExact(obj.ptr())) return import_capsule(obj, copy);
+  // Note [DLPack C exchange API]: the producer's C functions when its type has them.
+  const DLPackExchangeAPI* api = dl::exchange_api_of(Py_TYPE(obj.ptr()));
+  Tensor t = api ? dl::import_through(*api, obj, copy) : import_protocol(obj, copy);
   if (want && want != &t.device()) {
     if (copy == false)
       buffer_error("from_dlpack: the data is on " + t.device().str() + ", device=" + want->str() +
@@ -546,9 +591,12 @@ void register_dlpack(nb::class_<Tensor>& cls, nb::module_& m) {
   m.def("from_dlpack", &from_dlpack, nb::arg("x"), nb::kw_only(),
         nb::arg("device").none() = nb::none(), nb::arg("copy").none() = nb::none(),
         "A tensor sharing the memory of a DLPack producer (NumPy, PyTorch, CuPy, ...) or of a "
-        "DLPack capsule, without copying (Note [DLPack streams], Note [DLPack lifetimes]).");
+        "DLPack capsule, without copying: through the producer type's "
+        "__dlpack_c_exchange_api__ when it has one, else its __dlpack__ (Note [DLPack "
+        "streams], Note [DLPack lifetimes], Note [DLPack C exchange API]).");
+  register_dlpack_c_api(cls, m);
   m.def("_dlpack_live",
-        []() { return nb::make_tuple(g_live_exports.load(), g_live_imports.load()); });
+        []() { return nb::make_tuple(dl::live_exports.load(), dl::live_imports.load()); });
 }
 
 }  // namespace bp::python

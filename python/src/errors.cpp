@@ -15,6 +15,7 @@
 
 #include <array>
 #include <exception>
+#include <new>
 
 namespace bp::python {
 
@@ -73,6 +74,53 @@ void translate(const std::exception_ptr& p, void*) {
 }
 
 }  // namespace
+
+void set_python_error() noexcept {
+  try {
+    throw;
+  } catch (nb::python_error& e) {
+    e.restore();
+  } catch (const nb::builtin_exception& e) {
+    PyObject* cls = PyExc_RuntimeError;
+    switch (e.type()) {
+      case nb::exception_type::stop_iteration:
+        cls = PyExc_StopIteration;
+        break;
+      case nb::exception_type::index_error:
+        cls = PyExc_IndexError;
+        break;
+      case nb::exception_type::key_error:
+        cls = PyExc_KeyError;
+        break;
+      case nb::exception_type::value_error:
+        cls = PyExc_ValueError;
+        break;
+      case nb::exception_type::type_error:
+        cls = PyExc_TypeError;
+        break;
+      case nb::exception_type::buffer_error:
+        cls = PyExc_BufferError;
+        break;
+      case nb::exception_type::import_error:
+        cls = PyExc_ImportError;
+        break;
+      case nb::exception_type::attribute_error:
+        cls = PyExc_AttributeError;
+        break;
+      default:
+        break;
+    }
+    PyErr_SetString(cls, e.what());
+  } catch (const Error&) {
+    translate(std::current_exception(), nullptr);
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "unknown C++ exception");
+  }
+}
 
 PyObject* error_class(ErrorKind kind) {
   return g_classes[static_cast<size_t>(kind)];

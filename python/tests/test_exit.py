@@ -62,8 +62,24 @@ for d in bp.devices():
 loader = bp.utils.data.DataLoader(bp.utils.data.TensorDataset(bp.ones(4, 3)), batch_size=2,
                                   num_workers=2)
 keep.append(list(loader))
+
+
+
+class Producer:  # a type whose exchange table from_dlpack looks up (and caches: it has none)
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kwargs):
+        return self.a.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+keep.append(bp.from_dlpack(Producer(np.ones(3))))
 try:
-    import torch  # noqa: F401  (the leak report came with and without PyTorch loaded)
+    import torch  # (the leak report came with and without PyTorch loaded)
+    keep.append(bp.from_dlpack(torch.ones(3)))  # through torch's exchange table, cached
 except ImportError:
     pass
 print("done", flush=True)

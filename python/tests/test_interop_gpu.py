@@ -48,7 +48,7 @@ def torch_devices():
 def test_torch_round_trip_shares_memory(where):
     before = live()
     dev = bp.device(where)
-    t = bp.arange(8, device=dev).reshape(2, 4)
+    t = bp.arange(8, device=dev, dtype=bp.float32).reshape(2, 4)
     x = torch.from_dlpack(t)
     assert x.data_ptr() == t.data_ptr() and x.device == torch.device(where)
     assert x.dtype == torch.float32 and tuple(x.shape) == (2, 4)
@@ -123,7 +123,10 @@ def test_import_orders_after_the_producers_stream():
     long_torch_work(side, x)
     assert not side.query()  # the premise: the producer's work is still running
     with torch.cuda.stream(side):
-        t = bp.from_dlpack(x)  # torch makes our stream wait for `side` (an event)
+        # Through torch's C exchange table (torch >= 2.10): its current_work_stream names
+        # `side`, and our stream waits for it (an event; Note [DLPack C exchange API]); through
+        # __dlpack__(stream=ours) on older torch, which makes our stream wait for `side`.
+        t = bp.from_dlpack(x)
     # Had the producer or we synchronised the device instead of ordering streams with an
     # event, `side` would be idle here.
     assert not side.query()
@@ -169,6 +172,64 @@ def test_export_free_waits_for_the_consumers_stream():
         side.synchronize()
         assert torch.all(y == 2).item(), f"trial {trial}: the block was reused under the reader"
         assert all(o[:4].tolist() == [7.0] * 4 for o in others)
+
+
+needs_torch_cuda_table = pytest.mark.skipif(
+    torch is None or not GPU_DEVICES or not torch.cuda.is_available()
+    or not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"),
+    reason="needs PyTorch with CUDA and the DLPack C exchange API (2.10 or later)")
+
+
+def our_work_stream(dev):
+    """Our current_work_stream for `dev`, as a torch stream (Note [DLPack C exchange API])."""
+    import ctypes
+    from test_dlpack_c_api import API
+    s = ctypes.c_void_p()
+    ordinal = bp.ones(1, device=dev).__dlpack_device__()[1]
+    assert API.current_work_stream(2, ordinal, ctypes.byref(s)) == 0
+    if not s.value:
+        return torch.cuda.default_stream(ordinal)
+    return torch.cuda.ExternalStream(s.value, device=f"cuda:{ordinal}")
+
+
+@needs_torch_cuda_table
+def test_c_api_consumer_on_our_work_stream_is_ordered_both_ways():
+    """A consumer of our table that runs on current_work_stream's stream (the protocol's rule)
+    reads after our pending writes, and its queued reads come before the block's reuse although
+    it calls the deleter at once (the free is ordered on that stream)."""
+    from test_dlpack_c_api import api_of, export, to_object
+    dev = GPU_DEVICES[0]
+    torch_api = api_of(torch.Tensor)
+    ours = our_work_stream(dev)
+    n = 1 << 24
+    for trial in range(3):
+        a = bp.rand(2048, 2048, device=dev)
+        for _ in range(100):
+            a = (a @ a) / 2048.0
+        x = bp.zeros(n, device=dev) + (a[0, :1] * 0 + 1)  # written after the matmul chain
+        with torch.cuda.stream(ours):
+            t = to_object(export(x), api=torch_api)  # no synchronisation anywhere
+            torch.cuda._sleep(2_000_000_000)  # ~1 s on our stream before torch's read
+            y = t * 2
+        del t, x  # the deleter runs now, the read is still queued
+        gc.collect()
+        others = [bp.full(n, 7.0, device=dev) for _ in range(4)]
+        ours.synchronize()
+        assert torch.all(y == 2).item(), f"trial {trial}: read before our write or after reuse"
+        assert all(o[:4].tolist() == [7.0] * 4 for o in others)
+
+
+@needs_torch_cuda
+def test_c_api_current_work_stream_is_our_default_stream():
+    dev = GPU_DEVICES[0]
+    x = bp.zeros(1 << 20, device=dev)
+    ours = our_work_stream(dev)
+    with torch.cuda.stream(ours):
+        y = torch.from_dlpack(x)  # __dlpack__(stream=ours): the same stream, no event
+        torch.cuda._sleep(2_000_000_000)
+        y.fill_(3)
+    assert not ours.query()  # the premise: the write is still queued
+    assert x.sum().item() == 3 * (1 << 20)  # our next op runs after it: the same stream
 
 
 @needs_torch_cuda
