@@ -16,9 +16,9 @@ const std::vector<std::string>& plugin_suites() {
 }
 
 const std::vector<std::string>& device_suites() {
-  static const std::vector<std::string> s = {"devices", "memory",      "copies",
-                                             "streams", "optional",    "native",
-                                             "kernels", "concurrency", "graphs"};
+  static const std::vector<std::string> s = {"devices",  "memory", "copies",  "streams",
+                                             "optional", "native", "kernels", "concurrency",
+                                             "graphs",   "errors"};
   return s;
 }
 
@@ -49,6 +49,8 @@ bool build_suite(const std::string& suite, Context& ctx, std::vector<TestCase>& 
     build_concurrency_suite(ctx, out);
   else if (suite == "graphs")
     build_graphs_suite(ctx, out);
+  else if (suite == "errors")
+    build_errors_suite(ctx, out);
   else
     return false;
   return true;

@@ -116,10 +116,18 @@ std::string run_kernel_n_expect_error(Context& ctx, const char* op, int32_t dt,
                                       const std::vector<bp_attr>& attrs, int32_t code,
                                       const std::string& what) {
   bp_error* e = launch_raw(ctx, op, dt, ins, outs, attrs);
+  const bool async = e == nullptr;
   if (!e) e = ctx.t().stream_synchronize(ctx.stream());
   if (!e) throw Failure(what + ": succeeded, expected " + error_code_name(code));
   int32_t got = e->code;
   std::string desc = take_error(ctx.api(), e);
+  // Note [Asynchronous errors]: a failure found on the device stays in the stream's record
+  // until the host clears it, as libbackplane does after reporting it.
+  if (async && BP_API_HAS_SLOT(ctx.api(), 6, stream_fault) && ctx.t().stream_fault) {
+    bp_stream_fault rec{};
+    rec.struct_size = sizeof rec;
+    ctx.check(ctx.t().stream_fault(ctx.stream(), 1, &rec), "stream_fault (clearing)");
+  }
   if (got != code) throw Failure(what + ": expected " + error_code_name(code) + ", got " + desc);
   ctx.note("error as expected: " + desc);
   return desc;

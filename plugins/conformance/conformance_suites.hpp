@@ -14,7 +14,7 @@ namespace bpc {
 // Suites run once per plugin, with the device type as device label: {"abi"}.
 const std::vector<std::string>& plugin_suites();
 // Suites run once per device, in report order: devices memory copies streams optional native
-// kernels concurrency graphs.
+// kernels concurrency graphs errors (last: a fault build may lose the device there).
 const std::vector<std::string>& device_suites();
 bool is_plugin_suite(const std::string& suite);
 
@@ -31,6 +31,7 @@ void build_native_suite(Context& ctx, std::vector<TestCase>& out);
 void build_kernels_suite(Context& ctx, std::vector<TestCase>& out);
 void build_concurrency_suite(Context& ctx, std::vector<TestCase>& out);
 void build_graphs_suite(Context& ctx, std::vector<TestCase>& out);
+void build_errors_suite(Context& ctx, std::vector<TestCase>& out);
 
 // Helpers shared by several suites.
 bp_device_properties read_properties(Context& ctx);

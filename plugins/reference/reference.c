@@ -19,6 +19,8 @@
 
 #include "template.h"
 
+#include "reference_async.h"
+
 #include <backplane/abi/op_table.h>
 
 #include <pthread.h>
@@ -63,7 +65,11 @@ enum {
   F_INIT_EXIT = 1 << 21,     /* init calls exit(3) */
   F_SIDE_SYNC = 1 << 22,     /* stream_synchronize fails on every stream but the first one */
   F_NO_CONV = 1 << 23,       /* conv2d and its backward ops are not implemented (UNSUPPORTED) */
-  F_ASYNC_FAIL = 1 << 24     /* mul f32 succeeds but leaves an error for the next stream sync */
+  F_ASYNC_FAIL = 1 << 24,    /* mul f32 fails "on the device": op failed (reference_async.c) */
+  F_ASYNC_INDEX = 1 << 25,   /* an out-of-range index is found "on the device": op failed */
+  F_ASYNC_POISON = 1 << 26,  /* ... and poisons its stream */
+  F_DEVICE_LOST = 1 << 27,   /* ... and loses the device */
+  F_MINOR5 = 1 << 28         /* with the faults above: an ABI 1.5 table, no op ids or records */
 };
 
 static const struct {
@@ -93,7 +99,11 @@ static const struct {
                {"init_exit", F_INIT_EXIT},
                {"side_sync_fails", F_SIDE_SYNC},
                {"no_conv", F_NO_CONV},
-               {"async_fail", F_ASYNC_FAIL}};
+               {"async_fail", F_ASYNC_FAIL},
+               {"async_index", F_ASYNC_INDEX},
+               {"async_poison", F_ASYNC_POISON},
+               {"device_lost", F_DEVICE_LOST},
+               {"minor5", F_MINOR5}};
 #define NUM_FAULTS (sizeof kFaults / sizeof kFaults[0])
 
 static unsigned g_faults;
@@ -178,7 +188,6 @@ typedef struct stream_entry {
   bp_stream* stream;
   float* scratch; /* stream_scratch: created on first use and used without a lock */
   int inside;     /* stream_scratch: launches inside the scratch section (atomic) */
-  int pending;    /* async_fail: a mul failed "on the device"; the next sync reports it */
 } stream_entry;
 static stream_entry g_streams[MAX_STREAMS];
 static bp_stream* g_first_stream; /* side_sync_fails: the first stream created (the default) */
@@ -200,7 +209,6 @@ static bp_error* track_stream(bp_stream* s) {
     e->stream = s;
     e->scratch = NULL;
     e->inside = 0;
-    e->pending = 0;
   }
   pthread_mutex_unlock(&g_mu);
   if (e) return NULL;
@@ -350,25 +358,6 @@ static bp_error* ref_stream_synchronize_side(bp_stream* s) {
                           ":0: stream_synchronize: simulated device error on a "
                           "stream other than the default one (fault "
                           "side_sync_fails)");
-  return on(F_NATIVE) ? ref_stream_synchronize(s) : base()->stream_synchronize(s);
-}
-
-/* async_fail: the error a device reports at the next synchronisation after the op that caused it
- * (a fault in a kernel); reported once. */
-static bp_error* async_stream_synchronize(bp_stream* s) {
-  stream_entry* e;
-  int pending = 0;
-  pthread_mutex_lock(&g_mu);
-  e = entry_of(s);
-  if (e) {
-    pending = e->pending;
-    e->pending = 0;
-  }
-  pthread_mutex_unlock(&g_mu);
-  if (pending)
-    return template_error(BP_ERROR_INTERNAL, TEMPLATE_NAME
-                          ":0: simulated asynchronous fault of a mul launched earlier on this "
-                          "stream (fault async_fail)");
   return on(F_NATIVE) ? ref_stream_synchronize(s) : base()->stream_synchronize(s);
 }
 
@@ -557,13 +546,6 @@ static bp_error* ref_launch(bp_kernel* k, bp_stream* s, const bp_tensor_desc* in
       scratch_add(k, s, in, nin, out, attrs, nattrs, &err))
     return err;
   err = base()->launch(k, s, in, nin, out, nout, attrs, nattrs);
-  if (!err && on(F_ASYNC_FAIL) && k->op == BP_OP_MUL) {
-    stream_entry* e;
-    pthread_mutex_lock(&g_mu);
-    e = entry_of(s);
-    if (e) e->pending = 1;
-    pthread_mutex_unlock(&g_mu);
-  }
   if (err || nout != 1 || (n = template_numel(out)) == 0) return err;
   y = (float*)(out->buffer->data + out->offset);
   if (on(F_WRONG_ADD) && k->op == BP_OP_ADD)
@@ -724,7 +706,7 @@ static void build_table(void) {
   if (on(F_CRASH)) g_api.memset = ref_memset;
   if (on(F_HANG | F_OVERFLOW)) g_api.copy_d2d = ref_copy_d2d;
   if (on(F_PROPS)) g_api.device_properties = ref_device_properties;
-  if (on(F_WRONG_ADD | F_OVERFLOW | F_XFAIL | F_STREAM_SCRATCH | F_WRONG_CONV | F_ASYNC_FAIL))
+  if (on(F_WRONG_ADD | F_OVERFLOW | F_XFAIL | F_STREAM_SCRATCH | F_WRONG_CONV))
     g_api.launch = ref_launch;
   if (on(F_XFAIL)) {
     /* find_kernel (by name) stays the template's: the same kernels, whatever their support */
@@ -744,7 +726,6 @@ static void build_table(void) {
     g_api.stream_synchronize = ref_stream_synchronize;
   }
   if (on(F_SIDE_SYNC)) g_api.stream_synchronize = ref_stream_synchronize_side;
-  if (on(F_ASYNC_FAIL)) g_api.stream_synchronize = async_stream_synchronize;
   if (on(F_MINOR0)) { /* an ABI 1.0 table ends before list_ops: the host probes find_kernel */
     g_api.abi_minor = 0;
     g_api.struct_size = BP_API_MINOR1_OFFSET;
@@ -760,6 +741,12 @@ static void build_table(void) {
     g_api.buffer_import = trap_buffer_import;
     g_api.stream_import = trap_stream_import;
   }
+  if (on(F_ASYNC_FAIL | F_ASYNC_INDEX | F_ASYNC_POISON | F_DEVICE_LOST))
+    reference_async_install(&g_api, (on(F_ASYNC_FAIL) ? REF_ASYNC_MUL : 0u) |
+                                        (on(F_ASYNC_INDEX) ? REF_ASYNC_INDEX : 0u) |
+                                        (on(F_ASYNC_POISON) ? REF_ASYNC_POISON : 0u) |
+                                        (on(F_DEVICE_LOST) ? REF_ASYNC_LOST : 0u) |
+                                        (on(F_MINOR5) ? REF_ASYNC_MINOR5 : 0u));
   if (on(F_ABI_MAJOR2)) g_api.abi_major = 2;
   if (on(F_BIG_STRUCT)) g_api.struct_size = (size_t)1 << 30;
   if (on(F_NULL_ALLOC)) g_api.mem_alloc = ref_mem_alloc_null;

@@ -197,6 +197,7 @@ class BP_API Event {
   void* handle_;  // the plugin's opaque event; null without plugin events (Note [Events
                   // without plugin support]: record synchronises and stamps host_time_)
   std::chrono::steady_clock::time_point host_time_{};
+  std::weak_ptr<detail::StreamState> recorded_on_;  // the stream of the last record
 };
 
 // An op implementation of one device, resolved once and cached (Device::kernel). Ops are

@@ -3,8 +3,10 @@
 #pragma once
 
 #include <backplane/export.hpp>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace bp {
 
@@ -43,6 +45,45 @@ class BP_API PluginError : public Error {
 
  private:
   std::string native_name_;
+};
+
+// Work that failed on the device after the call that queued it returned (a kernel fault, an
+// index found out of range on the device), thrown by the next synchronisation or host read of
+// its stream, or by the op itself under BACKPLANE_LAUNCH_BLOCKING=1 (Note [Asynchronous
+// errors] in plugin_abi.h). The message names the op that failed, its dtype, device and
+// shapes, what the backend reported and where it was found; op() is "" when the backend could
+// not say which op failed and more than one was queued since the stream's last
+// synchronisation (the message then lists them).
+class BP_API AsyncError : public PluginError {
+ public:
+  // How far the failure reaches: one op's outputs, every later op of its stream until the
+  // error was reported, or the whole device (DeviceLost).
+  enum class Severity { op_failed, stream_poisoned, device_lost };
+  AsyncError(const std::string& what, std::string native_name, Severity severity,
+             std::string device, std::string op, uint64_t op_id)
+      : PluginError(what, std::move(native_name)),
+        severity_(severity),
+        device_(std::move(device)),
+        op_(std::move(op)),
+        op_id_(op_id) {}
+  Severity severity() const noexcept { return severity_; }
+  const std::string& device() const noexcept { return device_; }  // "cuda:0"
+  const std::string& op() const noexcept { return op_; }          // "gather", or ""
+  uint64_t op_id() const noexcept { return op_id_; }              // per device; 0: not known
+
+ private:
+  Severity severity_;
+  std::string device_;
+  std::string op_;
+  uint64_t op_id_;
+};
+
+// The device can run nothing more in this process (a sticky CUDA error such as
+// cudaErrorIllegalAddress). Thrown where the loss was found and then, fast, by every later call
+// on that device; bp::on_device_lost (runtime.hpp) lets a server exit cleanly.
+class BP_API DeviceLost : public AsyncError {
+ public:
+  using AsyncError::AsyncError;
 };
 
 // An op that the device's backend does not implement for that dtype; the message names the

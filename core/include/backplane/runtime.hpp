@@ -23,9 +23,11 @@
 #pragma once
 
 #include <backplane/device.hpp>
+#include <backplane/errors.hpp>
 #include <backplane/export.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -219,6 +221,20 @@ BP_API Device& default_device();
 BP_API void set_default_device(Device& d);
 // Waits for all work on every device.
 BP_API void synchronize();
+
+// Note [Device lost]
+//   A device whose backend reports it lost (Note [Asynchronous errors] in plugin_abi.h: a
+//   sticky CUDA error such as an illegal address) runs nothing more in this process. The call
+//   that finds it throws DeviceLost naming the op that failed; from then on every call on that
+//   device (launches, copies, allocations, synchronisations, new streams and events) throws
+//   DeviceLost at once with the same description, without calling the backend. Other devices
+//   go on. on_device_lost registers a callback run once per lost device, on the thread that
+//   found the loss, before that DeviceLost is thrown: a server can stop taking requests, report
+//   and exit cleanly rather than answer every later request with an error. Callbacks run in
+//   registration order and must not throw (what they throw is dropped); they may not use the
+//   lost device. The returned id removes the callback (remove_device_lost_callback).
+BP_API uint64_t on_device_lost(std::function<void(const DeviceLost&)> callback);
+BP_API void remove_device_lost_callback(uint64_t id);
 
 // TF32 for f32 matmul on devices that have it (like torch.backends.cuda.matmul.allow_tf32).
 BP_API void set_allow_tf32(bool allow);

@@ -541,6 +541,8 @@ void Graph::replay() {
   profiler::Range range(g.native ? "graph replay (native)" : "graph replay (recorded)");
   std::lock_guard<std::mutex> lock(g.replay_mu);
   if (g.graph) {
+    ds.check_alive();
+    ds.begin_transfer(g.stream, detail::OpKind::graph, 0);
     detail::check(ds.api, ds.plugin.graph.launch(g.graph, g.stream), "graph replay", g.dev);
     return;
   }

@@ -10,6 +10,8 @@
 #include <backplane/runtime.hpp>
 #include <backplane/sdk/memory_counters.hpp>
 
+#include "runtime/op_ring.hpp"
+
 #include <array>
 #include <atomic>
 #include <map>
@@ -88,6 +90,9 @@ struct StreamState {
   Device& dev;
   bp_stream* s;
   bool imported;
+  // The device's last op id when this stream last synchronised without error (Note [Op ring]):
+  // the ops after it are the ones a failure of a plugin without op ids may come from.
+  std::atomic<uint64_t> synced_through{0};
   StreamState* live_prev = nullptr;  // the live list, guarded by its mutex (plugin_device.cpp)
   StreamState* live_next = nullptr;
 };
@@ -96,14 +101,47 @@ struct StreamState {
 // Called by the exit handler only; streams may not be created or destroyed concurrently by it.
 void finish_queued_work() noexcept;
 
+struct DeviceState;
+// DeviceLost for a call on a device already lost (Note [Device lost] in runtime.hpp).
+[[noreturn]] void throw_device_lost(const DeviceState& ds);
+
 // Everything of a Device that is not a static fact: the plugin table, streams, the kernel cache.
 struct DeviceState {
-  DeviceState(Plugin& p, int32_t i) noexcept : plugin(p), api(p.api), index(i) {}
+  DeviceState(Plugin& p, int32_t i) noexcept
+      : plugin(p),
+        api(p.api),
+        index(i),
+        op_begin(BP_API_HAS_SLOT(p.api, 6, op_begin) ? p.api->op_begin : nullptr),
+        stream_fault(BP_API_HAS_SLOT(p.api, 6, stream_fault) ? p.api->stream_fault : nullptr) {}
 
   Plugin& plugin;
   const bp_plugin_api* api;
   int32_t index;
   Device* self = nullptr;  // set by the Device that owns this state
+
+  // Note [Asynchronous errors] in plugin_abi.h: the minor-6 slots, NULL when the plugin's table
+  // lacks them or leaves them NULL.
+  decltype(bp_plugin_api::op_begin) op_begin;
+  decltype(bp_plugin_api::stream_fault) stream_fault;
+  // Note [Op ring]: the ids and descriptions of the work queued on this device.
+  OpRing ring;
+  // Gives the next queued piece of work its op id, tells the plugin and records it.
+  uint64_t begin_transfer(bp_stream* s, OpKind kind, uint64_t bytes) noexcept {
+    const uint64_t id = ring.next_id();
+    if (op_begin) op_begin(id);
+    ring.put_transfer(id, s, kind, bytes);
+    return id;
+  }
+  // Note [Device lost] in runtime.hpp: set once the device is lost; `lost_error` (guarded by
+  // lost_mu, written once before `lost` is set) is what every later call throws.
+  std::atomic<bool> lost{false};
+  mutable std::mutex lost_mu;
+  std::shared_ptr<const DeviceLost> lost_error;
+  // Throws DeviceLost once the device is lost (one relaxed load otherwise).
+  void check_alive() const {
+    if (lost.load(std::memory_order_relaxed)) [[unlikely]]
+      throw_device_lost(*this);
+  }
 
   // The default stream, created on first use (Note [Per-op hot path] in tensor_ops.cpp: one
   // atomic load once created).

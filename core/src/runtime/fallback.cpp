@@ -1,6 +1,8 @@
 // The fallback policy, its warnings and counters (Note [Fallback policy] in runtime.hpp) and the
 // launch of an op on another device (Note [Fallback by copy]).
 #include "runtime/fallback.hpp"
+
+#include "runtime/async_errors.hpp"
 #include "runtime/config_internal.hpp"
 #include "runtime/interceptor.hpp"
 #include "runtime/registry.hpp"
@@ -191,6 +193,7 @@ void launch_elsewhere(Device& dev, Op op, DType dtype, std::span<const bp_tensor
   bp_stream* tstream = ts.stream_handle();
   const std::string ctx =
       dev.str() + ": fallback of " + std::string(op_name(op)) + " to " + target->str();
+  const std::string found = "stream synchronize (" + ctx + ")";
   std::vector<std::shared_ptr<Buffer>> keep;
   std::vector<char> host;
   // One operand to the target: a desc over a new buffer there holding the same bytes.
@@ -199,13 +202,14 @@ void launch_elsewhere(Device& dev, Op op, DType dtype, std::span<const bp_tensor
     const uint64_t n = span_bytes(d);
     if (n == 0) return t;
     host.resize(n);
+    synchronize_handle(ds, ss, found.c_str());  // a failure of earlier work, named as such
     check(sa, sa->copy_d2h(ss, host.data(), d.buffer, d.offset, n), ctx.c_str(), &dev);
-    check(sa, sa->stream_synchronize(ss), ctx.c_str(), &dev);
+    synchronize_handle(ds, ss, found.c_str());
     keep.push_back(ts.allocate(n, nullptr));
     t.buffer = Access::handle(*keep.back());
     t.offset = 0;
     check(ta, ta->copy_h2d(tstream, t.buffer, 0, host.data(), n), ctx.c_str(), target);
-    check(ta, ta->stream_synchronize(tstream), ctx.c_str(), target);
+    synchronize_handle(ts, tstream, found.c_str());
     scope.add_bytes(n);
     return t;
   };
@@ -213,15 +217,15 @@ void launch_elsewhere(Device& dev, Op op, DType dtype, std::span<const bp_tensor
   for (const bp_tensor_desc& d : in) tin.push_back(to_target(d));
   for (const bp_tensor_desc& d : out) tout.push_back(to_target(d));
   launch(ts.kernel(op, dtype), tstream, tin, tout, attrs);
-  check(ta, ta->stream_synchronize(tstream), ctx.c_str(), target);
+  synchronize_handle(ts, tstream, found.c_str());
   for (size_t i = 0; i < out.size(); ++i) {
     const uint64_t n = span_bytes(out[i]);
     if (n == 0) continue;
     host.resize(n);
     check(ta, ta->copy_d2h(tstream, host.data(), tout[i].buffer, 0, n), ctx.c_str(), target);
-    check(ta, ta->stream_synchronize(tstream), ctx.c_str(), target);
+    synchronize_handle(ts, tstream, found.c_str());
     check(sa, sa->copy_h2d(ss, out[i].buffer, out[i].offset, host.data(), n), ctx.c_str(), &dev);
-    check(sa, sa->stream_synchronize(ss), ctx.c_str(), &dev);
+    synchronize_handle(ds, ss, found.c_str());
     scope.add_bytes(n);
   }
 }

@@ -1,5 +1,6 @@
 // Device, Allocator, Buffer, Stream, Event and Kernel over a plugin's C table (device.hpp),
 // with their state in DeviceState (device_state.hpp).
+#include "runtime/async_errors.hpp"
 #include "runtime/fallback.hpp"
 #include "runtime/interceptor.hpp"
 #include "runtime/observer.hpp"
@@ -19,6 +20,7 @@ namespace bp {
 using detail::Access;
 using detail::check;
 using detail::DeviceState;
+using detail::FoundBy;
 using detail::StreamState;
 
 namespace {
@@ -220,6 +222,7 @@ Kernel& DeviceState::resolve_kernel(Op op, DType dtype) {
 }
 
 std::shared_ptr<Buffer> DeviceState::allocate(uint64_t bytes, std::shared_ptr<StreamState> stream) {
+  check_alive();
   bp_buffer* b = nullptr;
   bp_error* err = api->mem_alloc(index, stream ? stream->s : stream_handle(), bytes, &b);
   if (err) [[unlikely]] {
@@ -285,12 +288,22 @@ MemoryStats DeviceState::memory_stats() {
 
 namespace {
 // The launch itself, inlined into both entry points (the per-op path pays no extra call).
-[[gnu::always_inline]] inline void launch_body(const Kernel& k, bp_stream* stream,
-                                               std::span<const bp_tensor_desc> in,
-                                               std::span<const bp_tensor_desc> out,
-                                               std::span<const bp_attr> attrs) {
+// The op id of this thread's last launch, for BACKPLANE_LAUNCH_BLOCKING (the profiler's launch
+// path calls launch_body too).
+thread_local uint64_t t_last_launch = 0;
+
+// Returns the launch's op id (Note [Op ring]).
+[[gnu::always_inline]] inline uint64_t launch_body(const Kernel& k, bp_stream* stream,
+                                                   std::span<const bp_tensor_desc> in,
+                                                   std::span<const bp_tensor_desc> out,
+                                                   std::span<const bp_attr> attrs) {
   DeviceState& s = state(k.device());
+  s.check_alive();
   s.mark_queued();
+  const uint64_t id = s.ring.next_id();
+  s.ring.put_launch(id, stream, k.op(), k.dtype(), in, out);
+  t_last_launch = id;
+  if (s.op_begin) s.op_begin(id);
   const bp_attr* pass = attrs.data();
   // Note [Attribute ids]: a plugin of minor 0 or 1 reads attribute arrays of the old layout.
   constexpr size_t kMaxAttrs = 8;
@@ -311,12 +324,13 @@ namespace {
         "launch " + std::string(op_name(k.op())) + " (" + std::string(dtype_name(k.dtype())) + ")";
     throw_plugin_error(s.api, err, k.device().str() + ": " + what);
   }
+  return id;
 }
 }  // namespace
 
 void launch_unobserved(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> in,
                        std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs) {
-  launch_body(k, stream, in, out, attrs);
+  (void)launch_body(k, stream, in, out, attrs);
 }
 
 // Note [Launch blocking]
@@ -327,29 +341,10 @@ void launch_unobserved(const Kernel& k, bp_stream* stream, std::span<const bp_te
 //   graph capture (an interceptor) are not waited for: they have not run. For debugging: each
 //   op then costs a round trip to the device.
 namespace {
-std::string shapes_of(std::span<const bp_tensor_desc> ds) {
-  std::string out;
-  for (const bp_tensor_desc& d : ds) {
-    out += out.empty() ? "[" : ", [";
-    for (int i = 0; i < d.rank; ++i) {
-      if (i) out += ',';
-      out += std::to_string(d.shape[i]);
-    }
-    out += ']';
-  }
-  return out.empty() ? "none" : out;
-}
-
-[[gnu::noinline]] void wait_for_launch(const Kernel& k, bp_stream* stream,
-                                       std::span<const bp_tensor_desc> in,
-                                       std::span<const bp_tensor_desc> out) {
+[[gnu::noinline]] void wait_for_launch(const Kernel& k, bp_stream* stream, uint64_t id) {
   DeviceState& s = state(k.device());
   if (bp_error* err = s.api->stream_synchronize(stream))
-    throw_plugin_error(s.api, err,
-                       k.device().str() + ": op " + std::string(op_name(k.op())) + " (" +
-                           std::string(dtype_name(k.dtype())) + ", inputs " + shapes_of(in) +
-                           ", outputs " + shapes_of(out) +
-                           ") failed while running (BACKPLANE_LAUNCH_BLOCKING=1)");
+    detail::throw_stream_error(s, nullptr, stream, err, {"stream synchronize", id}, id);
 }
 }  // namespace
 
@@ -360,10 +355,10 @@ void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> 
   if (observing()) [[unlikely]] {  // Note [Profiler cost when off] in profiler.hpp
     observer_hooks().launch(k, stream, in, out, attrs);
   } else {
-    launch_body(k, stream, in, out, attrs);
+    (void)launch_body(k, stream, in, out, attrs);
   }
   if (launch_blocking()) [[unlikely]]
-    wait_for_launch(k, stream, in, out);
+    wait_for_launch(k, stream, t_last_launch);
 }
 
 }  // namespace detail
@@ -403,17 +398,18 @@ void Stream::synchronize() {
   refuse_on_captured(*device_, state_->s, "synchronize",
                      "the work queued during a capture runs only when the graph is replayed");
   detail::DeviceState& ds = detail::state(*device_);
+  ds.check_alive();
   const bp_plugin_api* api = ds.api;
   // Note [Sync-debug]: cleared before the wait, so work queued meanwhile marks it again.
   if (state_->s == ds.default_handle.load(std::memory_order_relaxed))
     ds.queued.store(false, std::memory_order_relaxed);
-  if (detail::observing()) [[unlikely]] {
-    int64_t t0 = detail::clock_ns();
-    check(api, api->stream_synchronize(state_->s), "stream synchronize", device_);
+  const uint64_t mark = ds.ring.last_id();  // Note [Op ring]: the work this wait covers
+  const int64_t t0 = detail::observing() ? detail::clock_ns() : 0;
+  if (bp_error* err = api->stream_synchronize(state_->s)) [[unlikely]]
+    detail::throw_stream_error(ds, state_.get(), state_->s, err, {"stream synchronize"}, mark);
+  detail::note_synced(*state_, mark);
+  if (detail::observing()) [[unlikely]]
     detail::observer_hooks().sync(*device_, state_->s, t0);
-    return;
-  }
-  check(api, api->stream_synchronize(state_->s), "stream synchronize", device_);
 }
 
 // Note [Events without plugin support]: when a plugin leaves the event slots NULL, record
@@ -422,6 +418,7 @@ void Stream::wait(Event& event) {
   refuse_on_captured(*device_, state_->s, "Stream::wait on an event",
                      "a graph captures one stream and no events");
   bp_event* e = Access::handle(event);
+  detail::state(*device_).check_alive();
   if (!e) return;
   const bp_plugin_api* api = detail::state(*device_).api;
   check(api, api->stream_wait_event(state_->s, e), "stream wait", device_);
@@ -437,19 +434,30 @@ void Event::record(Stream& s) {
   refuse_on_captured(*device_, detail::handle(s), "Event::record",
                      "a graph captures one stream and no events");
   if (handle_) {
+    detail::state(*device_).check_alive();
     const bp_plugin_api* api = detail::state(*device_).api;
     check(api, api->event_record(static_cast<bp_event*>(handle_), detail::handle(s)),
           "event record", device_);
+    recorded_on_ = Access::shared_state(s);
   } else {
     s.synchronize();
     host_time_ = std::chrono::steady_clock::now();
   }
 }
 
+// Note [Asynchronous errors] in plugin_abi.h: an event recorded after a failure is poisoned;
+// with the plugin's record of the stream it was recorded on, the error names the failed op.
 void Event::synchronize() {
   if (!handle_) return;
-  const bp_plugin_api* api = detail::state(*device_).api;
-  check(api, api->event_synchronize(static_cast<bp_event*>(handle_)), "event synchronize", device_);
+  detail::DeviceState& ds = detail::state(*device_);
+  ds.check_alive();
+  bp_error* err = ds.api->event_synchronize(static_cast<bp_event*>(handle_));
+  if (!err) [[likely]]
+    return;
+  std::shared_ptr<detail::StreamState> st = recorded_on_.lock();
+  if (!ds.stream_fault || !st)
+    detail::throw_plugin_error(ds.api, err, device_->str() + ": event synchronize");
+  detail::throw_stream_error(ds, nullptr, st->s, err, {"event synchronize"}, ds.ring.last_id());
 }
 
 double Event::elapsed_ms(Event& end) {
@@ -558,6 +566,7 @@ Stream& Device::default_stream() {
 }
 
 std::unique_ptr<Stream> Device::create_stream() {
+  state_->check_alive();
   const bp_plugin_api* api = state_->api;
   bp_stream* h = nullptr;
   check(api, api->stream_create(index_, &h), "create stream", this);
@@ -570,6 +579,7 @@ std::unique_ptr<Stream> Device::create_stream() {
 }
 
 std::unique_ptr<Event> Device::create_event() {
+  state_->check_alive();
   const bp_plugin_api* api = state_->api;
   bp_event* e = nullptr;
   if (state_->has_events()) check(api, api->event_create(index_, &e), "create event", this);
@@ -604,7 +614,9 @@ void Device::copy_from_host(Stream& s, Buffer& dst, uint64_t dst_off, const void
                                              .n = n})) [[unlikely]]
     return;
   const bp_plugin_api* api = state_->api;
+  state_->check_alive();
   state_->mark_queued();
+  state_->begin_transfer(detail::handle(s), detail::OpKind::h2d, n);
   detail::ObservedCopy rec(detail::CopyKind::h2d, *this, detail::handle(s), n, detail::handle(dst));
   check(api, api->copy_h2d(detail::handle(s), detail::handle(dst), dst_off, src, n),
         "copy host->device", this);
@@ -620,10 +632,17 @@ void Device::copy_to_host(Stream& s, void* dst, const Buffer& src, uint64_t src_
                                              .n = n})) [[unlikely]]
     return;
   const bp_plugin_api* api = state_->api;
+  state_->check_alive();
   state_->mark_queued();
+  const uint64_t id = state_->begin_transfer(detail::handle(s), detail::OpKind::d2h, n);
   detail::ObservedCopy rec(detail::CopyKind::d2h, *this, detail::handle(s), n, nullptr);
-  check(api, api->copy_d2h(detail::handle(s), dst, detail::handle(src), src_off, n),
-        "copy device->host", this);
+  if (bp_error* err = api->copy_d2h(detail::handle(s), dst, detail::handle(src), src_off, n)) {
+    // A plugin with a record reports a failure of earlier work here (Note [Asynchronous
+    // errors]); an error of the copy itself, or of a plugin without one, is the copy's.
+    if (!state_->stream_fault) detail::throw_plugin_error(api, err, str() + ": copy device->host");
+    detail::throw_stream_error(*state_, Access::shared_state(s).get(), detail::handle(s), err,
+                               {"copy device->host"}, id - 1);
+  }
   rec.done();
 }
 void Device::copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer& src,
@@ -638,7 +657,9 @@ void Device::copy_within(Stream& s, Buffer& dst, uint64_t dst_off, const Buffer&
                                              .n = n})) [[unlikely]]
     return;
   const bp_plugin_api* api = state_->api;
+  state_->check_alive();
   state_->mark_queued();
+  state_->begin_transfer(detail::handle(s), detail::OpKind::d2d, n);
   detail::ObservedCopy rec(detail::CopyKind::d2d, *this, detail::handle(s), n, detail::handle(dst));
   check(api,
         api->copy_d2d(detail::handle(s), detail::handle(dst), dst_off, detail::handle(src), src_off,
@@ -656,7 +677,9 @@ void Device::memset(Stream& s, Buffer& dst, uint64_t off, int value, uint64_t n)
                                              .value = value})) [[unlikely]]
     return;
   const bp_plugin_api* api = state_->api;
+  state_->check_alive();
   state_->mark_queued();
+  state_->begin_transfer(detail::handle(s), detail::OpKind::memset, n);
   detail::ObservedCopy rec(detail::CopyKind::memset, *this, detail::handle(s), n,
                            detail::handle(dst));
   check(api, api->memset(detail::handle(s), detail::handle(dst), off, value, n), "memset", this);
@@ -760,6 +783,8 @@ void Device::copy_from_device(Buffer& dst, uint64_t dst_off, const Buffer& src, 
     } else {
       ss.synchronize();
     }
+    state_->check_alive();
+    state_->begin_transfer(detail::handle(ds), detail::OpKind::peer, n);
     detail::ObservedCopy rec(detail::CopyKind::peer, *this, detail::handle(ds), n,
                              detail::handle(dst));
     check(api,

@@ -49,7 +49,7 @@ extern "C" {
 
 #define BP_ABI_MAJOR 1
 /* Minor history: see plugins/CHANGELOG.md. */
-#define BP_ABI_MINOR 5
+#define BP_ABI_MINOR 6
 
 #define BP_MAX_RANK 8
 
@@ -378,6 +378,63 @@ typedef struct bp_native_buffer {
  * Called by a plugin exactly once to hand imported memory back to its owner (buffer_import).
  * `release_ctx` is the pointer given to buffer_import. */
 typedef void (*bp_release_fn)(void* release_ctx);
+
+/* ---- Asynchronous errors (minor 6, Note [Asynchronous errors]) --------------------------- */
+
+/* How far an asynchronous failure reaches (bp_stream_fault.severity). Values are ordered: a
+ * record only ever moves to a higher one. */
+typedef enum bp_fault_severity {
+  BP_FAULT_NONE = 0,            /* no failure since the record was last cleared */
+  BP_FAULT_OP_FAILED = 1,       /* one op failed; its outputs are undefined, later work ran */
+  BP_FAULT_STREAM_POISONED = 2, /* later work on the stream did not run, until cleared */
+  BP_FAULT_DEVICE_LOST = 3      /* the device runs nothing more in this process; never cleared */
+} bp_fault_severity;
+
+/* A stream's sticky error record (stream_fault). The host zero-fills the struct and sets
+ * struct_size; the plugin fills fields up to min(struct_size, its own size). Strings are
+ * copied into the fixed arrays, NUL-terminated (truncated when longer). */
+typedef struct bp_stream_fault {
+  size_t struct_size;
+  int32_t severity; /* bp_fault_severity */
+  int32_t code;     /* bp_error_code of the failure (BP_ERROR_DEVICE, BP_ERROR_INVALID_ARGUMENT) */
+  uint64_t op_id;   /* op id (op_begin) of the first failed work on the stream; 0: not known */
+  uint64_t last_completed_op_id; /* the newest work known to have finished before it; 0: not
+                                  * known */
+  char message[512];             /* the backend's message: device, op, offending value ("index 7 at
+                                  * position 3 is outside [0, 5)") */
+  char native_name[64];          /* vendor error name ("cudaErrorIllegalAddress") or "" */
+} bp_stream_fault;
+
+/* Note [Asynchronous errors] (minor 6)
+ *   Work fails after the call that queued it returned: a kernel faults, an index checked on
+ *   the device is out of range. Three parts let the host name the op that failed, not the one
+ *   that happened to synchronise:
+ *   - Op ids. Before each call that queues work (launch, memset, copy_h2d, copy_d2h, copy_d2d,
+ *     copy_peer, graph_launch), a host of minor >= 6 calls op_begin(id) on the same thread. Ids
+ *     are unique per device, increase, and are never 0. The plugin takes the thread's id in the
+ *     queuing call (and forgets it there: a call with no op_begin before it has id 0, "not
+ *     known") and tags the queued work with it. A host keeps its own record of what each id
+ *     was (the op, its dtype, device and shapes), so the plugin reports only the number.
+ *   - The record. Each stream keeps its first asynchronous failure since the record was last
+ *     cleared: severity, code, op id, message (bp_stream_fault). A later failure never
+ *     replaces the first, but raises its severity (to DEVICE_LOST, say). While the record is
+ *     set, stream_synchronize of that stream, copy_d2h on it and event_synchronize of an event
+ *     recorded on it after the failure return an error with the record's code and message;
+ *     stream_fault(stream, 1, out) reads and clears it (OP_FAILED, STREAM_POISONED), after
+ *     which the stream runs work again. DEVICE_LOST is never cleared: every stream of the
+ *     device reports it, and the plugin may fail every later call on the device with
+ *     BP_ERROR_DEVICE. A failure that a queuing call itself detects is returned by that call,
+ *     as always, and does not go into the record.
+ *   - Events. An event recorded on a stream whose record is set is poisoned: it carries a copy
+ *     of the record. event_synchronize of it fails with the record's error, and
+ *     stream_wait_event of it sets the waiting stream's record (severity at least
+ *     STREAM_POISONED, the first failed op's id and message), so the waiter fails too instead
+ *     of reading what the failed op did not write.
+ *   A plugin without stream_fault (minor < 6, or a NULL slot) reports an asynchronous failure as
+ *   an error of its next stream_synchronize and clears it itself, as before. The host then knows
+ *   only that some work queued on the stream since its last successful synchronisation failed:
+ *   it names that work from its own record (exactly, when it was one op), and
+ *   BACKPLANE_LAUNCH_BLOCKING=1 narrows it to the op. */
 
 /* ---- The op catalogue (Note [Op catalogue]) ----------------------------------------------
  * Ops are resolved once per (device, op, dtype): by catalogue number with find_kernel_id
@@ -805,6 +862,20 @@ typedef struct bp_plugin_api {
   /* Destroys a graph, instantiated or not, and frees what the plugin kept for it. The host
    * calls it only after every replay has finished (it synchronises the stream first). */
   bp_error* (*graph_destroy)(bp_graph* graph);
+
+  /* ---- minor 6 ---- */
+
+  /* Note [Asynchronous errors]: both slots optional, independently. */
+  /* The op id of the work that the calling thread queues next, with its next launch, memset,
+   * copy or graph_launch on any stream of this plugin. Never fails, never blocks, queues
+   * nothing; cheap (a thread-local store). NULL: the plugin ignores op ids and reports 0. */
+  void (*op_begin)(uint64_t op_id);
+  /* Copies the stream's error record into *out_fault (struct_size set by the caller; severity
+   * BP_FAULT_NONE when nothing failed) without waiting for the stream. With `clear` non-zero a
+   * record of severity OP_FAILED or STREAM_POISONED is reset afterwards and the stream runs
+   * work again; DEVICE_LOST stays. Thread-safe. NULL: the host treats an error of
+   * stream_synchronize as a failure of the work queued since its last synchronisation. */
+  bp_error* (*stream_fault)(bp_stream* stream, int32_t clear, bp_stream_fault* out_fault);
 } bp_plugin_api;
 
 /* The slots every plugin sets (non-NULL), once: X(slot) for each. Every other slot is optional,
@@ -825,6 +896,9 @@ typedef struct bp_plugin_api {
 #define BP_API_MINOR2_OFFSET offsetof(bp_plugin_api, find_kernel_id)
 /* Byte offset of the first slot of minor 3 (the native graph slots). */
 #define BP_API_MINOR3_OFFSET offsetof(bp_plugin_api, graph_begin_capture)
+/* Byte offset of the first slot of minor 6 (the asynchronous error slots); minors 4 and 5
+ * added no slot, so this is where a table of minor 3 to 5 ends. */
+#define BP_API_MINOR6_OFFSET offsetof(bp_plugin_api, op_begin)
 
 /* True when the host may read `slot` of `api`, a slot added in minor `minor`: the plugin
  * declares that minor and its struct_size covers the whole slot (Note [ABI versioning]).

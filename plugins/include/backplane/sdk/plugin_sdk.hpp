@@ -91,6 +91,20 @@ bp_error* guarded(const char* plugin, F&& f) noexcept {
   }
 }
 
+// Note [Asynchronous errors] in plugin_abi.h: the op id the host gave with op_begin for the
+// work the calling thread queues now, 0 when it gave none. The SDK's op_begin slot stores it;
+// a queuing call takes it once (take_op_id resets it, so a later call without op_begin has 0).
+inline uint64_t& op_id_slot() noexcept {
+  static thread_local uint64_t id = 0;
+  return id;
+}
+inline uint64_t take_op_id() noexcept {
+  uint64_t& slot = op_id_slot();
+  const uint64_t id = slot;
+  slot = 0;
+  return id;
+}
+
 // The attributes of one launch, looked up by id (Note [Attribute ids] in plugin_abi.h): the
 // array is read with its writer's stride, so arrays from a host of minor 1 (no id: the name is
 // mapped, the only string compare) work as well as a current host's (ids only).
@@ -371,6 +385,13 @@ class Backend {
     fail(BP_ERROR_UNSUPPORTED, "graph_launch is not implemented");
   }
   virtual void graph_destroy(bp_graph*) {}
+
+  // ---- minor 6: asynchronous errors (Note [Asynchronous errors] in plugin_abi.h) ----
+  // has_stream_fault() true sets op_begin (the SDK keeps the id: take_op_id) and stream_fault,
+  // which fills `out` (zeroed, struct_size set) from the stream's record and clears it when
+  // asked (bp::sdk::FaultRecord does both). The SDK has checked the pointers.
+  virtual bool has_stream_fault() const { return false; }
+  virtual void stream_fault(bp_stream*, bool /*clear*/, bp_stream_fault& /*out*/) {}
 };
 
 // Fills a bp_plugin_api table that forwards to the Backend returned by `get`.
@@ -630,6 +651,24 @@ struct Table {
       t.graph_destroy = [](bp_graph* g) {
         return run([&] {
           if (g) get().graph_destroy(g);
+        });
+      };
+    }
+    if (b.has_stream_fault()) {
+      t.op_begin = [](uint64_t id) { op_id_slot() = id; };
+      t.stream_fault = [](bp_stream* s, int32_t clear, bp_stream_fault* out) {
+        return run([&] {
+          if (!s || !out || out->struct_size < sizeof(size_t))
+            fail(BP_ERROR_INVALID_ARGUMENT,
+                 format("%s: stream_fault: stream or out_fault is NULL, or its struct_size is "
+                        "not set",
+                        *kName));
+          bp_stream_fault full{};
+          full.struct_size = sizeof(full);
+          get().stream_fault(s, clear != 0, full);
+          const size_t n = out->struct_size < sizeof(full) ? out->struct_size : sizeof(full);
+          std::memcpy(reinterpret_cast<char*>(out) + sizeof(size_t),
+                      reinterpret_cast<const char*>(&full) + sizeof(size_t), n - sizeof(size_t));
         });
       };
     }

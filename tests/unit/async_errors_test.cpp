@@ -1,0 +1,283 @@
+// Asynchronous errors (Note [Asynchronous errors] in plugin_abi.h, Note [Op ring] and Note
+// [Device lost]) on the reference backend's fault builds: ref_async (mul fails on the device),
+// ref_asyncidx (an out-of-range index found on the device), ref_poison (... poisoning its
+// stream), ref_lost (... losing the device) and ref_async5 (mul fails on the device of an ABI
+// 1.5 plugin, which reports no op ids and keeps no record).
+#include <gtest/gtest.h>
+#include <backplane/backplane.hpp>
+#include <backplane_test/plugin_test.hpp>
+#include <backplane_test/seed.hpp>
+#include <backplane_test/throws.hpp>
+
+#include <atomic>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+bp::Device& ref_device(const char* rel, const char* spec) {
+  bp::RegistryOptions o;
+  o.plugin_paths = {bp_test::beside_exe(rel)};
+  static std::vector<bp::Registry*> keep;  // registries outlive their tensors: never destroyed
+  keep.push_back(new bp::Registry(o));
+  return keep.back()->device(spec);
+}
+
+bp::Device& ref_async() {
+  static bp::Device& d = ref_device(BP_REF_ASYNC_REL, "ref_async:0");
+  return d;
+}
+bp::Device& ref_async5() {
+  static bp::Device& d = ref_device(BP_REF_ASYNC5_REL, "ref_async5:0");
+  return d;
+}
+bp::Device& ref_asyncidx() {
+  static bp::Device& d = ref_device(BP_REF_ASYNCIDX_REL, "ref_asyncidx:0");
+  return d;
+}
+bp::Device& ref_poison() {
+  static bp::Device& d = ref_device(BP_REF_POISON_REL, "ref_poison:0");
+  return d;
+}
+bp::Device& ref_lost() {
+  static bp::Device& d = ref_device(BP_REF_LOST_REL, "ref_lost:0");
+  return d;
+}
+
+// Runs f, which must throw exactly E; returns the exception.
+template <class E, class F>
+std::optional<E> catch_exact(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    if (typeid(e) != typeid(E)) {
+      ADD_FAILURE() << "threw " << typeid(e).name() << ", expected " << typeid(E).name() << ": "
+                    << e.what();
+      return std::nullopt;
+    }
+    return e;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type " << typeid(e).name() << ": " << e.what();
+    return std::nullopt;
+  }
+  ADD_FAILURE() << "no exception";
+  return std::nullopt;
+}
+
+std::vector<float> random_floats(size_t n) {
+  std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(bp_test::rng("bp_unit_tests"));
+  return v;
+}
+
+int64_t random_int(int64_t lo, int64_t hi) {
+  return std::uniform_int_distribution<int64_t>(lo, hi)(bp_test::rng("bp_unit_tests"));
+}
+
+// x [rows, 3] of random values and an index [2, 3] whose element 3 is `bad` (out of range).
+struct BadGather {
+  std::vector<float> xv;
+  int64_t rows = 0, bad = 0;
+  bp::Tensor x, index;
+};
+BadGather bad_gather(bp::Device& dev) {
+  BadGather g;
+  g.rows = random_int(4, 8);
+  g.bad = g.rows + random_int(0, 999);
+  g.xv = random_floats(static_cast<size_t>(g.rows * 3));
+  std::vector<int64_t> iv(6);
+  for (int64_t& v : iv) v = random_int(0, g.rows - 1);
+  iv[3] = g.bad;
+  g.x = bp::from_vector(g.xv, {g.rows, 3}, dev);
+  g.index = bp::from_vector(iv, {2, 3}, dev);
+  dev.synchronize();
+  return g;
+}
+std::string gather_text(const BadGather& g) {
+  return "op gather (f32, inputs [" + std::to_string(g.rows) + ",3], [2,3], outputs [2,3])";
+}
+
+std::vector<float> plus_one(const std::vector<float>& v) {
+  std::vector<float> r(v);
+  for (float& x : r) x += 1.0f;
+  return r;
+}
+
+// The next host read after a failure names the op that failed, not the later ops. (The
+// reference backend's memory is host memory: the read is a synchronisation.)
+TEST(AsyncErrors, TheNextHostReadNamesTheFailedOp) {
+  std::vector<float> av = random_floats(4);
+  bp::Tensor a = bp::from_vector(av, {4}, ref_async());
+  ref_async().synchronize();
+  bp::Tensor b = a * a;  // fails on the device
+  bp::Tensor c = b + a;
+  auto e = catch_exact<bp::AsyncError>([&] { (void)c.to_vector<float>(); });
+  ASSERT_TRUE(e);
+  EXPECT_HAS(e->what(), "ref_async:0: op mul (f32, inputs [4], [4], outputs [4]) (op #");
+  EXPECT_HAS(e->what(),
+             ") failed on the device: ref_async:0: simulated asynchronous fault of a "
+             "mul launched earlier on this stream (fault async_fail) (plugin "
+             "ref_async); found by a later stream synchronize; its outputs are "
+             "undefined, the work queued after it ran");
+  EXPECT_HAS(e->what(), "BACKPLANE_LAUNCH_BLOCKING=1 reports a failure at the op's own call");
+  EXPECT_EQ(e->op(), "mul");
+  EXPECT_EQ(e->device(), "ref_async:0");
+  EXPECT_EQ(e->severity(), bp::AsyncError::Severity::op_failed);
+  EXPECT_GT(e->op_id(), 0u);
+  // Reported once: the stream goes on, with the values of work queued after the report.
+  EXPECT_EQ((a + 1.0).to_vector<float>(), plus_one(av));
+}
+
+TEST(AsyncErrors, ASynchronisationNamesTheFailedOp) {
+  std::vector<float> av = random_floats(6);
+  bp::Tensor a = bp::from_vector(av, {2, 3}, ref_async());
+  ref_async().synchronize();
+  bp::Tensor b = a * a;
+  bp::Tensor c = b + a;
+  bp::Tensor d = c + 2.0;
+  auto e = catch_exact<bp::AsyncError>([&] { ref_async().synchronize(); });
+  ASSERT_TRUE(e);
+  EXPECT_HAS(e->what(), "ref_async:0: op mul (f32, inputs [2,3], [2,3], outputs [2,3]) (op #" +
+                            std::to_string(e->op_id()) + ") failed on the device");
+  EXPECT_HAS(e->what(), "found by a later stream synchronize");
+  EXPECT_EQ(e->op(), "mul");
+  ref_async().synchronize();  // reported once
+  EXPECT_EQ((a + 1.0).to_vector<float>(), plus_one(av));
+}
+
+// An index found out of range on the device: the error names gather, its shapes and the value.
+TEST(AsyncErrors, AnIndexFoundOnTheDeviceNamesGatherAndTheValue) {
+  BadGather g = bad_gather(ref_asyncidx());
+  bp::Tensor y = bp::gather(g.x, 0, g.index);  // returns: the index is checked "on the device"
+  bp::Tensor z = y * 2.0;
+  auto e = catch_exact<bp::AsyncError>([&] { (void)z.to_vector<float>(); });
+  ASSERT_TRUE(e);
+  EXPECT_HAS(e->what(), "ref_asyncidx:0: " + gather_text(g) + " (op #");
+  EXPECT_HAS(e->what(), std::to_string(g.bad));
+  EXPECT_HAS(e->what(), "(found on the device: fault async_index)");
+  EXPECT_EQ(e->op(), "gather");
+  EXPECT_EQ(e->severity(), bp::AsyncError::Severity::op_failed);
+  EXPECT_EQ((g.x + 1.0).to_vector<float>(), plus_one(g.xv));
+}
+
+// A poisoned stream ran nothing after the failure; the error says so, and the stream runs work
+// again once reported.
+TEST(AsyncErrors, APoisonedStreamSaysLaterWorkDidNotRun) {
+  BadGather g = bad_gather(ref_poison());
+  bp::Tensor y = bp::gather(g.x, 0, g.index);
+  bp::Tensor later = g.x + 1.0;  // skipped by the poisoned stream
+  auto e = catch_exact<bp::AsyncError>([&] { ref_poison().synchronize(); });
+  ASSERT_TRUE(e);
+  EXPECT_HAS(e->what(), "ref_poison:0: " + gather_text(g));
+  EXPECT_HAS(e->what(),
+             "the work queued after it on that stream did not run (the stream was "
+             "poisoned; it runs work again from now on)");
+  EXPECT_EQ(e->severity(), bp::AsyncError::Severity::stream_poisoned);
+  EXPECT_EQ((g.x + 1.0).to_vector<float>(), plus_one(g.xv));
+}
+
+// An event recorded after a failure fails its synchronisation, naming the op, and poisons a
+// stream that waits on it; one recorded before is fine.
+TEST(AsyncErrors, EventsRecordedAfterAFailureArePoisoned) {
+  bp::Device& dev = ref_asyncidx();
+  BadGather g = bad_gather(dev);
+  auto before = dev.create_event(), after = dev.create_event();
+  auto waiter = dev.create_stream();
+  before->record(dev.default_stream());
+  bp::Tensor y = bp::gather(g.x, 0, g.index);
+  after->record(dev.default_stream());
+  waiter->wait(*after);
+  before->synchronize();
+  auto e = catch_exact<bp::AsyncError>([&] { after->synchronize(); });
+  ASSERT_TRUE(e);
+  EXPECT_HAS(e->what(), "ref_asyncidx:0: " + gather_text(g));
+  EXPECT_HAS(e->what(), "found by a later event synchronize");
+  EXPECT_EQ(e->op(), "gather");
+  auto w = catch_exact<bp::AsyncError>([&] { waiter->synchronize(); });
+  ASSERT_TRUE(w);
+  EXPECT_HAS(w->what(), "ref_asyncidx:0: " + gather_text(g));
+  EXPECT_EQ(w->severity(), bp::AsyncError::Severity::stream_poisoned);
+  EXPECT_EQ(w->op_id(), e->op_id());
+  waiter->synchronize();
+  dev.synchronize();
+}
+
+// An ABI 1.5 plugin reports only "a synchronisation failed": the host names the op when one was
+// queued since the last synchronisation, and lists them otherwise.
+TEST(AsyncErrors, AnOldPluginsFailureIsAttributedByTheHost) {
+  bp::Device& dev = ref_async5();
+  std::vector<float> av = random_floats(4);
+  bp::Tensor a = bp::from_vector(av, {4}, dev);
+  dev.synchronize();
+  bp::Tensor b = a * a;
+  auto one = catch_exact<bp::AsyncError>([&] { dev.synchronize(); });
+  ASSERT_TRUE(one);
+  EXPECT_HAS(one->what(), "ref_async5:0: op mul (f32, inputs [4], [4], outputs [4]) (op #");
+  EXPECT_HAS(one->what(), "failed on the device: ref_async5:0: simulated asynchronous fault");
+  EXPECT_EQ(one->op(), "mul");
+
+  bp::Tensor c = a * a;
+  bp::Tensor d = c + a;
+  auto two = catch_exact<bp::AsyncError>([&] { dev.synchronize(); });
+  ASSERT_TRUE(two);
+  EXPECT_HAS(two->what(),
+             "ref_async5:0: one of the 2 ops queued on this stream since its last "
+             "synchronisation failed on the device: ref_async5:0: simulated asynchronous fault");
+  EXPECT_HAS(two->what(),
+             "the ops, oldest first: mul (f32, inputs [4], [4], outputs [4]), add "
+             "(f32, inputs [4], [4], outputs [4])");
+  EXPECT_EQ(two->op(), "");
+  EXPECT_EQ(two->op_id(), 0u);
+  dev.synchronize();  // reported once
+  EXPECT_EQ((a + 1.0).to_vector<float>(), plus_one(av));
+}
+
+// A lost device: DeviceLost names the op, the callbacks run once, and every later call fails
+// fast with the same description.
+TEST(AsyncErrors, ALostDeviceFailsFastAndRunsTheCallbacksOnce) {
+  std::atomic<int> calls{0};
+  std::string seen;
+  const uint64_t id = bp::on_device_lost([&](const bp::DeviceLost& e) {
+    ++calls;
+    seen = e.what();
+  });
+  bp::Device& dev = ref_lost();
+  BadGather g = bad_gather(dev);
+  bp::Tensor y = bp::gather(g.x, 0, g.index);
+  auto e = catch_exact<bp::DeviceLost>([&] { dev.synchronize(); });
+  ASSERT_TRUE(e);
+  EXPECT_HAS(e->what(), "ref_lost:0: " + gather_text(g));
+  EXPECT_HAS(e->what(), "(found on the device: fault device_lost)");
+  EXPECT_HAS(e->what(),
+             "the device is lost: every later call on ref_lost:0 fails with this "
+             "error (bp::on_device_lost)");
+  EXPECT_EQ(e->severity(), bp::AsyncError::Severity::device_lost);
+  EXPECT_EQ(e->op(), "gather");
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(seen, e->what());
+  for (int i = 0; i < 3; ++i) {
+    std::string m = bp_test::expect_throw<bp::DeviceLost>([&] { (void)bp::full({2}, 1.0, dev); });
+    EXPECT_HAS(m,
+               "ref_lost:0 was lost earlier and runs nothing more in this process: ref_lost:0: " +
+                   gather_text(g));
+  }
+  EXPECT_HAS(bp_test::expect_throw<bp::DeviceLost>([&] { (void)dev.create_stream(); }),
+             "was lost earlier");
+  EXPECT_HAS(bp_test::expect_throw<bp::DeviceLost>([&] { dev.synchronize(); }), "was lost earlier");
+  EXPECT_HAS(bp_test::expect_throw<bp::DeviceLost>([&] { (void)(g.x + 1.0); }), "was lost earlier");
+  EXPECT_EQ(calls.load(), 1);
+  bp::remove_device_lost_callback(id);
+  // Other devices go on.
+  std::vector<float> av = random_floats(3);
+  EXPECT_EQ((bp::from_vector(av, {3}, ref_async()) + 1.0).to_vector<float>(), plus_one(av));
+}
+
+TEST(AsyncErrors, AnEmptyCallbackIsRefused) {
+  EXPECT_HAS(bp_test::expect_throw<bp::Error>([] { (void)bp::on_device_lost({}); }),
+             "on_device_lost: the callback is empty");
+}
+
+}  // namespace
