@@ -152,9 +152,10 @@ def to_numpy(bp_tensor):
 
 # ---- 1 and 2: the comparisons ------------------------------------------------------------------
 
-def compare(device, cfg, batch, seq, seed, log=print):
+def compare(device, cfg, batch, seq, seed, fused=True, log=print):
     """Logits and one bf16 autocast AdamW step of both libraries on `device` (a string such as
-    "cpu:0"). Returns a dict of the measures and whether each passed."""
+    "cpu:0"; Backplane's AdamW with `fused`). Returns a dict of the measures and whether each
+    passed."""
     import numpy as np
     import torch
 
@@ -189,7 +190,7 @@ def compare(device, cfg, batch, seq, seed, log=print):
 
     V = cfg["vocab_size"]
     topt = torch.optim.AdamW(tmodel.parameters(), **ADAMW)
-    opt = bp.optim.AdamW(model.parameters(), **ADAMW)
+    opt = bp.optim.AdamW(model.parameters(), **ADAMW, fused=fused)
     with torch.autocast(tdev.type, dtype=torch.bfloat16):
         tloss = torch.nn.functional.cross_entropy(tmodel(tx).view(-1, V), ty.view(-1))
     tloss.backward()
@@ -328,6 +329,22 @@ def throughput(device, cfg, a, log=print):
     return rows
 
 
+def bench_rows(rows):
+    """The throughput rows as table cells, each with its ratio to PyTorch eager bf16 on its
+    device."""
+    base = {r["device"]: r["tokens_per_s"] for r in rows
+            if r["run"] == RUNS[0][0] and "tokens_per_s" in r}
+    out = []
+    for r in rows:
+        if "error" in r:
+            out.append([r["device"], r["run"], "failed: " + r["error"], "", ""])
+            continue
+        ratio = f"{r['tokens_per_s'] / base[r['device']]:.2f}x" if r["device"] in base else ""
+        out.append([r["device"], r["run"], f"{r['tokens_per_s'] / 1e3:.1f}k",
+                    f"{r['min'] / 1e3:.1f}k - {r['max'] / 1e3:.1f}k", ratio])
+    return out
+
+
 def markdown(header, comparisons, rows):
     out = [header, ""]
     if comparisons:
@@ -339,13 +356,10 @@ def markdown(header, comparisons, rows):
                        f"{c['loss_after_step_bp']:.4f} / {c['loss_after_step_torch']:.4f} |")
         out.append("")
     if rows:
-        out += ["| device | run | tokens/s (median) | min - max |", "| --- | --- | --- | --- |"]
-        for r in rows:
-            if "error" in r:
-                out.append(f"| {r['device']} | {r['run']} | failed: {r['error']} | |")
-            else:
-                out.append(f"| {r['device']} | {r['run']} | {r['tokens_per_s'] / 1e3:.1f}k | "
-                           f"{r['min'] / 1e3:.1f}k - {r['max'] / 1e3:.1f}k |")
+        out += ["| device | run | tokens/s (median) | min - max | vs PyTorch eager bf16 |",
+                "| --- | --- | --- | --- | --- |"]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |"
+                for r in bench_rows(rows)]
     return "\n".join(out) + "\n"
 
 
@@ -367,7 +381,7 @@ def main(argv=None):
     p.add_argument("--windows", type=int, default=5)
     p.add_argument("--no-compile", dest="compile", action="store_false")
     p.add_argument("--no-fused", dest="fused", action="store_false",
-                   help="Backplane's AdamW without fused=True")
+                   help="Backplane's AdamW without fused=True (comparison and throughput)")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--markdown", help="write the table here")
     a = p.parse_args(argv)
@@ -388,14 +402,19 @@ def main(argv=None):
     print(header)
     comparisons, rows = [], []
     for d in devices:
-        comparisons.append(compare(d, cfg, a.cmp_batch, seq, a.seed))
+        comparisons.append(compare(d, cfg, a.cmp_batch, seq, a.seed, a.fused))
         if a.bench and (a.bench_cpu or not d.startswith("cpu")):
             rows += throughput(d, cfg, a)
     ok = all(c["logits_ok"] and c["loss_ok"] for c in comparisons)
-    if a.json:
+    if a.json:  # a docs/bench-data file as it is (title ... rows), plus the raw results
         with open(a.json, "w") as f:
-            json.dump({"date": now, "machine": machine, "command": command, "config": cfg,
-                       "comparisons": comparisons, "throughput": rows}, f, indent=1)
+            json.dump({"title": f"GPT-2 {'smoke' if a.smoke else 'small (124M)'} training "
+                                f"against PyTorch, batch {a.batch} x {a.seq}, AdamW",
+                       "date": now, "machine": machine, "command": command,
+                       "columns": ["device", "run", "tokens/s (median)", "min - max",
+                                   "vs PyTorch eager bf16"],
+                       "rows": bench_rows(rows), "config": cfg, "comparisons": comparisons,
+                       "throughput": rows}, f, indent=1)
     table = markdown(header, comparisons, rows)
     if a.markdown:
         with open(a.markdown, "w") as f:
