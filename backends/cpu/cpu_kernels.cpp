@@ -71,6 +71,8 @@ KernelFn family_kernel(Op op, bp_dtype dtype) {
     case Op::kScaledDotProductAttention:
     case Op::kScaledDotProductAttentionBackward:
       return attention_family(op, dtype);
+    case Op::kAdamw:
+      return optim_family(op, dtype);
     default:
       return elementwise_family(op, dtype);
   }

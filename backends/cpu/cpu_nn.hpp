@@ -167,6 +167,8 @@ KernelFn softmax_family(Op op, bp_dtype dtype);  // softmax log_softmax and back
 // rsqrt are elementwise (cpu_elementwise.cpp).
 KernelFn transformer_family(Op op, bp_dtype dtype);
 KernelFn attention_family(Op op, bp_dtype dtype);
+// The fused optimiser update (minor 7): adamw (cpu_optim.cpp).
+KernelFn optim_family(Op op, bp_dtype dtype);
 
 }  // namespace bp::cpu
 

@@ -72,6 +72,8 @@ LaunchFn transformer_fn(Op op, int32_t dtype);
 LaunchFn activation_fn(Op op, int32_t dtype);
 // scaled_dot_product_attention(_backward) (cuda_attention.cu)
 LaunchFn attention_fn(Op op, int32_t dtype);
+// adamw, the fused optimiser update of minor 7 (cuda_optim.cu)
+LaunchFn optim_fn(Op op, int32_t dtype);
 
 // Reports (BP_ERROR_INVALID_ARGUMENT) and clears the first out-of-range index that a gather or
 // scatter_add queued on `s` met, waiting for the stream when one may have (Note [Deferred

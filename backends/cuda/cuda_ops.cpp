@@ -114,6 +114,9 @@ LaunchFn resolve(Op op, int32_t dtype) {
     case Op::kScaledDotProductAttentionBackward:
       fn = attention_fn(op, dtype);
       break;
+    case Op::kAdamw:
+      fn = optim_fn(op, dtype);
+      break;
     case Op::kCount:
       break;
   }

@@ -65,6 +65,8 @@ Family family_of(int32_t op) {
     case BP_OP_SCALED_DOT_PRODUCT_ATTENTION:
     case BP_OP_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD:
       return Family::kAttention;
+    case BP_OP_ADAMW:
+      return Family::kOptim;
     default:
       return Family::kElementwise;
   }
@@ -273,6 +275,8 @@ std::string program_source(int32_t dtype, Family family, const DeviceInfo& info)
       return transformer_source(dtype, info.fp64);
     case Family::kAttention:
       return attention_source(dtype, info.fp64);
+    case Family::kOptim:
+      return optim_source(dtype, info.fp64);
   }
   return "";
 }

@@ -353,6 +353,9 @@ class OpenclBackend final : public sdk::Backend {
       case Family::kAttention:
         create_attention_kernels(*k, program);
         break;
+      case Family::kOptim:
+        create_optim_kernels(*k, program);
+        break;
     }
     slot = std::move(k);
     return slot.get();
@@ -403,6 +406,9 @@ class OpenclBackend final : public sdk::Backend {
         break;
       case Family::kAttention:
         launch_attention(*k, lc, in, num_in, out, num_out, attrs);
+        break;
+      case Family::kOptim:
+        launch_optim(*k, lc, in, num_in, out, num_out, attrs);
         break;
     }
     if (!s) BP_CL_CHECK(clFinish(lc.queue), op_label(*k) + ": launch without a stream");

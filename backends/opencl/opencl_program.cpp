@@ -31,6 +31,8 @@ const char* family_name(Family f) {
       return "transformer";
     case Family::kAttention:
       return "attention";
+    case Family::kOptim:
+      return "optim";
   }
   return "?";
 }

@@ -27,8 +27,9 @@ enum class Family : int32_t {
   kSoftmax = 8,      // softmax, log_softmax and their backward
   kTransformer = 9,  // layer_norm, gelu, silu, embedding (and backward ops), triu, tril, cumsum
   kAttention = 10,   // scaled_dot_product_attention and its backward
+  kOptim = 11,       // adamw
 };
-inline constexpr int32_t kFamilyCount = 11;
+inline constexpr int32_t kFamilyCount = 12;
 const char* family_name(Family f);
 
 // Compiles `source` for device `dev` of context `ctx`. `what` names the program in messages

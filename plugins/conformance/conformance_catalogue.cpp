@@ -92,6 +92,8 @@ OpKind kind_of(int32_t op) {
     case BP_OP_SCALED_DOT_PRODUCT_ATTENTION:
     case BP_OP_SCALED_DOT_PRODUCT_ATTENTION_BACKWARD:
       return OpKind::attention;
+    case BP_OP_ADAMW:
+      return OpKind::optim;
     default:
       return OpKind::binary;
   }

@@ -36,6 +36,7 @@ enum class OpKind {
   // backward), triu, tril, cumsum; sin, cos and rsqrt are unary.
   transformer,
   attention,  // scaled_dot_product_attention and its backward
+  optim,      // adamw (minor 7)
 };
 
 struct OpInfo {

@@ -41,6 +41,8 @@ void softmax_cases(const OpInfo& op, int32_t dt, CaseList& out);
 // forward and backward (conformance_kernels_attention.cpp).
 void transformer_cases(const OpInfo& op, int32_t dt, CaseList& out);
 void attention_cases(const OpInfo& op, int32_t dt, CaseList& out);
+// The fused optimiser update (minor 7): adamw (conformance_kernels_optim.cpp).
+void optim_cases(const OpInfo& op, int32_t dt, CaseList& out);
 // The catalogue's rules on fixed values (NaN propagation, integer wrap, cast rules): appended to
 // the pairs they concern (conformance_kernels_rules.cpp).
 void rules_cases(const OpInfo& op, int32_t dt, CaseList& out);

@@ -337,6 +337,9 @@ void build_kernels_suite(Context& ctx, std::vector<TestCase>& out) {
         case OpKind::attention:
           attention_cases(op, dt, cases);
           break;
+        case OpKind::optim:
+          optim_cases(op, dt, cases);
+          break;
         default:
           elementwise_cases(op, dt, cases);
           break;

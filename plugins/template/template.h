@@ -86,7 +86,7 @@ int64_t template_offset_of(const bp_tensor_desc* t, int64_t i);
 #define TEMPLATE_UNSUPPORTED_REASON                                     \
   "the " TEMPLATE_NAME                                                  \
   " backend implements fill, copy, add, mul and sum for f32 only (and " \
-  "the convolutional and transformer families for every dtype of their domains)"
+  "the convolutional and transformer families and adamw for every dtype of their domains)"
 
 /* ---- The convolutional family (Note [Op catalogue], minor 4) ----
  * Every tensor of these ops is dense and every shape was checked by the host. A kernel reads
@@ -118,6 +118,10 @@ bp_error* template_transformer_launch(int32_t op, const bp_tensor_desc* in, int3
 bp_error* template_attention_launch(int32_t op, const bp_tensor_desc* in, int32_t nin,
                                     const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,
                                     int32_t nattrs); /* template_attention.c */
+/* The fused optimiser update (Note [Op catalogue], minor 7): adamw. */
+bp_error* template_optim_launch(int32_t op, const bp_tensor_desc* in, int32_t nin,
+                                const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,
+                                int32_t nattrs); /* template_optim.c */
 
 /* Element i of a dense tensor as a double (floating dtypes) or an int64 (integer and bool
  * dtypes), and the stores back: floats round to nearest even (f16 and bf16 through float, Note

@@ -4,12 +4,14 @@
 
 #include <nanobind/stl/function.h>
 #include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
 #include <nanobind/stl/vector.h>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -186,13 +188,15 @@ void register_train(nb::module_& m) {
       .def(
           "__init__",
           [groups_of](optim::Adam* self, nb::handle params, double lr, nb::handle betas, double eps,
-                      double weight_decay) {
+                      double weight_decay, std::optional<bool> fused) {
             auto b = nb::cast<std::pair<double, double>>(betas);
             new (self) optim::Adam(groups_of(params, "Adam"),
-                                   optim::AdamOptions{lr, b.first, b.second, eps, weight_decay});
+                                   optim::AdamOptions{lr, b.first, b.second, eps, weight_decay,
+                                                      fused.value_or(false)});
           },
           nb::arg("params"), nb::arg("lr") = 1e-3, nb::arg("betas") = nb::make_tuple(0.9, 0.999),
-          nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 0.0)
+          nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 0.0, nb::kw_only(),
+          nb::arg("fused").none() = nb::none())
       .def("__repr__", [](const optim::Adam& o) {
         const auto& s = o.options();
         return o.name() + "(lr=" + std::to_string(o.lr()) + ", betas=(" + std::to_string(s.beta1) +
@@ -204,13 +208,18 @@ void register_train(nb::module_& m) {
       .def(
           "__init__",
           [groups_of](optim::AdamW* self, nb::handle params, double lr, nb::handle betas,
-                      double eps, double weight_decay) {
+                      double eps, double weight_decay, std::optional<bool> fused) {
             auto b = nb::cast<std::pair<double, double>>(betas);
             new (self) optim::AdamW(groups_of(params, "AdamW"),
-                                    optim::AdamWOptions{lr, b.first, b.second, eps, weight_decay});
+                                    optim::AdamWOptions{lr, b.first, b.second, eps, weight_decay,
+                                                        fused.value_or(false)});
           },
           nb::arg("params"), nb::arg("lr") = 1e-3, nb::arg("betas") = nb::make_tuple(0.9, 0.999),
-          nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 0.01);
+          nb::arg("eps") = 1e-8, nb::arg("weight_decay") = 0.01, nb::kw_only(),
+          nb::arg("fused").none() = nb::none(),
+          "fused=True updates every parameter with the catalogue op adamw (a few multi-tensor "
+          "launches on cuda) where the device's plugin has it, else op by op (C++ Note [Fused "
+          "optimiser step]).");
 
   namespace sch = optim::lr_scheduler;
   nb::class_<sch::LRScheduler>(m, "LRScheduler", "Base of the learning-rate schedulers.")

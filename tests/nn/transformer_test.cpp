@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
 #include <backplane_test/seed.hpp>
+#include <backplane_test/throws.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -347,4 +348,38 @@ TEST(Transformer, GptLearnsToCopyAPattern) {
   EXPECT_GT(first, 1.5f) << "an untrained model is near uniform (log 11 = 2.4)";
   EXPECT_LT(last, 0.2f) << "first loss " << first;
   EXPECT_THROW(gpt.forward(bp::zeros({1, 17}, cpu(), bp::DType::i64)), bp::ShapeError);
+}
+
+// GPTConfig::gelu_approximate: "tanh" (GPT-2's MLP) runs the MLP through gelu(..., "tanh"), so the
+// same weights give other logits than the exact form, by about the forms' difference; anything
+// else is refused before a parameter is made.
+TEST(Transformer, GptTakesTheTanhGeluOfGpt2) {
+  bp::nn::GPTConfig c;
+  c.vocab_size = 13;
+  c.block_size = 8;
+  c.n_layer = 1;
+  c.n_head = 2;
+  c.n_embd = 16;
+  const uint64_t seed = bp_test::test_seed("bp_nn_tests");
+  bp::manual_seed(seed);
+  bp::nn::GPT exact(c, cpu());
+  c.gelu_approximate = "tanh";
+  bp::manual_seed(seed);
+  bp::nn::GPT gpt2(c, cpu());
+  std::vector<int64_t> xs;
+  for (int64_t i = 0; i < 16; ++i) xs.push_back((i * 7 + static_cast<int64_t>(seed % 13)) % 13);
+  bp::Tensor x = bp::from_vector(xs, {2, 8}, cpu());
+  bp::NoGradGuard no_grad;
+  const std::vector<double> a = exact.forward(x).to_vector<double>();
+  const std::vector<double> b = gpt2.forward(x).to_vector<double>();
+  ASSERT_EQ(a.size(), 2u * 8u * 13u);
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  EXPECT_GT(worst, 0.0) << "the tanh form must change the logits";
+  EXPECT_LT(worst, 1e-2) << "the two forms differ by < 1e-3 per GELU";
+  c.gelu_approximate = "erf";
+  const std::string msg = bp_test::expect_throw<bp::Error>([&] { bp::nn::GPT bad(c, cpu()); });
+  EXPECT_NE(msg.find("gelu_approximate must be \"none\" or \"tanh\", got \"erf\""),
+            std::string::npos)
+      << msg;
 }

@@ -102,7 +102,8 @@ const std::map<std::string, std::vector<bp_dtype>>& support_matrix() {
       {"cumsum", kSigned},
       {"sin", kFloats},
       {"cos", kFloats},
-      {"rsqrt", kFloats}};
+      {"rsqrt", kFloats},
+      {"adamw", kFloats}};
   return m;
 }
 

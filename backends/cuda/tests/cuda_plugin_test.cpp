@@ -133,7 +133,8 @@ TEST(CudaPlugin, PropertiesAndListOps) {
                                                {"cumsum", 6},
                                                {"sin", 4},
                                                {"cos", 4},
-                                               {"rsqrt", 4}};
+                                               {"rsqrt", 4},
+                                               {"adamw", 4}};
   EXPECT_EQ(yes, expected);
   bp_kernel* k = nullptr;
   const Err unknown = error_of(api()->find_kernel(0, "no_such_op", BP_DTYPE_F32, &k));

@@ -105,7 +105,8 @@ const std::map<std::string, std::string>& expected_matrix() {
       {"cumsum", "11111100"},
       {"sin", "11110000"},
       {"cos", "11110000"},
-      {"rsqrt", "11110000"}};
+      {"rsqrt", "11110000"},
+      {"adamw", "11110000"}};
   return m;
 }
 

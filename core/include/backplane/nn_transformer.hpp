@@ -105,12 +105,15 @@ class BP_API MultiheadAttention : public Module {
 };
 
 // The GPT of nanoGPT (Karpathy's model.py): GPT-2's architecture with an optional bias.
+// nanoGPT's MLP uses the exact GELU; GPT-2 itself (OpenAI's and Hugging Face's "gelu_new") the
+// tanh form: gelu_approximate = "tanh" with vocab_size 50257 is GPT-2 exactly.
 struct GPTConfig {
   int64_t block_size = 1024;  // the longest sequence (position embeddings)
   int64_t vocab_size = 50304;
   int64_t n_layer = 12, n_head = 12, n_embd = 768;
   double dropout = 0.0;
-  bool bias = true;  // biases in the Linears and LayerNorms
+  bool bias = true;                       // biases in the Linears and LayerNorms
+  std::string gelu_approximate = "none";  // the MLP's GELU: "none" (exact) or "tanh"
 };
 
 // A decoder-only transformer: logits [B, T, vocab_size] for int64 tokens [B, T] (T <=

@@ -133,12 +133,22 @@ struct AdamOptions {
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;  // Adam: L2 added to the gradient; AdamW: decoupled decay
+  bool fused = false;         // Note [Fused optimiser step]
 };
 
 // torch.optim.Adam (amsgrad off): g += wd * p; m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
 // p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), t counted per parameter.
 // Throws Error for hyper-parameters out of range. The bias correction uses the step count on
 // the host, so a step cannot be captured in a bp::Graph (CaptureError).
+//
+// Note [Fused optimiser step]
+//   With `fused` (torch.optim.Adam/AdamW's fused=True) a step updates the parameters of a group
+//   with the catalogue op adamw: one launch per (device, dtype, step count) instead of a dozen
+//   elementwise ops per parameter; the cuda backend runs it as a few multi-tensor kernels. The
+//   results equal the per-op update's within the dtype's rounding (each of p, m and v is
+//   rounded once instead of after every op). A parameter whose device's plugin lacks the op
+//   (plugins of ABI minor < 7), or whose gradient or state is not dense and of its dtype, takes
+//   the per-op path, so fused works everywhere. state_dict and load_state_dict are unchanged.
 class BP_API Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> parameters, const AdamOptions& options);
@@ -164,6 +174,7 @@ struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
+  bool fused = false;  // Note [Fused optimiser step]
 };
 class BP_API AdamW : public Adam {
  public:

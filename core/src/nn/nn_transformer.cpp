@@ -274,7 +274,7 @@ class MLP : public Module {
                    0.02 / std::sqrt(2.0 * static_cast<double>(c.n_layer)), device, dtype));
   }
   Tensor forward(const Tensor& x) override {
-    Tensor h = F::gelu(c_fc_->forward(x));
+    Tensor h = F::gelu(c_fc_->forward(x), c_.gelu_approximate);
     return F::dropout(c_proj_->forward(h), c_.dropout, is_training());
   }
   std::string name() const override { return "MLP"; }
@@ -320,6 +320,9 @@ GPT::GPT(const GPTConfig& c, Device& device, DType dtype) : config_(c) {
         std::to_string(c.n_embd) + ") a multiple of n_head (" + std::to_string(c.n_head) + ")");
   if (!(c.dropout >= 0.0 && c.dropout < 1.0))
     throw Error("GPT: dropout must be in [0, 1), got " + std::to_string(c.dropout));
+  if (c.gelu_approximate != "none" && c.gelu_approximate != "tanh")
+    throw Error("GPT: gelu_approximate must be \"none\" or \"tanh\", got \"" +
+                c.gelu_approximate + "\"");
   auto body = std::make_shared<Holder>("transformer");
   auto wte = std::make_shared<Embedding>(c.vocab_size, c.n_embd, device, dtype);
   auto wpe = std::make_shared<Embedding>(c.block_size, c.n_embd, device, dtype);

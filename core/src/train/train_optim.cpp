@@ -5,6 +5,8 @@
 #include <backplane/optim.hpp>
 #include <backplane/train.hpp>
 
+#include "tensor/tensor_internal.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <sstream>
@@ -257,7 +259,61 @@ Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& o, bool decoupled)
 
 namespace {
 AdamOptions as_adam(const AdamWOptions& o) {
-  return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay};
+  return {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.fused};
+}
+
+// One parameter of a fused update (Note [Fused Adam] in plugin_abi.h).
+struct FusedParam {
+  Tensor p, grad, m, v;
+  int64_t step;
+};
+
+// True when p's update can go to the device's adamw kernel: the plugin has it for p's dtype and
+// the four tensors are dense with one dtype (a gradient of another dtype or layout takes the
+// per-op path).
+bool fusable(const Tensor& p, const Tensor& grad) {
+  return p.is_contiguous() && grad.is_contiguous() && grad.dtype() == p.dtype() &&
+         grad.shape() == p.shape() && grad.device() == p.device() &&
+         p.device().supports(Op::adamw, p.dtype());
+}
+
+// Launches the adamw kernel over `items`, one launch per (device, dtype, step): the parameters
+// of a group share their options, and the step count is an attribute of the launch.
+void launch_fused(std::vector<FusedParam>& items, const Options& o, bool decoupled) {
+  std::stable_sort(items.begin(), items.end(), [](const FusedParam& a, const FusedParam& b) {
+    if (&a.p.device() != &b.p.device()) return &a.p.device() < &b.p.device();
+    if (a.p.dtype() != b.p.dtype()) return a.p.dtype() < b.p.dtype();
+    return a.step < b.step;
+  });
+  std::vector<bp_tensor_desc> in, out;
+  for (size_t i = 0; i < items.size();) {
+    size_t j = i;
+    in.clear();
+    out.clear();
+    while (j < items.size() && &items[j].p.device() == &items[i].p.device() &&
+           items[j].p.dtype() == items[i].p.dtype() && items[j].step == items[i].step) {
+      const FusedParam& f = items[j++];
+      if (f.p.numel() == 0) continue;
+      in.push_back(detail::desc(f.p));
+      in.push_back(detail::desc(f.grad));
+      in.push_back(detail::desc(f.m));
+      in.push_back(detail::desc(f.v));
+      out.push_back(in[in.size() - 4]);
+      out.push_back(in[in.size() - 2]);
+      out.push_back(in[in.size() - 1]);
+    }
+    if (!in.empty()) {
+      const bp_attr attrs[] = {detail::attr_f(BP_ATTR_ID_LR, o.at("lr")),
+                               detail::attr_f(BP_ATTR_ID_BETA1, o.at("beta1")),
+                               detail::attr_f(BP_ATTR_ID_BETA2, o.at("beta2")),
+                               detail::attr_f(BP_ATTR_ID_EPS, o.at("eps")),
+                               detail::attr_f(BP_ATTR_ID_WEIGHT_DECAY, o.at("weight_decay")),
+                               detail::attr_i(BP_ATTR_ID_STEP, items[i].step),
+                               detail::attr_i(BP_ATTR_ID_DECOUPLED, decoupled ? 1 : 0)};
+      detail::launch(items[i].p.device(), Op::adamw, items[i].p.dtype(), in, out, attrs);
+    }
+    i = j;
+  }
 }
 }  // namespace
 
@@ -281,6 +337,7 @@ void Adam::step() {
   for (ParamGroup& g : groups_) {
     const double lr = g.options["lr"], b1 = g.options["beta1"], b2 = g.options["beta2"];
     const double eps = g.options["eps"], wd = g.options["weight_decay"];
+    std::vector<FusedParam> fused;
     for (Tensor& p : g.params) {
       ParamState& st = state_[n++];
       Tensor grad = p.grad();
@@ -289,6 +346,19 @@ void Adam::step() {
         throw CaptureError(p.device().str() + ": " + name() +
                            ".step cannot be captured in a graph: its bias correction uses the "
                            "step count on the host, which a replay would not advance");
+      if (opt_.fused && fusable(p, grad)) {
+        if (st.buffers.empty()) {
+          st.buffers["exp_avg"] = zeros_like(p);
+          st.buffers["exp_avg_sq"] = zeros_like(p);
+        }
+        Tensor m = st.buffers["exp_avg"], v = st.buffers["exp_avg_sq"];
+        // Buffers from load_state_dict are dense copies; anything else takes the per-op path.
+        if (m.is_contiguous() && v.is_contiguous() && m.dtype() == p.dtype() &&
+            v.dtype() == p.dtype()) {
+          fused.push_back({p.detach(), grad, m, v, ++st.step});
+          continue;
+        }
+      }
       if (wd != 0) {
         if (decoupled_)
           p.mul_(1.0 - lr * wd);
@@ -309,6 +379,7 @@ void Adam::step() {
       Tensor denom = v.sqrt() / std::sqrt(bc2) + eps;
       p.add_(m / denom, -lr / bc1);
     }
+    if (!fused.empty()) launch_fused(fused, g.options, decoupled_);
   }
 }
 

@@ -22,6 +22,7 @@ class GPTConfig:
     n_embd: int = 768
     dropout: float = 0.0
     bias: bool = True
+    gelu_approximate: str = "none"  # the MLP's GELU; "tanh" is GPT-2's (C++ GPTConfig)
 
 
 def _linear(n_in, n_out, bias, std, dev, dt):
@@ -65,13 +66,14 @@ class CausalSelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, c, dev, dt):
         super().__init__()
-        self.dropout = c.dropout
+        self.dropout, self.approximate = c.dropout, c.gelu_approximate
         self.c_fc = _linear(c.n_embd, 4 * c.n_embd, c.bias, 0.02, dev, dt)
         self.c_proj = _linear(4 * c.n_embd, c.n_embd, c.bias, 0.02 / math.sqrt(2 * c.n_layer),
                               dev, dt)
 
     def forward(self, x):
-        return F.dropout(self.c_proj(F.gelu(self.c_fc(x))), self.dropout, self.training)
+        h = F.gelu(self.c_fc(x), approximate=self.approximate)
+        return F.dropout(self.c_proj(h), self.dropout, self.training)
 
 
 class Block(nn.Module):
@@ -96,6 +98,9 @@ class GPT(nn.Module):
         if c.n_embd % c.n_head or min(c.vocab_size, c.block_size, c.n_head, c.n_embd) < 1:
             raise _core.ShapeError(f"GPT: sizes must be >= 1 and n_embd ({c.n_embd}) a multiple "
                                    f"of n_head ({c.n_head})")
+        if c.gelu_approximate not in ("none", "tanh"):
+            raise _core.Error(f"GPT: gelu_approximate must be \"none\" or \"tanh\", got "
+                              f"{c.gelu_approximate!r}")
         dev = _core.device(device) if device is not None else _core.default_device()
         dt = _core._as_dtype(dtype) if dtype is not None else _core.dtype.float32
         t = _Holder()

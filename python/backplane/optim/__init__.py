@@ -2,6 +2,11 @@
 (backplane.optim.lr_scheduler), implemented in C++: every update runs in place on the
 parameters' device, without reading anything back to the host.
 
+Adam and AdamW take fused=True (keyword, as torch.optim): each step then updates a group's
+parameters and state with one fused op per device, dtype and step count (a multi-tensor kernel
+on cuda), and op by op on a device whose plugin lacks it; results equal the per-op update's
+within the dtype's rounding (C++ Note [Fused optimiser step]).
+
 They hold the parameter tensors given at construction; Module.to moves parameters in place, so
 an optimiser built before the move keeps working (build it after a LazyLinear has run once).
 

@@ -87,7 +87,8 @@
   X(cumsum, Cumsum, CUMSUM, SIGNED)                                                      \
   X(sin, Sin, SIN, FLOAT)                                                                \
   X(cos, Cos, COS, FLOAT)                                                                \
-  X(rsqrt, Rsqrt, RSQRT, FLOAT)
+  X(rsqrt, Rsqrt, RSQRT, FLOAT)                                                          \
+  X(adamw, Adamw, ADAMW, FLOAT)
 /* clang-format on */
 
 #endif /* BACKPLANE_OP_LIST_H_ */

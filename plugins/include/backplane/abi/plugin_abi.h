@@ -49,7 +49,7 @@ extern "C" {
 
 #define BP_ABI_MAJOR 1
 /* Minor history: see plugins/CHANGELOG.md. */
-#define BP_ABI_MINOR 6
+#define BP_ABI_MINOR 7
 
 #define BP_MAX_RANK 8
 
@@ -210,7 +210,14 @@ typedef enum bp_attr_id {
   BP_ATTR_ID_SCALE = 31,
   BP_ATTR_ID_CAUSAL = 32,
   BP_ATTR_ID_DIAGONAL = 33,
-  BP_ATTR_ID_COUNT = 34
+  /* ---- minor 7: the fused optimiser update ---- */
+  BP_ATTR_ID_LR = 34,
+  BP_ATTR_ID_BETA1 = 35,
+  BP_ATTR_ID_BETA2 = 36,
+  BP_ATTR_ID_WEIGHT_DECAY = 37,
+  BP_ATTR_ID_STEP = 38,
+  BP_ATTR_ID_DECOUPLED = 39,
+  BP_ATTR_ID_COUNT = 40
 } bp_attr_id;
 
 /* Values of attribute ACTIVATION (op linear). */
@@ -275,7 +282,10 @@ static inline const char* bp_attr_name(int32_t id) {
                                                       "training",    "momentum",
                                                       "eps",         "p",
                                                       "approximate", "scale",
-                                                      "causal",      "diagonal"};
+                                                      "causal",      "diagonal",
+                                                      "lr",          "beta1",
+                                                      "beta2",       "weight_decay",
+                                                      "step",        "decoupled"};
   return (id > 0 && id < BP_ATTR_ID_COUNT) ? names[id] : "?";
 }
 
@@ -597,9 +607,37 @@ typedef struct bp_stream_fault {
  *   cumsum      x -> y along AXIS (INT, required): y_i = sum_{k <= i} x_k, added in order of k in
  *               the compute type (integers wrap as sum's do).
  *   sin cos rsqrt  a -> out, as exp; rsqrt(a) = 1 / sqrt(a) (inf at 0, NaN below 0).
+ *
+ * Minor 6, the fused optimiser update (Note [Fused Adam]).
+ *   adamw       N >= 1 parameters in one launch: inputs param_k, grad_k, exp_avg_k, exp_avg_sq_k
+ *               for k = 0 .. N-1 (4 N, in that order), outputs param_k, exp_avg_k, exp_avg_sq_k
+ *               (3 N): every output is the same memory as its input (the update is in place;
+ *               INPLACE is not sent). The four tensors of one parameter are dense, share a shape
+ *               and the dtype the op is resolved by (input 0's); parameters may differ in shape.
+ *               LR, BETA1, BETA2, EPS, WEIGHT_DECAY (FLOAT; defaults 1e-3, 0.9, 0.999, 1e-8,
+ *               0), STEP (INT >= 1, the step being taken: the bias corrections are
+ *               c1 = 1 - BETA1^STEP and c2 = 1 - BETA2^STEP), DECOUPLED (INT 0/1, default 1).
+ *               Per element, in the compute type (f32 for f16/bf16):
+ *                 DECOUPLED 1 (torch.optim.AdamW): p = p (1 - LR WEIGHT_DECAY), g = grad;
+ *                 DECOUPLED 0 (torch.optim.Adam):  g = grad + WEIGHT_DECAY p;
+ *                 m = BETA1 m + (1 - BETA1) g;  v = BETA2 v + (1 - BETA2) g g;
+ *                 p = p - (LR / c1) m / (sqrt(v) / sqrt(c2) + EPS);
+ *               each of p, m and v rounded once on store.
  * Outputs are dense (row-major contiguous) for every op but copy, whose output may be any
  * non-overlapping strided view (writing into a slice). Outputs never alias inputs unless the
- * host says so with INPLACE (INT 1), where out and input 0 describe the same memory.
+ * host says so with INPLACE (INT 1), where out and input 0 describe the same memory (adamw's
+ * outputs are its inputs by definition).
+ */
+
+/* Note [Fused Adam]
+ *   torch.optim.Adam and AdamW with fused=True: one op updates a list of parameters with their
+ *   optimiser state, so a backend can run the whole update in a few launches (the cuda backend
+ *   packs the tensors' addresses into the launch's arguments, as PyTorch's multi_tensor_apply)
+ *   instead of the dozen elementwise launches per parameter of the decomposition. The host
+ *   groups the parameters that have a gradient by device, dtype and step count, and falls back
+ *   to the decomposition (mul_, add_, sqrt, div ...) on a plugin without the op, so results agree
+ *   within the dtype's rounding either way. A plugin may split a launch into chunks as it
+ *   likes: the parameters are independent.
  */
 
 /* Note [Dtype domains]
@@ -619,6 +657,7 @@ typedef struct bp_stream_fault {
  *   minor 5: FLOAT for layer_norm layer_norm_backward gelu gelu_backward silu silu_backward
  *   embedding embedding_backward scaled_dot_product_attention
  *   scaled_dot_product_attention_backward sin cos rsqrt; ALL for triu tril; SIGNED for cumsum
+ *   minor 7: FLOAT for adamw
  *   A host never asks for a pair outside the domain (libbackplane raises DTypeError naming the
  *   op, the dtype and the domain); a plugin declares those pairs BP_SUPPORT_NO with
  *   bp_op_domain_reason. Inside the domain a plugin may still lack a pair (UNSUPPORTED, with
