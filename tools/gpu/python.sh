@@ -26,8 +26,15 @@ if [ "${1:-}" = build ]; then
   exclude=$(git rev-parse --git-path info/exclude)
   mkdir -p "$(dirname "$exclude")"
   grep -qx '/.device/' "$exclude" 2>/dev/null || echo '/.device/' >> "$exclude"
+  # A persistent build folder (build/wheel-gpu) with ccache: a second build after a change
+  # recompiles only what changed.
+  cache=()
+  command -v ccache >/dev/null &&
+    cache=(-Cbuild-dir=build/wheel-gpu -Ccmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache
+      -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache
+      -Ccmake.define.CMAKE_CUDA_COMPILER_LAUNCHER=ccache)
   "$py" -m pip wheel --no-deps -w "$out" . \
-    -Ccmake.define.BP_BUILD_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90
+    -Ccmake.define.BP_BUILD_CUDA=ON -Ccmake.define.CMAKE_CUDA_ARCHITECTURES=90 "${cache[@]}"
   whl=$(ls "$out"/backplane-*.whl)
   tmp=$(mktemp -d)
   "$py" -m zipfile -e "$whl" "$tmp"
