@@ -12,6 +12,38 @@ namespace bp::cuda {
 
 // ---- Errors ----------------------------------------------------------------------------------
 
+// Note [Sticky CUDA errors]
+//   A kernel that faults (an illegal address, a device-side assert, a trap) leaves a sticky
+//   error in the CUDA context: every later call on the device returns it until the process
+//   exits, and nothing queued afterwards runs. The backend reports that as the device lost
+//   (Note [Asynchronous errors] in plugin_abi.h): the first CUDA call that returns one marks
+//   its Device lost with the error's name and text, every stream's record (stream_fault) then
+//   says BP_FAULT_DEVICE_LOST, and libbackplane fails every later call on that device fast. CUDA
+//   does not say which kernel faulted, so the record's op id is 0; the host names the ops queued
+//   since the last synchronisation, and BACKPLANE_LAUNCH_BLOCKING=1 (or compute-sanitizer)
+//   finds the one. Errors that are not sticky (an invalid argument, out of memory) stay errors
+//   of the call.
+namespace {
+bool is_sticky(cudaError_t err) {
+  switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorContextIsDestroyed:
+      return true;
+    default:
+      return false;
+  }
+}
+}  // namespace
+
 void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int line) {
   (void)cudaGetLastError();  // clear the (non-sticky) error so later checks do not see it
   int device = -1;
@@ -22,6 +54,14 @@ void throw_cuda_error(cudaError_t err, const char* expr, const char* file, int l
   forget_current_device();
   const char* base = std::strrchr(file, '/');
   base = base ? base + 1 : file;
+  if (is_sticky(err) && device >= 0 && device < runtime().device_count()) {
+    const std::string what = bp::sdk::format(
+        "cuda:%d: the device is lost: %s (%s), a sticky error of a kernel queued earlier, "
+        "returned by %s at %s:%d",
+        device, cudaGetErrorName(err), cudaGetErrorString(err), expr, base, line);
+    runtime().device(device).mark_lost(what, cudaGetErrorName(err));
+    bp::sdk::fail(BP_ERROR_DEVICE, what, cudaGetErrorName(err));
+  }
   bp_error_code code = BP_ERROR_DEVICE;
   switch (err) {
     case cudaErrorMemoryAllocation:

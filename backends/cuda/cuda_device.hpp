@@ -12,6 +12,7 @@
 #include "cuda_memory.hpp"
 
 #include <backplane/abi/plugin_abi.h>
+#include <backplane/sdk/fault_record.hpp>
 
 #include <cuda_runtime_api.h>
 
@@ -59,8 +60,20 @@ struct CudaStream {
   // Note [Deferred index errors] (cuda_index.cu): the device record of the first bad index of
   // a gather/scatter_add queued here, allocated on first use; `index_armed` says a launch may
   // have written it since the last check.
+  // Since ABI 1.6 the record is kIndexSlots records, one per launch that checks indices,
+  // reused in turn; `index_ops` (guarded by cudnn_mutex) says which op id each slot's launch had
+  // and in which order they were queued (Note [Deferred index errors]).
   void* index_error = nullptr;
   std::atomic<bool> index_armed{false};
+  struct IndexSlotOp {
+    uint64_t op_id = 0;  // 0: not known (the slot was reused before a check)
+    uint64_t seq = 0;    // queue order since the stream was created; 0: unused
+  };
+  std::vector<IndexSlotOp> index_ops;
+  uint64_t index_seq = 0;
+  // Note [Asynchronous errors] in plugin_abi.h: this stream's record (index errors found on
+  // the device); a lost device's record is the Device's.
+  bp::sdk::FaultRecord fault;
   // The graph being captured on this stream (Note [Scratch in graphs]), else null.
   std::atomic<CudaGraph*> capture{nullptr};
 };
@@ -80,6 +93,10 @@ void graph_destroy(CudaGraph* g);
 struct CudaEvent {
   cudaEvent_t event = nullptr;
   int device = 0;
+  // Note [Asynchronous errors] in plugin_abi.h: the record of the stream it was last recorded
+  // on, at that time (severity NONE: not poisoned); guarded by `mu`.
+  std::mutex mu;
+  bp_stream_fault rec{};
 };
 
 // One GPU. Thread-safe unless a member says otherwise.
@@ -165,6 +182,14 @@ class Device {
 
   cudaMemPool_t pool() const { return pool_; }
 
+  // ---- Loss (Note [Sticky CUDA errors] in cuda_device.cpp) ----
+  // Marks the device lost with a sticky CUDA error; the first call wins. Thread-safe.
+  void mark_lost(const std::string& message, const char* native) {
+    lost_record_.set(BP_FAULT_DEVICE_LOST, BP_ERROR_DEVICE, 0, message, native);
+  }
+  bool lost() const noexcept { return lost_record_.failed(); }
+  bp_stream_fault lost_record() { return lost_record_.read(false); }
+
  private:
   void make_ready();
   // Creates a stream and registers it (ensure_ready must have run or be running).
@@ -208,6 +233,7 @@ class Device {
   std::mutex pending_mutex_;  // guards pending_; never held while a release runs
   std::vector<PendingRelease> pending_;
   std::atomic<size_t> pending_count_{0};
+  bp::sdk::FaultRecord lost_record_;
 };
 
 // The plugin's view of the machine. init() runs once (the ABI's init slot).

@@ -7,10 +7,16 @@
 //   never read or write out of range (a bad gather element or embedding row becomes 0, a bad
 //   scatter contribution or embedding gradient row is dropped), and the first bad index of a
 //   stream is written to a small record in device memory (IndexError) that the stream owns.
-//   The launch marks the stream `index_armed`; the next stream_synchronize, or copy to the
-//   host, on that stream finds the record, clears it and fails with BP_ERROR_INVALID_ARGUMENT
-//   naming the op, the index value, its position in the index tensor and the valid range
-//   (check_index_errors). Work queued after the bad launch has run by then. Inside a graph
+//   Each launch that checks indices gets one of the stream's kIndexSlots records in turn, and
+//   the stream notes the launch's op id (Note [Asynchronous errors] in plugin_abi.h) and queue
+//   order for that slot. The launch marks the stream `index_armed`; the next
+//   stream_synchronize, or copy to the host, on that stream reads the records, clears them,
+//   and puts the first bad index in queue order into the stream's fault record (op failed,
+//   BP_ERROR_INVALID_ARGUMENT, the launch's op id, a message naming the op, the index value,
+//   its position in the index tensor and the valid range), which that call and every later
+//   one report until the host clears it (check_index_errors). Work queued after the bad
+//   launch has run by then. A slot armed twice between checks (more than kIndexSlots
+//   index-checking launches) keeps its first failure with op id 0. Inside a graph
 //   capture no record is used (a graph may be replayed on any stream, after its capture stream
 //   is gone): bad indices still read and write nothing out of range but are not reported.
 //
@@ -282,46 +288,71 @@ LaunchFn index_fn(Op op, int32_t dtype) {
 IndexError* index_error_record(const LaunchArgs& a) {
   CudaStream& s = *a.s;
   if (s.capture.load(std::memory_order_acquire)) return nullptr;
+  std::lock_guard<std::mutex> lock(s.cudnn_mutex);  // any per-stream lock will do
   if (!s.index_error) {
-    std::lock_guard<std::mutex> lock(s.cudnn_mutex);  // any per-stream lock will do
-    if (!s.index_error) {
-      void* p = a.device->allocate_scratch(s, sizeof(IndexError));
-      const cudaError_t e = cudaMemsetAsync(p, 0, sizeof(IndexError), a.stream);
-      if (e != cudaSuccess) {
-        a.device->free_scratch(s, p, sizeof(IndexError));
-        BP_CUDA_CHECK(e);
-      }
-      s.index_error = p;
+    constexpr uint64_t bytes = sizeof(IndexError) * kIndexSlots;
+    void* p = a.device->allocate_scratch(s, bytes);
+    const cudaError_t e = cudaMemsetAsync(p, 0, bytes, a.stream);
+    if (e != cudaSuccess) {
+      a.device->free_scratch(s, p, bytes);
+      BP_CUDA_CHECK(e);
     }
+    s.index_error = p;
+    s.index_ops.assign(kIndexSlots, {});
   }
+  const uint64_t seq = ++s.index_seq;
+  const size_t slot = static_cast<size_t>(seq % kIndexSlots);
+  CudaStream::IndexSlotOp& op = s.index_ops[slot];
+  // A slot armed again before a check keeps its first failure but no longer knows its op.
+  op.op_id = op.seq != 0 ? 0 : a.op_id;
+  if (op.seq == 0) op.seq = seq;
   s.index_armed.store(true, std::memory_order_release);
-  return static_cast<IndexError*>(s.index_error);
+  return static_cast<IndexError*>(s.index_error) + slot;
 }
 
+// Reads the stream's records after its work is done; the first bad index in queue order goes
+// into the stream's fault record (Note [Asynchronous errors] in plugin_abi.h), which the
+// synchronisation or host read that called this then reports.
 void check_index_errors(CudaStream& s) {
   if (!s.index_armed.exchange(false, std::memory_order_acq_rel)) return;
   use_device(s.index);
-  IndexError rec{};
+  IndexError recs[kIndexSlots];
   BP_CUDA_CHECK(
-      cudaMemcpyAsync(&rec, s.index_error, sizeof(rec), cudaMemcpyDeviceToHost, s.stream));
+      cudaMemcpyAsync(recs, s.index_error, sizeof(recs), cudaMemcpyDeviceToHost, s.stream));
   BP_CUDA_CHECK(cudaStreamSynchronize(s.stream));
-  if (rec.flag == 0) return;
-  BP_CUDA_CHECK(cudaMemsetAsync(s.index_error, 0, sizeof(IndexError), s.stream));
+  int first = -1;
+  uint64_t first_seq = 0, first_op = 0;
+  {
+    std::lock_guard<std::mutex> lock(s.cudnn_mutex);
+    for (int i = 0; i < kIndexSlots; ++i) {
+      CudaStream::IndexSlotOp& op = s.index_ops[static_cast<size_t>(i)];
+      if (recs[i].flag != 0 && (first < 0 || op.seq < first_seq)) {
+        first = i;
+        first_seq = op.seq;
+        first_op = op.op_id;
+      }
+      op = {};
+    }
+  }
+  if (first < 0) return;
+  BP_CUDA_CHECK(cudaMemsetAsync(s.index_error, 0, sizeof(recs), s.stream));
+  const IndexError& rec = recs[first];
+  std::string msg;
   if (rec.flag == kIndexEmbedding || rec.flag == kIndexEmbeddingBackward)
-    bp::sdk::fail(
-        BP_ERROR_INVALID_ARGUMENT,
-        bp::sdk::format("cuda:%d: op '%s': index %lld at position %lld is out of range "
-                        "for a table of %lld rows (valid: 0 to %lld)",
-                        s.index, rec.flag == kIndexEmbedding ? "embedding" : "embedding_backward",
-                        static_cast<long long>(rec.value), static_cast<long long>(rec.position),
-                        static_cast<long long>(rec.size), static_cast<long long>(rec.size) - 1));
-  bp::sdk::fail(
-      BP_ERROR_INVALID_ARGUMENT,
-      bp::sdk::format("cuda:%d: op '%s': index %lld at position %lld of the index "
-                      "tensor is outside [0, %lld) along axis %d",
-                      s.index, rec.flag == kIndexGather ? "gather" : "scatter_add",
-                      static_cast<long long>(rec.value), static_cast<long long>(rec.position),
-                      static_cast<long long>(rec.size), rec.axis));
+    msg = bp::sdk::format(
+        "cuda:%d: op '%s': index %lld at position %lld is out of range for a table of %lld rows "
+        "(valid: 0 to %lld)",
+        s.index, rec.flag == kIndexEmbedding ? "embedding" : "embedding_backward",
+        static_cast<long long>(rec.value), static_cast<long long>(rec.position),
+        static_cast<long long>(rec.size), static_cast<long long>(rec.size) - 1);
+  else
+    msg = bp::sdk::format(
+        "cuda:%d: op '%s': index %lld at position %lld of the index tensor is outside [0, %lld) "
+        "along axis %d",
+        s.index, rec.flag == kIndexGather ? "gather" : "scatter_add",
+        static_cast<long long>(rec.value), static_cast<long long>(rec.position),
+        static_cast<long long>(rec.size), rec.axis);
+  s.fault.set(BP_FAULT_OP_FAILED, BP_ERROR_INVALID_ARGUMENT, first_op, msg);
 }
 
 }  // namespace bp::cuda

@@ -40,8 +40,11 @@ __device__ __forceinline__ void report_index(IndexError* rec, int32_t kind, int3
   }
 }
 
-// The launch stream's record, allocated on first use and armed for the next synchronisation;
-// nullptr while the stream captures a graph.
+// Records per stream, one per index-checking launch in turn (Note [Deferred index errors]).
+constexpr int kIndexSlots = 64;
+
+// This launch's record (a.op_id noted for it), allocated on first use and armed for the next
+// synchronisation; nullptr while the stream captures a graph.
 IndexError* index_error_record(const LaunchArgs& a);
 
 }  // namespace bp::cuda

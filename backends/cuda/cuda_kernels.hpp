@@ -49,6 +49,7 @@ struct LaunchArgs {
   const bp_tensor_desc* out;
   int32_t nout;
   const bp::sdk::Attrs* attrs;
+  uint64_t op_id = 0;  // the host's op id (Note [Asynchronous errors]); 0: not known
 };
 
 using LaunchFn = void (*)(const LaunchArgs&);

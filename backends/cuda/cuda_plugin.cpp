@@ -35,6 +35,22 @@ bp::sdk::OpTable make_op_table() {
   });
 }
 
+// Note [Asynchronous errors] in plugin_abi.h: the stream's record as the host sees it (a lost
+// device's beats it).
+bp_stream_fault current_fault(CudaStream& s, bool clear) {
+  if (s.device->lost()) return s.device->lost_record();
+  return s.fault.read(clear);
+}
+
+// Fails with the stream's record while it is set.
+void raise_fault(CudaStream& s) {
+  if (!s.fault.failed() && !s.device->lost()) [[likely]]
+    return;
+  const bp_stream_fault r = current_fault(s, false);
+  if (r.severity == BP_FAULT_NONE) return;
+  bp::sdk::fail(static_cast<bp_error_code>(r.code), r.message, r.native_name);
+}
+
 class CudaBackend final : public bp::sdk::Backend {
  public:
   void init() override { runtime().init(); }
@@ -63,9 +79,16 @@ class CudaBackend final : public bp::sdk::Backend {
   }
   void stream_synchronize(bp_stream* stream) override {
     CudaStream& s = stream_of(stream);
+    raise_fault(s);
     BP_CUDA_CHECK(cudaStreamSynchronize(s.stream));
     s.device->retire_releases();  // Note [CUDA imported memory]
     check_index_errors(s);        // Note [Deferred index errors]
+    raise_fault(s);
+  }
+
+  bool has_stream_fault() const override { return true; }
+  void stream_fault(bp_stream* stream, bool clear, bp_stream_fault& out) override {
+    out = current_fault(stream_of(stream), clear);
   }
 
   bool has_events() const override { return true; }
@@ -75,7 +98,8 @@ class CudaBackend final : public bp::sdk::Backend {
     Device& d = runtime().device(device);
     d.ensure_ready();
     use_device(device);
-    auto* e = new CudaEvent{nullptr, device};
+    auto* e = new CudaEvent;
+    e->device = device;
     const cudaError_t err = cudaEventCreate(&e->event);  // timing enabled (event_elapsed_ms)
     if (err != cudaSuccess) {
       delete e;
@@ -90,20 +114,40 @@ class CudaBackend final : public bp::sdk::Backend {
     delete e;
     BP_CUDA_CHECK(err);
   }
+  // Note [Asynchronous errors]: an event recorded while its stream's record is set carries
+  // it (index errors enter the record at the stream's next synchronisation or host read).
   void event_record(bp_event* event, bp_stream* stream) override {
     CudaStream& s = stream_of(stream);
+    CudaEvent& e = event_of(event);
     use_device(s.index);
-    BP_CUDA_CHECK(cudaEventRecord(event_of(event).event, s.stream));
+    BP_CUDA_CHECK(cudaEventRecord(e.event, s.stream));
+    const bp_stream_fault r = current_fault(s, false);
+    std::lock_guard<std::mutex> lock(e.mu);
+    e.rec = r;
   }
   void stream_wait_event(bp_stream* stream, bp_event* event) override {
     CudaStream& s = stream_of(stream);
+    CudaEvent& e = event_of(event);
     use_device(s.index);
-    BP_CUDA_CHECK(cudaStreamWaitEvent(s.stream, event_of(event).event, 0));
+    BP_CUDA_CHECK(cudaStreamWaitEvent(s.stream, e.event, 0));
+    bp_stream_fault r;
+    {
+      std::lock_guard<std::mutex> lock(e.mu);
+      r = e.rec;
+    }
+    s.fault.merge(r, BP_FAULT_STREAM_POISONED);
   }
   void event_synchronize(bp_event* event) override {
     CudaEvent& e = event_of(event);
     BP_CUDA_CHECK(cudaEventSynchronize(e.event));
     runtime().device(e.device).retire_releases();
+    bp_stream_fault r;
+    {
+      std::lock_guard<std::mutex> lock(e.mu);
+      r = e.rec;
+    }
+    if (r.severity != BP_FAULT_NONE)
+      bp::sdk::fail(static_cast<bp_error_code>(r.code), r.message, r.native_name);
   }
   double event_elapsed_ms(bp_event* start, bp_event* end) override {
     float ms = 0.0f;
@@ -192,6 +236,7 @@ class CudaBackend final : public bp::sdk::Backend {
 
   void memset(bp_stream* stream, bp_buffer* buf, uint64_t offset, int32_t value,
               uint64_t size) override {
+    (void)bp::sdk::take_op_id();  // only launches carry ids into the device records
     if (size == 0) return;
     CudaStream& s = stream_of(stream);
     use_device(s.index);
@@ -199,6 +244,7 @@ class CudaBackend final : public bp::sdk::Backend {
   }
   void copy_h2d(bp_stream* stream, bp_buffer* dst, uint64_t dst_off, const void* src,
                 uint64_t size) override {
+    (void)bp::sdk::take_op_id();  // only launches carry ids into the device records
     if (size == 0) return;
     CudaStream& s = stream_of(stream);
     use_device(s.index);
@@ -210,22 +256,27 @@ class CudaBackend final : public bp::sdk::Backend {
   }
   void copy_d2h(bp_stream* stream, void* dst, bp_buffer* src, uint64_t src_off,
                 uint64_t size) override {
+    (void)bp::sdk::take_op_id();
     if (size == 0) return;
     CudaStream& s = stream_of(stream);
+    raise_fault(s);  // a host read reports the stream's record
     use_device(s.index);
     const char* from = buffer_at(src, src_off);
     if (size > kStageThreshold && is_pageable(dst) &&
         s.device->staging().d2h(s, static_cast<char*>(dst), from, size)) {
       check_index_errors(s);  // Note [Deferred index errors]
+      raise_fault(s);
       return;
     }
     // For pageable dst the driver returns only after the copy completed (plugin_abi.h needs
     // the data in place when the call returns); pinned dst stays asynchronous.
     BP_CUDA_CHECK(cudaMemcpyAsync(dst, from, size, cudaMemcpyDeviceToHost, s.stream));
     check_index_errors(s);
+    raise_fault(s);
   }
   void copy_d2d(bp_stream* stream, bp_buffer* dst, uint64_t dst_off, bp_buffer* src,
                 uint64_t src_off, uint64_t size) override {
+    (void)bp::sdk::take_op_id();  // only launches carry ids into the device records
     if (size == 0) return;
     CudaStream& s = stream_of(stream);
     use_device(s.index);
@@ -235,6 +286,7 @@ class CudaBackend final : public bp::sdk::Backend {
   bool has_copy_peer() const override { return true; }
   void copy_peer(bp_stream* dst_stream, int32_t dst_device, bp_buffer* dst, uint64_t dst_off,
                  int32_t src_device, bp_buffer* src, uint64_t src_off, uint64_t size) override {
+    (void)bp::sdk::take_op_id();  // only launches carry ids into the device records
     Device& dd = runtime().device(dst_device);
     Device& sd = runtime().device(src_device);
     CudaStream& s = stream_of(dst_stream);
@@ -269,7 +321,7 @@ class CudaBackend final : public bp::sdk::Backend {
     use_device(s.index);
     const LaunchArgs args{s.stream, &s,          s.device, s.device->info().sm_count,
                           k.op,     k.dtype,     inputs,   num_inputs,
-                          outputs,  num_outputs, &attrs};
+                          outputs,  num_outputs, &attrs,   bp::sdk::take_op_id()};
     try {
       NvtxRange range(k.op);  // Note [NVTX ranges]
       k.fn(args);
@@ -330,6 +382,7 @@ class CudaBackend final : public bp::sdk::Backend {
     cuda::graph_instantiate(*reinterpret_cast<CudaGraph*>(graph));
   }
   void graph_launch(bp_graph* graph, bp_stream* stream) override {
+    (void)bp::sdk::take_op_id();
     cuda::graph_launch(*reinterpret_cast<CudaGraph*>(graph), stream_of(stream));
   }
   void graph_destroy(bp_graph* graph) override {

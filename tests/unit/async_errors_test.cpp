@@ -9,7 +9,13 @@
 #include <backplane_test/seed.hpp>
 #include <backplane_test/throws.hpp>
 
+#include <sys/wait.h>
+
+#include <array>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <optional>
 #include <random>
 #include <string>
@@ -273,6 +279,102 @@ TEST(AsyncErrors, ALostDeviceFailsFastAndRunsTheCallbacksOnce) {
   // Other devices go on.
   std::vector<float> av = random_floats(3);
   EXPECT_EQ((bp::from_vector(av, {3}, ref_async()) + 1.0).to_vector<float>(), plus_one(av));
+}
+
+// cross_entropy picks each row's label with gather: a class index outside the logits is an
+// index error naming the value, not a row silently left out of the loss.
+TEST(AsyncErrors, ACrossEntropyLabelOutsideTheLogitsIsReported) {
+  bp::Device& dev = ref_asyncidx();
+  const int64_t classes = random_int(3, 9), bad = classes + random_int(0, 99);
+  bp::Tensor logits =
+      bp::from_vector(random_floats(static_cast<size_t>(4 * classes)), {4, classes}, dev);
+  bp::Tensor labels = bp::from_vector(std::vector<int64_t>{0, bad, 1, 2}, {4}, dev);
+  dev.synchronize();
+  // The reference backend lacks neg, exp, ...: their fallbacks synchronise, so the error may
+  // come from inside cross_entropy or from the read.
+  auto e = catch_exact<bp::AsyncError>(
+      [&] { (void)bp::nn::cross_entropy(logits, labels).item<float>(); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->op(), "gather");
+  EXPECT_HAS(e->what(),
+             "op gather (f32, inputs [4," + std::to_string(classes) + "], [4,1], outputs [4,1])");
+  EXPECT_HAS(e->what(), "index " + std::to_string(bad));
+  EXPECT_HAS(e->what(), "outside [0, " + std::to_string(classes) + ")");
+}
+
+// Out-of-range indices on cuda:0 (Note [Deferred index errors] in backends/cuda/cuda_index.cu):
+// reported at the next synchronisation naming gather and the value; the device goes on. Skips
+// without a GPU. With BACKPLANE_LAUNCH_BLOCKING=1 (the next test) the op's own call throws.
+TEST(AsyncErrors, CudaGatherOutOfRangeIsNamedAtTheNextSynchronisation) {
+  if (bp::num_devices("cuda") == 0) GTEST_SKIP() << "no cuda device";
+  bp::Device& dev = bp::device("cuda:0");
+  BadGather g = bad_gather(dev);
+  bp::Tensor y = bp::gather(g.x, 0, g.index);
+  bp::Tensor z = y * 2.0 + 1.0;  // later ops: not blamed
+  auto e = catch_exact<bp::AsyncError>([&] { dev.synchronize(); });
+  ASSERT_TRUE(e);
+  std::fprintf(stderr, "reported: %s\n", e->what());
+  EXPECT_HAS(e->what(), "cuda:0: " + gather_text(g) + " (op #");
+  EXPECT_HAS(e->what(), "cuda:0: op 'gather': index " + std::to_string(g.bad) +
+                            " at position 3 of the index tensor is outside [0, " +
+                            std::to_string(g.rows) + ") along axis 0");
+  EXPECT_HAS(e->what(), "found by a later stream synchronize");
+  EXPECT_EQ(e->op(), "gather");
+  EXPECT_EQ(e->severity(), bp::AsyncError::Severity::op_failed);
+  dev.synchronize();  // reported once
+  EXPECT_EQ((g.x + 1.0).to_vector<float>(), plus_one(g.xv));
+
+  // Embedding and cross-entropy report the same way, each naming its own op.
+  bp::Tensor table = bp::from_vector(random_floats(12), {4, 3}, dev);
+  bp::Tensor rows = bp::nn::functional::embedding(
+      bp::from_vector(std::vector<int64_t>{1, 4 + random_int(0, 50)}, {2}, dev), table);
+  auto emb = catch_exact<bp::AsyncError>([&] { (void)rows.to_vector<float>(); });
+  ASSERT_TRUE(emb);
+  EXPECT_EQ(emb->op(), "embedding");
+  EXPECT_HAS(emb->what(), "for a table of 4 rows (valid: 0 to 3)");
+  bp::Tensor logits = bp::from_vector(random_floats(20), {4, 5}, dev);
+  bp::Tensor loss =
+      bp::nn::cross_entropy(logits, bp::from_vector(std::vector<int64_t>{0, 7, 1, 2}, {4}, dev));
+  auto ce = catch_exact<bp::AsyncError>([&] { (void)loss.item<float>(); });
+  ASSERT_TRUE(ce);
+  EXPECT_EQ(ce->op(), "gather");
+  EXPECT_HAS(ce->what(),
+             "index 7 at position 1 of the index tensor is outside [0, 5) along axis 1");
+}
+
+TEST(AsyncErrors, CudaGatherOutOfRangeUnderLaunchBlockingIsNamedAtTheOp) {
+  if (bp::num_devices("cuda") == 0) GTEST_SKIP() << "no cuda device";
+  const char* v = std::getenv("BACKPLANE_LAUNCH_BLOCKING");
+  if (!v || std::string(v) != "1") {  // read once per process: run again in a child
+    std::error_code ec;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+    ASSERT_FALSE(ec) << ec.message();
+    const std::string cmd =
+        "BACKPLANE_LAUNCH_BLOCKING=1 '" + self +
+        "' --gtest_filter=AsyncErrors.CudaGatherOutOfRangeUnderLaunchBlockingIsNamedAtTheOp 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+    const int status = pclose(p);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+    EXPECT_HAS(out, "[  PASSED  ] 1 test");
+    std::fprintf(stderr, "%s", out.c_str());
+    return;
+  }
+  bp::Device& dev = bp::device("cuda:0");
+  BadGather g = bad_gather(dev);
+  auto e = catch_exact<bp::AsyncError>([&] { bp::Tensor y = bp::gather(g.x, 0, g.index); });
+  ASSERT_TRUE(e);
+  std::fprintf(stderr, "reported: %s\n", e->what());
+  EXPECT_HAS(e->what(), "cuda:0: " + gather_text(g) +
+                            " failed while running (BACKPLANE_LAUNCH_BLOCKING=1): cuda:0: op "
+                            "'gather': index " +
+                            std::to_string(g.bad));
+  EXPECT_EQ(e->op(), "gather");
+  EXPECT_EQ((g.x + 1.0).to_vector<float>(), plus_one(g.xv));
 }
 
 TEST(AsyncErrors, AnEmptyCallbackIsRefused) {

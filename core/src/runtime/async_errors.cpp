@@ -111,6 +111,18 @@ void throw_device_lost(const DeviceState& ds) {
       e->native_name(), AsyncError::Severity::device_lost, e->device(), e->op(), e->op_id());
 }
 
+void throw_queue_error(DeviceState& ds, bp_stream* s, bp_error* err, const std::string& context) {
+  if (ds.stream_fault && s) {
+    bp_stream_fault rec{};
+    rec.struct_size = sizeof rec;
+    bp_error* e2 = ds.stream_fault(s, 0, &rec);
+    if (e2) ds.api->error_free(e2);
+    if (!e2 && rec.severity == BP_FAULT_DEVICE_LOST)
+      throw_stream_error(ds, nullptr, s, err, {context.c_str()}, ds.ring.last_id());
+  }
+  throw_plugin_error(ds.api, err, context);
+}
+
 void synchronize_handle(DeviceState& ds, bp_stream* s, const char* what) {
   ds.check_alive();
   const uint64_t mark = ds.ring.last_id();
@@ -197,6 +209,12 @@ void throw_stream_error(DeviceState& ds, StreamState* st, bp_stream* s, bp_error
       what += " and " + std::to_string(candidates.size() - kListed) + " more";
   } else {
     what = context + ": work queued on this stream failed on the device: " + backend;
+  }
+  if (!known && rec.severity != BP_FAULT_NONE && rec.last_completed_op_id) {
+    OpRecord done;
+    if (ds.ring.get(rec.last_completed_op_id, done))
+      what += "; the last op known to have finished before it: " + done.describe() + " (op #" +
+              std::to_string(done.id) + ")";
   }
   what += consequence(sev, dev);
   if (!found.blocking_op && !launch_blocking())

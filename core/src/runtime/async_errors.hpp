@@ -26,6 +26,12 @@ struct FoundBy {
 [[noreturn]] void throw_stream_error(DeviceState& ds, StreamState* st, bp_stream* s, bp_error* err,
                                      FoundBy found, uint64_t mark);
 
+// Throws for `err`, an error of a call that queues work on stream `s` (a launch, a copy): a
+// DeviceLost when the plugin's record says the device is lost (Note [Device lost]), else the
+// plain plugin error with `context`.
+[[noreturn]] void throw_queue_error(DeviceState& ds, bp_stream* s, bp_error* err,
+                                    const std::string& context);
+
 // Records that the stream was synchronised without error with every op up to `mark` queued.
 inline void note_synced(StreamState& st, uint64_t mark) noexcept {
   uint64_t prev = st.synced_through.load(std::memory_order_relaxed);

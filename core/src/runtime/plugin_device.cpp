@@ -264,6 +264,10 @@ void DeviceState::release(bp_buffer* b, uint64_t size, const StreamState* stream
   if (counted) memory.on_free(size);
   bp_stream* s = stream ? stream->s : default_handle.load(std::memory_order_acquire);
   if (bp_error* e = api->mem_free(index, s, b, size)) {
+    if (lost.load(std::memory_order_relaxed)) {  // Note [Device lost]: already reported
+      api->error_free(e);
+      return;
+    }
     // A free that fails has nothing to hand the error to: report it once on stderr.
     std::fprintf(stderr, "backplane: %s: freeing %llu bytes failed: %s\n", self->str().c_str(),
                  static_cast<unsigned long long>(size), e->message ? e->message : "");
@@ -322,7 +326,7 @@ thread_local uint64_t t_last_launch = 0;
   if (err) [[unlikely]] {
     std::string what =
         "launch " + std::string(op_name(k.op())) + " (" + std::string(dtype_name(k.dtype())) + ")";
-    throw_plugin_error(s.api, err, k.device().str() + ": " + what);
+    detail::throw_queue_error(s, stream, err, k.device().str() + ": " + what);
   }
   return id;
 }

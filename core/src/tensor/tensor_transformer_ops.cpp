@@ -328,6 +328,8 @@ Tensor embedding(const Tensor& input, const Tensor& weight) {
     bp_tensor_desc in[2] = {desc(w), desc(idx)}, o = desc(out);
     try {
       launch(weight.device(), Op::embedding, w.dtype(), in, {&o, 1}, {});
+    } catch (const AsyncError&) {  // an earlier op's failure, or this one's found on the device
+      throw;
     } catch (const PluginError& e) {
       // Every shape and dtype was checked above: the one argument a conforming plugin can still
       // refuse is an index (Note [Op catalogue], embedding).

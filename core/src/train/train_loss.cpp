@@ -1,4 +1,5 @@
 // Losses and gradient clipping (Note [Training on a device] in train.hpp).
+#include <backplane/functions.hpp>
 #include <backplane/train.hpp>
 
 #include "tensor/autocast_internal.hpp"
@@ -34,19 +35,17 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& labels) {
   if (labels.dtype() != DType::i64 && labels.dtype() != DType::i32)
     throw DTypeError("cross_entropy: labels must be i64 or i32 class indices, got " +
                      std::string(dtype_name(labels.dtype())));
-  int64_t n = logits.size(0), c = logits.size(1);
-  Device& dev = logits.device();
+  const int64_t n = logits.size(0);
   // log softmax = z - log(sum(exp(z))) with z = logits - rowmax: exp never overflows. The
   // maximum is a constant shift (the result does not depend on it), so it carries no gradient.
   Tensor z = logits - logits.max(1, true).detach();
   Tensor log_probs = z - z.exp().sum(1, true).log();
-  // One-hot rows by comparing each label with the class indices 0..C-1 (built on the host in
-  // the labels' dtype, so no floating arange is needed on the device).
-  std::vector<int64_t> idx(static_cast<size_t>(c));
-  for (int64_t k = 0; k < c; ++k) idx[static_cast<size_t>(k)] = k;
-  Tensor classes = from_vector(idx, {c}, dev).to(labels.dtype());
-  Tensor one_hot = eq(labels.unsqueeze(1), classes).to(logits.dtype());
-  return -(one_hot * log_probs).sum() / static_cast<double>(n);
+  // Each row's log-probability of its label, picked with gather: a label outside [0, C) is then
+  // an index error naming the value (found by the launch, or on the device and reported by the
+  // next synchronisation: Note [Asynchronous errors] in plugin_abi.h), never a silently
+  // ignored row.
+  Tensor picked = bp::gather(log_probs, 1, labels.to(DType::i64).unsqueeze(1));
+  return -picked.sum() / static_cast<double>(n);
 }
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm) {
