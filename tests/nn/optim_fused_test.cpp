@@ -8,6 +8,7 @@
 #include "nn_test_support.hpp"
 
 #include <backplane/graph.hpp>
+#include <backplane/profiler.hpp>
 #include <backplane/train.hpp>
 
 namespace {
@@ -127,6 +128,27 @@ TEST_P(FusedAdamTest, ResumesFromALoadedState) {
   unfused.step();
   expect_state_close(fused, unfused, bp::DType::f32, 8);
   EXPECT_EQ(fused.state_dict().state.at(0).step, 8);
+}
+
+// The fused step is one adamw launch for a group's parameters of one dtype (the plugins built
+// here all have the op), with none of the per-op update's elementwise ops.
+TEST_P(FusedAdamTest, AStepIsOneLaunchPerGroup) {
+  std::vector<std::vector<double>> values;
+  for (const bp::Shape& s : kShapes) values.push_back(nntest::random_values(count(s)));
+  std::vector<Tensor> ps = params(values, dev(), bp::DType::f32);
+  AdamW opt(ps, AdamWOptions{.lr = 1e-2, .fused = true});
+  for (size_t k = 0; k < ps.size(); ++k)
+    ps[k].set_grad(nntest::make(nntest::random_values(count(kShapes[k])), kShapes[k], dev()));
+  opt.step();  // the first step creates the state (zeros_like: fill launches)
+  bp::profiler::start();
+  opt.step();
+  dev().synchronize();
+  bp::profiler::stop();
+  int64_t adamw = 0, others = 0;
+  for (const bp::profiler::OpSummary& r : bp::profiler::key_averages())
+    (r.name == "adamw" ? adamw : others) += r.calls;
+  EXPECT_EQ(adamw, 1);
+  EXPECT_EQ(others, 0) << bp::profiler::table();
 }
 
 TEST_P(FusedAdamTest, ACaptureIsRefusedBeforeAnythingChanges) {

@@ -352,9 +352,10 @@ void Adam::step() {
           st.buffers["exp_avg_sq"] = zeros_like(p);
         }
         Tensor m = st.buffers["exp_avg"], v = st.buffers["exp_avg_sq"];
-        // Buffers from load_state_dict are dense copies; anything else takes the per-op path.
+        // Buffers from load_state_dict are dense copies on p's device; state left on another
+        // device (p moved after it was made) takes the per-op path, which names the mismatch.
         if (m.is_contiguous() && v.is_contiguous() && m.dtype() == p.dtype() &&
-            v.dtype() == p.dtype()) {
+            v.dtype() == p.dtype() && &m.device() == &p.device() && &v.device() == &p.device()) {
           fused.push_back({p.detach(), grad, m, v, ++st.step});
           continue;
         }
