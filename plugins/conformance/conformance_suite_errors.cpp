@@ -313,6 +313,12 @@ void build_errors_suite(Context& ctx, std::vector<TestCase>& out) {
       c.note("reported by the launch itself (no asynchronous failure to poison events): " +
              take_error(c.api(), le));
     } else {
+      // Note [Asynchronous errors]: an event recorded while the record is set is poisoned; a
+      // backend that finds the failure at the synchronisation (cuda's index checks) sets the
+      // record there, so the failure is first reported, and not cleared.
+      bp_error* found = c.t().stream_synchronize(a.get());
+      if (!found) throw Failure("the synchronisation after the bad gather succeeded");
+      take_error(c.api(), found);
       c.check(c.t().event_record(after, a.get()), "event_record after the failure");
       bp_error* es = c.t().event_synchronize(after);
       if (!es) problem = "an event recorded after the failure synchronised without error";

@@ -19,6 +19,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -333,9 +334,9 @@ TEST(AsyncErrors, CudaGatherOutOfRangeIsNamedAtTheNextSynchronisation) {
   EXPECT_EQ(emb->op(), "embedding");
   EXPECT_HAS(emb->what(), "for a table of 4 rows (valid: 0 to 3)");
   bp::Tensor logits = bp::from_vector(random_floats(20), {4, 5}, dev);
-  bp::Tensor loss =
-      bp::nn::cross_entropy(logits, bp::from_vector(std::vector<int64_t>{0, 7, 1, 2}, {4}, dev));
-  auto ce = catch_exact<bp::AsyncError>([&] { (void)loss.item<float>(); });
+  bp::Tensor labels = bp::from_vector(std::vector<int64_t>{0, 7, 1, 2}, {4}, dev);
+  auto ce = catch_exact<bp::AsyncError>(
+      [&] { (void)bp::nn::cross_entropy(logits, labels).item<float>(); });
   ASSERT_TRUE(ce);
   EXPECT_EQ(ce->op(), "gather");
   EXPECT_HAS(ce->what(),
@@ -375,6 +376,32 @@ TEST(AsyncErrors, CudaGatherOutOfRangeUnderLaunchBlockingIsNamedAtTheOp) {
                             std::to_string(g.bad));
   EXPECT_EQ(e->op(), "gather");
   EXPECT_EQ((g.x + 1.0).to_vector<float>(), plus_one(g.xv));
+}
+
+// Note [Op ring]: threads launching on one stream at once while one launch fails; the error
+// still names that launch with its own shapes (the ring's slots are written concurrently).
+TEST(AsyncErrors, ConcurrentLaunchesKeepTheFailedOpsDescription) {
+  bp::Device& dev = ref_asyncidx();
+  for (int round = 0; round < 20; ++round) {
+    BadGather g = bad_gather(dev);
+    std::vector<bp::Tensor> inputs;
+    for (int t = 0; t < 4; ++t)
+      inputs.push_back(bp::from_vector(random_floats(static_cast<size_t>(t + 2)), {t + 2}, dev));
+    dev.synchronize();
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 50; ++i) {
+          bp::Tensor y = inputs[static_cast<size_t>(t)] + 1.0;
+          if (t == 0 && i == 25) bp::Tensor bad = bp::gather(g.x, 0, g.index);
+        }
+      });
+    for (std::thread& th : threads) th.join();
+    auto e = catch_exact<bp::AsyncError>([&] { dev.synchronize(); });
+    ASSERT_TRUE(e);
+    EXPECT_HAS(e->what(), "ref_asyncidx:0: " + gather_text(g) + " (op #");
+    EXPECT_EQ(e->op(), "gather");
+  }
 }
 
 TEST(AsyncErrors, AnEmptyCallbackIsRefused) {
