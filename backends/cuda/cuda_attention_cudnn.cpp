@@ -19,7 +19,7 @@
 //   fused attention does: two runs may differ in the last bits of dq.
 //   BACKPLANE_CUDNN_ATTENTION=deterministic asks for cuDNN's deterministic algorithm instead (dq
 //   summed in a fixed order: the same bits every run, as our own kernels give, for a training run
-//   that must repeat exactly; 20-35% slower on an H100 at sequence 1k-16k), and
+//   that must repeat exactly; forward and backward 8-37% slower on an H100 at 1k-16k), and
 //   BACKPLANE_CUDNN_ATTENTION=0 turns cuDNN attention off. Building a graph queues no device work
 //   (safe inside a graph capture); execution uses the stream's cuDNN handle under its cudnn_mutex
 //   (Note [cuDNN per stream]) and a workspace of the launching stream's scratch memory.
