@@ -14,9 +14,11 @@ what went wrong (`ShapeError` is a `ValueError`, `DTypeError` a `TypeError`, ...
 """
 from . import _core
 from ._core import (
+    AsyncError,
     CaptureError,
     Device,
     DeviceError,
+    DeviceLost,
     DeviceMismatch,
     DTypeError,
     Error,

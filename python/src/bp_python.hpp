@@ -38,6 +38,8 @@ enum class ErrorKind {
   sync,
   capture,
   index,
+  async_error,
+  device_lost,
   count_
 };
 PyObject* error_class(ErrorKind kind);

@@ -7,15 +7,20 @@
 //   DeviceError(Error)             DeviceMismatch(Error)        SyncError(Error)
 //   CaptureError(Error)
 //   PluginError(Error)             OutOfMemory(Error, MemoryError)
+//     AsyncError(PluginError)        DeviceLost(AsyncError)
 //   ShapeError(Error, ValueError)  DTypeError(Error, TypeError)  IndexError(Error, IndexError)
 //   UnsupportedError(Error, NotImplementedError)                IOError(Error, OSError)
 // The message is the C++ message unchanged; PluginError carries `native_name` (the vendor's
-// error name, "" when there is none).
+// error name, "" when there is none); AsyncError (work that failed on the device after its call
+// returned, Note [Asynchronous errors]) also `op`, `device`, `op_id` and `severity`
+// ("op_failed", "stream_poisoned" or "device_lost").
 #include "bp_python.hpp"
 
 #include <array>
 #include <exception>
+#include <initializer_list>
 #include <new>
+#include <utility>
 
 namespace bp::python {
 
@@ -34,6 +39,20 @@ void set_error(ErrorKind kind, const char* message) {
   PyErr_SetString(error_class(kind), message);
 }
 
+// Raises an instance of `cls` with `message` and the given attributes (new references, taken;
+// a null one is skipped).
+void raise_with(PyObject* cls, const char* message,
+                std::initializer_list<std::pair<const char*, PyObject*>> attrs) {
+  PyObject* inst = PyObject_CallFunction(cls, "s", message);
+  for (const auto& [name, value] : attrs) {
+    if (inst && value) PyObject_SetAttrString(inst, name, value);
+    Py_XDECREF(value);
+  }
+  if (!inst) return;  // the call set an error already
+  PyErr_SetObject(cls, inst);
+  Py_DECREF(inst);
+}
+
 void translate(const std::exception_ptr& p, void*) {
   try {
     std::rethrow_exception(p);
@@ -43,17 +62,19 @@ void translate(const std::exception_ptr& p, void*) {
     set_error(ErrorKind::device, e.what());
   } catch (const OutOfMemory& e) {
     set_error(ErrorKind::oom, e.what());
+  } catch (const AsyncError& e) {
+    static constexpr const char* kSeverity[] = {"op_failed", "stream_poisoned", "device_lost"};
+    PyObject* cls = error_class(dynamic_cast<const DeviceLost*>(&e) ? ErrorKind::device_lost
+                                                                    : ErrorKind::async_error);
+    raise_with(cls, e.what(),
+               {{"native_name", PyUnicode_FromString(e.native_name().c_str())},
+                {"op", PyUnicode_FromString(e.op().c_str())},
+                {"device", PyUnicode_FromString(e.device().c_str())},
+                {"op_id", PyLong_FromUnsignedLongLong(e.op_id())},
+                {"severity", PyUnicode_FromString(kSeverity[static_cast<int>(e.severity())])}});
   } catch (const PluginError& e) {
-    PyObject* cls = error_class(ErrorKind::plugin);
-    PyObject* inst = PyObject_CallFunction(cls, "s", e.what());
-    if (!inst) return;  // the call set an error already
-    PyObject* name = PyUnicode_FromString(e.native_name().c_str());
-    if (name) {
-      PyObject_SetAttrString(inst, "native_name", name);
-      Py_DECREF(name);
-    }
-    PyErr_SetObject(cls, inst);
-    Py_DECREF(inst);
+    raise_with(error_class(ErrorKind::plugin), e.what(),
+               {{"native_name", PyUnicode_FromString(e.native_name().c_str())}});
   } catch (const UnsupportedError& e) {
     set_error(ErrorKind::unsupported, e.what());
   } catch (const ShapeError& e) {
@@ -172,6 +193,27 @@ void register_errors(nb::module_& m) {
     m.attr(s.name) = nb::handle(cls);
   }
   nb::handle(error_class(ErrorKind::plugin)).attr("native_name") = "";
+  // AsyncError(PluginError) and DeviceLost(AsyncError).
+  const ClassSpec async_specs[] = {
+      {ErrorKind::async_error, "AsyncError", error_class(ErrorKind::plugin),
+       "Work that failed on the device after the call that queued it returned (a kernel fault, "
+       "an index out of range found on the device), raised by the next synchronisation or host "
+       "read: `op`, `device`, `op_id` and `severity` name what failed."},
+      {ErrorKind::device_lost, "DeviceLost", nullptr,
+       "The device can run nothing more in this process (a sticky CUDA error); every later call "
+       "on it raises this at once."},
+  };
+  for (const ClassSpec& s : async_specs) {
+    PyObject* parent = s.builtin ? s.builtin : error_class(ErrorKind::async_error);
+    std::string qual = std::string("backplane.") + s.name;
+    PyObject* cls = PyErr_NewExceptionWithDoc(qual.c_str(), s.doc, parent, nullptr);
+    if (!cls) throw nb::python_error();
+    g_classes[static_cast<size_t>(s.kind)] = cls;
+    m.attr(s.name) = nb::handle(cls);
+  }
+  for (const char* attr : {"op", "device", "severity"})
+    nb::handle(error_class(ErrorKind::async_error)).attr(attr) = "";
+  nb::handle(error_class(ErrorKind::async_error)).attr("op_id") = 0;
   nb::register_exception_translator(translate);
 }
 
