@@ -155,7 +155,7 @@ nb::object nest(const std::vector<T>& v, const Shape& shape, size_t dim, size_t&
   if (dim == shape.size()) return make(v[at++]);
   nb::list l;
   for (int64_t i = 0; i < shape[dim]; ++i) l.append(nest(v, shape, dim + 1, at, make));
-  return std::move(l);
+  return l;
 }
 
 nb::object to_list(const Tensor& t) {
