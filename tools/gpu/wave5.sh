@@ -12,6 +12,7 @@
 #            PyTorch eager, torch.compile and f32) and on cpu:0 (the comparisons)
 #
 #   source .device/env.sh && bash tools/gpu/wave5.sh .device/build kernels|python|gpt2 [REPEAT]
+# TRANSFORMER=0 leaves out transformer.sh in `kernels` (only the attention tests run).
 set -uo pipefail
 build=${1:?usage: bash tools/gpu/wave5.sh BUILD_DIR kernels|python|gpt2 [REPEAT]}
 part=${2:?usage: bash tools/gpu/wave5.sh BUILD_DIR kernels|python|gpt2 [REPEAT]}
@@ -26,8 +27,15 @@ plugin=$build/lib/backplane/plugins/libbackplane-cuda.so
 
 case "$part" in
   kernels)
-    OUT="$out/transformer" GPT_STEPS=${GPT_STEPS:-100} OWN_KERNELS=1 \
-      bash "$here/tools/gpu/transformer.sh" "$build" "$repeat"
+    if [ "${TRANSFORMER:-1}" = 1 ]; then
+      OUT="$out/transformer" GPT_STEPS=${GPT_STEPS:-100} OWN_KERNELS=1 \
+        bash "$here/tools/gpu/transformer.sh" "$build" "$repeat"
+    else  # the attention tests only
+      STEP_TIMEOUT=120 STEP_TAIL=4 step cuda_transformer_test "$build/bin/cuda_transformer_test" \
+        --gtest_brief=1
+    fi
+    STEP_TIMEOUT=180 STEP_TAIL=4 step cuda_plugin_test "$build/bin/cuda_plugin_test" \
+      --gtest_brief=1
     STEP_TIMEOUT=120 STEP_TAIL=6 step nn.fused_adam.cuda0 env BP_TEST_DEVICES=cuda:0 \
       "$build/bin/bp_nn_tests" --gtest_filter='*FusedAdam*' --gtest_brief=1
     STEP_TIMEOUT=120 STEP_TAIL=4 step conformance.adamw.cuda0 "$build/bin/bp-conformance" \
