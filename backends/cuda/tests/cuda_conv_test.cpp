@@ -222,7 +222,7 @@ TEST(CudaConv, OutOfRangeIndexIsReportedAtSynchronize) {
   Tensor out = dense(BP_DTYPE_F32, {4, 2}, any_values(BP_DTYPE_F32));
   check(try_launch("gather", BP_DTYPE_F32, {&x, &index}, {&out}, {attr_i("axis", 1)}),
         "gather queues");
-  const Err e = error_of(api()->stream_synchronize(stream()));
+  const Err e = sync_error();
   EXPECT_EQ(e.code, BP_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(e.message.find("gather"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("index 7 at position 5"), std::string::npos) << e.message;
@@ -239,7 +239,7 @@ TEST(CudaConv, OutOfRangeIndexIsReportedAtSynchronize) {
   check(
       try_launch("scatter_add", BP_DTYPE_F32, {&base, &index, &src}, {&out2}, {attr_i("axis", 1)}),
       "scatter_add queues");
-  const Err e2 = error_of(api()->stream_synchronize(stream()));
+  const Err e2 = sync_error();
   EXPECT_EQ(e2.code, BP_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(e2.message.find("scatter_add"), std::string::npos) << e2.message;
   EXPECT_NE(e2.message.find("index -2 at position 3"), std::string::npos) << e2.message;

@@ -91,6 +91,19 @@ inline Err error_of(bp_error* e) {
   return r;
 }
 
+// The error of a stream synchronisation that must fail (an asynchronous failure), after which
+// the stream's sticky record (ABI 1.6, Note [Asynchronous errors]) is cleared as the host does,
+// so the stream works again.
+inline Err sync_error() {
+  Err e = error_of(api()->stream_synchronize(stream()));
+  if (BP_API_HAS_SLOT(api(), 6, stream_fault) && api()->stream_fault) {
+    bp_stream_fault f{};
+    f.struct_size = sizeof f;
+    check(api()->stream_fault(stream(), 1, &f), "stream_fault (clear)");
+  }
+  return e;
+}
+
 // The random source of the run (the shared seed, printed); BP_TEST_SEED reproduces a run.
 inline std::mt19937_64& rng() {
   return bp_test::rng("cuda_plugin_test");

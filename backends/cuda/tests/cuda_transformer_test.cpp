@@ -53,7 +53,7 @@ TEST(CudaTransformer, EmbeddingOutOfRangeIsReportedAtSynchronize) {
   check(api()->copy_h2d(stream(), idx.buf->get(), 2 * 8, bytes.data(), 8), "copy_h2d");
   Tensor out = dense(BP_DTYPE_F32, {M, D}, any_values(BP_DTYPE_F32));
   check(try_launch("embedding", BP_DTYPE_F32, {&w, &idx}, {&out}), "embedding queues");
-  const Err e = error_of(api()->stream_synchronize(stream()));
+  const Err e = sync_error();
   EXPECT_EQ(e.code, BP_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(e.message.find("embedding"), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("index 9 at position 2"), std::string::npos) << e.message;
@@ -67,7 +67,7 @@ TEST(CudaTransformer, EmbeddingOutOfRangeIsReportedAtSynchronize) {
   Tensor dw = dense(BP_DTYPE_F32, {V, D}, any_values(BP_DTYPE_F32));
   check(try_launch("embedding_backward", BP_DTYPE_F32, {&dy, &idx}, {&dw}),
         "embedding_backward queues");
-  const Err e2 = error_of(api()->stream_synchronize(stream()));
+  const Err e2 = sync_error();
   EXPECT_EQ(e2.code, BP_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(e2.message.find("embedding_backward"), std::string::npos) << e2.message;
   EXPECT_NE(e2.message.find("index -1 at position 4"), std::string::npos) << e2.message;
