@@ -169,7 +169,12 @@ asan_step() {
   cmake --preset asan $(launcher_args)
   cmake --build --preset asan -j "$jobs" --target bp_unit_tests bp_device_tests \
     bp_hot_path_tests bp-fixtures bp-smi backplane-cpu
-  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 \
+  # intercept_tls_get_addr=0: GCC 12's LeakSanitizer misreads the dynamic TLS of dlopen'd
+  # plugins on glibc 2.36 (log_threads=1 shows "DTLS 7 at 0x67c-0x5000177e", a bogus range) and
+  # its tracer dies reading it ("Tracer caught signal 11: addr=0x680 ... LeakSanitizer has
+  # encountered a fatal error") after a test passed (unit.Fallback.MlpWithoutMatmulMatchesCpu
+  # every time, MathTest on some machines). Leaks are still checked; DTLS blocks are not roots.
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1:intercept_tls_get_addr=0 \
     ctest --output-on-failure -j "$jobs" -R '^(unit|device)\.' --timeout 600)
 }
 

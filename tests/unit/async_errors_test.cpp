@@ -27,9 +27,11 @@ namespace {
 bp::Device& ref_device(const char* rel, const char* spec) {
   bp::RegistryOptions o;
   o.plugin_paths = {bp_test::beside_exe(rel)};
-  static std::vector<bp::Registry*> keep;  // registries outlive their tensors: never destroyed
-  keep.push_back(new bp::Registry(o));
-  return keep.back()->device(spec);
+  // Registries outlive their tensors: never destroyed, and reachable from a static pointer to
+  // the end (a static vector's buffer is freed at exit, leaving them to LeakSanitizer).
+  static auto* keep = new std::vector<bp::Registry*>();
+  keep->push_back(new bp::Registry(o));
+  return keep->back()->device(spec);
 }
 
 bp::Device& ref_async() {
