@@ -8,8 +8,9 @@
 //                    when `import backplane` fails, e.g. without PYTHONPATH)
 //   bp_smi           bp-smi: every plugin loaded and every device listed
 // Usage: bp-bench-startup [--runs N] [--python EXE] [--case NAME]...
-// The programs are found beside this one (bin/; bp-smi also in the build tree's tools/). The environment is passed on unchanged, so
-// BACKPLANE_PLUGINS, BACKPLANE_PLUGIN_PATH and PYTHONPATH apply to every case.
+// The programs are found beside this one (bin/; bp-smi also in the build tree's tools/). The
+// environment is passed on unchanged, so BACKPLANE_PLUGINS, BACKPLANE_PLUGIN_PATH and PYTHONPATH
+// apply to every case.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -321,8 +321,8 @@ GPT::GPT(const GPTConfig& c, Device& device, DType dtype) : config_(c) {
   if (!(c.dropout >= 0.0 && c.dropout < 1.0))
     throw Error("GPT: dropout must be in [0, 1), got " + std::to_string(c.dropout));
   if (c.gelu_approximate != "none" && c.gelu_approximate != "tanh")
-    throw Error("GPT: gelu_approximate must be \"none\" or \"tanh\", got \"" +
-                c.gelu_approximate + "\"");
+    throw Error("GPT: gelu_approximate must be \"none\" or \"tanh\", got \"" + c.gelu_approximate +
+                "\"");
   auto body = std::make_shared<Holder>("transformer");
   auto wte = std::make_shared<Embedding>(c.vocab_size, c.n_embd, device, dtype);
   auto wpe = std::make_shared<Embedding>(c.block_size, c.n_embd, device, dtype);
