@@ -162,6 +162,7 @@ timed() {
   shift
   "$@"
   timings+=("$(printf '%-28s %5d s' "$label" $((SECONDS - t0)))")
+  echo "== tools/setup.sh: step '$label' took $((SECONDS - t0)) s (total $SECONDS s)"
 }
 
 asan_step() {

@@ -27,10 +27,10 @@ inline constexpr std::array<std::string_view, kNumOps> kOpNames = {
 };
 
 inline constexpr std::string_view op_name(Op op) {
-  return kOpNames[static_cast<int>(op)];
+  return kOpNames[static_cast<size_t>(op)];
 }
 inline std::optional<Op> op_from_name(std::string_view name) {
-  for (int i = 0; i < kNumOps; ++i)
+  for (size_t i = 0; i < kOpNames.size(); ++i)
     if (kOpNames[i] == name) return static_cast<Op>(i);
   return std::nullopt;
 }
