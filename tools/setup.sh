@@ -127,12 +127,21 @@ python_tests() {
   local py=${BP_PYTHON:-python3} venv=build/python-venv t0=$SECONDS
   local cuda=-Ccmake.define.BP_BUILD_CUDA=OFF
   [ "${BP_WHEEL_CUDA:-0}" = 1 ] && cuda=-Ccmake.define.BP_BUILD_CUDA=ON
-  # With ccache, the wheel builds in build/wheel (not a fresh temporary folder), so a second
-  # run or another clone under ccache's base_dir reuses the compiled objects.
+  # With ccache, the wheel builds in build-wheel (not a fresh temporary folder), so a second
+  # run or another clone under ccache's base_dir reuses the compiled objects. build-wheel sits
+  # beside build/ and uses build/'s compilers, so the core and plugin sources that
+  # build_release compiled have the same ccache keys (paths are relative to the build folder,
+  # flags are the same Release flags): only the Python module and nanobind compile here.
   local cache=()
-  command -v ccache >/dev/null &&
-    cache=(-Cbuild-dir=build/wheel -Ccmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache
+  if command -v ccache >/dev/null; then
+    cache=(-Cbuild-dir=build-wheel -Ccmake.define.CMAKE_C_COMPILER_LAUNCHER=ccache
       -Ccmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    local lang compiler
+    for lang in C CXX; do
+      compiler=$(sed -n "s/^CMAKE_${lang}_COMPILER:[A-Z]*=//p" build/CMakeCache.txt 2>/dev/null)
+      [ -n "$compiler" ] && cache+=("-Ccmake.define.CMAKE_${lang}_COMPILER=$compiler")
+    done
+  fi
   rm -rf "$venv"
   "$py" -m venv "$venv"
   CMAKE_BUILD_PARALLEL_LEVEL=$jobs "$venv/bin/python" -m pip install -q ".[test]" "$cuda" \
