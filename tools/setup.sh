@@ -9,8 +9,8 @@
 #                              runs every test; then `pip install .` into a fresh virtual
 #                              environment and the Python tests (pytest); then an
 #                              AddressSanitizer+UBSan build runs the unit and device tests, a
-#                              ThreadSanitizer build of core and the cpu and opencl plugins runs
-#                              the unit, device and stress tests, each libFuzzer target runs
+#                              ThreadSanitizer build of core and the cpu plugin runs the unit,
+#                              device, stress and exit tests, each libFuzzer target runs
 #                              briefly, and the documentation site is built and checked
 #
 # Environment: BP_JOBS (parallel build jobs), BP_SKIP_INSTALL=1 (packages already present),
@@ -188,19 +188,18 @@ asan_step() {
     ctest --output-on-failure -j "$jobs" -R '^(unit|device)\.' --timeout 600)
 }
 
-# ThreadSanitizer: core, the cpu and opencl (PoCL) plugins; unit, device (graphs and their
-# threads, the profiler, native handles: the C++ side of DLPack), stress and exit tests.
-# Suppressions cover third-party libraries only, each with its reason (tools/tsan.supp). Run
-# without ASLR, so that TSan's fixed memory layout fits whatever vm.mmap_rnd_bits the kernel
+# ThreadSanitizer: core and the cpu plugin; unit, device (graphs and their threads, the
+# profiler, native handles: the C++ side of DLPack), stress and exit tests. PoCL's own threads
+# race on LLVM state at each program family's first opencl launch, a report no suppression can
+# name (tools/tsan.supp), so the opencl plugin is neither built nor loaded here (the tsan preset
+# sets BP_BUILD_OPENCL=OFF). Suppressions cover third-party libraries only, each with its reason.
+# Run without ASLR, so that TSan's fixed memory layout fits whatever vm.mmap_rnd_bits the kernel
 # uses.
 tsan_step() {
   # shellcheck disable=SC2046
   cmake --preset tsan $(launcher_args) -DBP_EXIT_RUNS=2
   cmake --build --preset tsan -j "$jobs" --target bp_unit_tests bp_device_tests \
-    bp_hot_path_tests bp_stress_tests bp_exit_program bp-fixtures bp-smi backplane-cpu \
-    backplane-opencl
-  # PoCL's own threads race on LLVM state at each program family's first opencl launch, a
-  # report no suppression can name (tools/tsan.supp): the step runs on the cpu plugin only.
+    bp_hot_path_tests bp_stress_tests bp_exit_program bp-fixtures bp-smi backplane-cpu
   (cd build-tsan &&
     TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$top/tools/tsan.supp" \
       BACKPLANE_PLUGINS=cpu setarch "$(uname -m)" -R \

@@ -5,6 +5,9 @@
 
 #include "cpu_nn.hpp"
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -178,6 +181,13 @@ void run_kernel(const CpuKernel& kernel, const bp_tensor_desc* inputs, int32_t n
   for (int32_t i = 0; i < num_inputs; ++i) check_desc(l, inputs[i], "input", i);
   for (int32_t i = 0; i < num_outputs; ++i) check_desc(l, outputs[i], "output", i);
   kernel.fn(l);
+}
+
+void parallel_for_chunks(int64_t n, int64_t grain, void (*fn)(void* ctx, int64_t, int64_t),
+                         void* ctx) {
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, n, static_cast<size_t>(std::max<int64_t>(grain, 1))),
+      [fn, ctx](const tbb::blocked_range<int64_t>& r) { fn(ctx, r.begin(), r.end()); });
 }
 
 const Parallelism& parallelism(Cost cost) {

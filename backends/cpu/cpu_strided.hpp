@@ -7,7 +7,15 @@
 // count; the kernel's row loop is where vectorisation happens (see Note [Row loops] in
 // cpu_elementwise.cpp). parallel_for_range splits a linear range across oneTBB workers.
 //
-// Internal to backends/cpu; header-only; no shared state.
+// Note [One parallel_for instantiation]
+//   oneTBB's parallel_for is a deep template; instantiated once per kernel body (every
+//   elementwise op x dtype x row form), it made cpu_elementwise.cpp alone take minutes to
+//   compile. parallel_for_range therefore hands oneTBB a type-erased body (a function pointer
+//   and a context; parallel_for_chunks in cpu_kernels.cpp is the one instantiation), which
+//   costs one indirect call per chunk of at least `grain` elements. The row loops inside a
+//   chunk stay fully inlined.
+//
+// Internal to backends/cpu; header-only apart from parallel_for_chunks; no shared state.
 #ifndef BACKPLANE_CPU_STRIDED_HPP_
 #define BACKPLANE_CPU_STRIDED_HPP_
 
@@ -15,11 +23,10 @@
 
 #include <backplane/abi/plugin_abi.h>
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-
 #include <algorithm>
 #include <cstdint>
+#include <memory>
+#include <type_traits>
 
 namespace bp::cpu {
 
@@ -110,6 +117,10 @@ void for_each_row(const Layout<N>& l, int64_t begin, int64_t end, Row&& row) {
 
 // Runs body(begin, end) over [0, n): on the calling thread when n < serial_below, else split
 // into oneTBB tasks of at least `grain` elements.
+// (Note [One parallel_for instantiation]: oneTBB sees only the type-erased form.)
+void parallel_for_chunks(int64_t n, int64_t grain, void (*fn)(void* ctx, int64_t, int64_t),
+                         void* ctx);
+
 template <class Body>
 void parallel_for_range(int64_t n, int64_t serial_below, int64_t grain, Body&& body) {
   if (n <= 0) return;
@@ -117,9 +128,10 @@ void parallel_for_range(int64_t n, int64_t serial_below, int64_t grain, Body&& b
     body(int64_t{0}, n);
     return;
   }
-  tbb::parallel_for(
-      tbb::blocked_range<int64_t>(0, n, static_cast<size_t>(std::max<int64_t>(grain, 1))),
-      [&](const tbb::blocked_range<int64_t>& r) { body(r.begin(), r.end()); });
+  using B = std::remove_reference_t<Body>;
+  parallel_for_chunks(
+      n, grain, [](void* ctx, int64_t b, int64_t e) { (*static_cast<B*>(ctx))(b, e); },
+      const_cast<void*>(static_cast<const void*>(std::addressof(body))));
 }
 
 // parallel_for_range with the policy of a cost class (Note [CPU serial thresholds]).

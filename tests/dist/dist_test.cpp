@@ -7,6 +7,7 @@
 #include <backplane/nn.hpp>
 #include <backplane/parallel.hpp>
 #include <backplane/train.hpp>
+#include <backplane_test/child.hpp>
 #include <backplane_test/gtest_compare.hpp>
 #include <backplane_test/seed.hpp>
 #include <backplane_test/throws.hpp>
@@ -20,7 +21,6 @@
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
-#include <array>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -46,15 +46,8 @@ struct Output {
 
 // Runs a shell command line, output and errors together.
 Output run(const std::string& cmd) {
-  Output r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+  const bp_test::ChildResult c = bp_test::run_command(cmd);
+  return {c.exit_code(), c.output};
 }
 
 size_t count(const std::string& s, const std::string& what) {

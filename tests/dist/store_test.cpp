@@ -3,6 +3,7 @@
 // server whose replies break (the client must close its connection).
 #include <backplane/dist_store.hpp>
 
+#include <backplane_test/child.hpp>
 #include <backplane_test/seed.hpp>
 
 #include <arpa/inet.h>
@@ -10,7 +11,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -253,14 +253,8 @@ int free_port() {
 }
 
 std::pair<int, std::string> shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {-1, ""};
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int st = ::pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), out};
+  const bp_test::ChildResult c = bp_test::run_command(cmd);
+  return {c.exit_code(), c.output};
 }
 
 class StoreAttack : public ::testing::TestWithParam<std::string> {};

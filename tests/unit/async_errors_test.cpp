@@ -5,17 +5,14 @@
 // 1.5 plugin, which reports no op ids and keeps no record).
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
+#include <backplane_test/child.hpp>
 #include <backplane_test/plugin_test.hpp>
 #include <backplane_test/seed.hpp>
 #include <backplane_test/throws.hpp>
 
-#include <sys/wait.h>
-
-#include <array>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <optional>
 #include <random>
 #include <string>
@@ -349,22 +346,12 @@ TEST(AsyncErrors, CudaGatherOutOfRangeUnderLaunchBlockingIsNamedAtTheOp) {
   if (bp::num_devices("cuda") == 0) GTEST_SKIP() << "no cuda device";
   const char* v = std::getenv("BACKPLANE_LAUNCH_BLOCKING");
   if (!v || std::string(v) != "1") {  // read once per process: run again in a child
-    std::error_code ec;
-    const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-    ASSERT_FALSE(ec) << ec.message();
-    const std::string cmd =
-        "BACKPLANE_LAUNCH_BLOCKING=1 '" + self +
-        "' --gtest_filter=AsyncErrors.CudaGatherOutOfRangeUnderLaunchBlockingIsNamedAtTheOp 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-    const int status = pclose(p);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
-    EXPECT_HAS(out, "[  PASSED  ] 1 test");
-    std::fprintf(stderr, "%s", out.c_str());
+    const bp_test::ChildResult r =
+        bp_test::rerun_self("BACKPLANE_LAUNCH_BLOCKING=1",
+                            "AsyncErrors.CudaGatherOutOfRangeUnderLaunchBlockingIsNamedAtTheOp");
+    EXPECT_TRUE(r.exited_zero()) << r.output;
+    EXPECT_HAS(r.output, "[  PASSED  ] 1 test");
+    std::fprintf(stderr, "%s", r.output.c_str());
     return;
   }
   bp::Device& dev = bp::device("cuda:0");

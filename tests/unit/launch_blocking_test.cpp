@@ -4,16 +4,14 @@
 // fault; and async_index (ref_asyncidx:0), where gather's bad index is found "on the device".
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
+#include <backplane_test/child.hpp>
 #include <backplane_test/plugin_test.hpp>
 #include <backplane_test/seed.hpp>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -71,20 +69,10 @@ TEST(LaunchBlocking, WithoutItAFaultSurfacesAtTheNextSynchronisation) {
 // itself again in a child process with the variable set.
 TEST(LaunchBlocking, TheFaultIsReportedByItsOwnOp) {
   if (!blocking()) {
-    std::error_code ec;
-    const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-    ASSERT_FALSE(ec) << ec.message();
-    const std::string cmd = "BACKPLANE_LAUNCH_BLOCKING=1 '" + self +
-                            "' --gtest_filter=LaunchBlocking.TheFaultIsReportedByItsOwnOp 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-    const int status = pclose(p);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
-    EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+    const bp_test::ChildResult r = bp_test::rerun_self(
+        "BACKPLANE_LAUNCH_BLOCKING=1", "LaunchBlocking.TheFaultIsReportedByItsOwnOp");
+    EXPECT_TRUE(r.exited_zero()) << r.output;
+    EXPECT_NE(r.output.find("[  PASSED  ] 1 test"), std::string::npos) << r.output;
     return;
   }
   bp::Tensor a = bp::full({4}, 2.0, ref_async());

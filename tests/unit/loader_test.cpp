@@ -10,12 +10,12 @@
 // any variable.
 #include <gtest/gtest.h>
 #include <backplane/backplane.hpp>
+#include <backplane_test/child.hpp>
 #include <backplane_test/plugin_test.hpp>
 #include <plugin_host.hpp>
 
 #include <nlohmann/json.hpp>
 
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -548,14 +548,7 @@ TEST(Registry, CudaWithoutDriverReportsReason) {
 
 // Runs a shell command line and returns its standard output.
 std::string run(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  pclose(p);
-  return out;
+  return bp_test::run_command(cmd, /*merge_stderr=*/false).output;
 }
 
 // The process default registry is built from the environment on first use (the one case that

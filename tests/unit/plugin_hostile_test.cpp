@@ -4,15 +4,14 @@
 // refused with a reason; a non-UTF-8 device name does not break bp-smi --json.
 #include <backplane/backplane.hpp>
 
+#include <backplane_test/child.hpp>
 #include <backplane_test/plugin_test.hpp>
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
-#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -30,15 +29,8 @@ struct Out {
   std::string text;
 };
 Out run(const std::string& cmd) {
-  Out r;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.text.append(buf.data(), n);
-  int st = ::pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
+  const bp_test::ChildResult c = bp_test::run_command(cmd);
+  return {c.exit_code(), c.output};
 }
 
 // bp-smi --json with the reference backend's `fault` on; the reference plugin's report line.

@@ -9,11 +9,11 @@
 // BP_TEST_SEED reproduces a run.
 #include "cpu_test_support.hpp"
 
+#include <backplane_test/child.hpp>
 #include <conformance_gtest.hpp>
 
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <map>
 #include <set>
 #include <utility>
@@ -228,22 +228,15 @@ TEST_F(PluginTest, SupportTableMatchesTheCatalogue) {
 // message naming the variable and the values it takes (checked in a fresh process of this
 // binary, since init runs once per process).
 TEST_F(PluginTest, BadEnvironmentValuesFailInitWithTheVariableNamed) {
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   for (const auto& [env, expect] : std::vector<std::pair<std::string, std::string>>{
            {"BACKPLANE_CPU_MATMUL_THREADS=many",
             "BACKPLANE_CPU_MATMUL_THREADS='many' is not 'tbb' (the default) or 'openmp'"},
            {"BACKPLANE_CPU_SERIAL_THRESHOLD=-3",
             "BACKPLANE_CPU_SERIAL_THRESHOLD='-3' is not a positive integer"}}) {
-    const std::string cmd =
-        "env " + env + " '" + self + "' --gtest_filter=PluginTest.Identity --gtest_brief=1 2>&1";
-    FILE* p = ::popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string output;
-    char buf[512];
-    while (std::fgets(buf, sizeof buf, p)) output += buf;
-    const int status = ::pclose(p);
-    EXPECT_NE(status, 0) << env << ": " << output;
-    EXPECT_NE(output.find(expect), std::string::npos) << env << ": " << output;
+    const bp_test::ChildResult r =
+        bp_test::rerun_self(env, "PluginTest.Identity", "--gtest_brief=1");
+    EXPECT_FALSE(r.exited_zero()) << env << ": " << r.output;
+    EXPECT_NE(r.output.find(expect), std::string::npos) << env << ": " << r.output;
   }
 }
 

@@ -6,6 +6,7 @@
 #include "runtime/files.hpp"
 #include "serialize/serialize_internal.hpp"
 #include "tensor/tensor_internal.hpp"
+#include "tensor/tensor_sizes.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -200,11 +201,7 @@ class AtomicFile {
 };
 
 std::string shape_str(const Shape& s) {
-  if (s.empty()) return "[] (scalar)";
-  std::string out = "[";
-  for (size_t k = 0; k < s.size(); ++k)
-    out += (k ? ", " : "") + (s[k] < 0 ? std::string("?") : std::to_string(s[k]));
-  return out + "]";
+  return s.empty() ? "[] (scalar)" : detail::shape_list(s);
 }
 
 bool fits_pattern(const Shape& shape, const Shape& pattern) {

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/files.hpp"
+#include "tensor/tensor_sizes.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -78,10 +79,7 @@ std::string offsets_str(const TensorInfo& t) {
 }
 
 std::string shape_str(const Shape& s) {
-  if (s.empty()) return "[] (scalar)";
-  std::string out = "[";
-  for (size_t k = 0; k < s.size(); ++k) out += (k ? ", " : "") + std::to_string(s[k]);
-  return out + "]";
+  return s.empty() ? "[] (scalar)" : detail::shape_list(s);
 }
 
 TensorInfo parse_entry(const std::string& key, const json& entry, uint64_t data_bytes,

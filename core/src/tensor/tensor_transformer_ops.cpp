@@ -10,6 +10,7 @@
 #include "tensor/grad_record.hpp"
 #include "tensor/tensor_internal.hpp"
 #include "tensor/tensor_nn_internal.hpp"
+#include "tensor/tensor_sizes.hpp"
 
 #include <bit>
 #include <cmath>
@@ -26,11 +27,6 @@ namespace {
 
 std::string shape_of(const Tensor& t) {
   return "[" + impl(t).shape.str() + "]";
-}
-std::string shape_str(const Shape& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) (r += i ? ", " : "") += std::to_string(s[i]);
-  return r + "]";
 }
 
 // The statistics dtype of layer_norm and attention: f32 for f16/bf16, else the input's.
@@ -227,12 +223,12 @@ Tensor layer_norm(const Tensor& input0, const Shape& normalized_shape, const Ten
   for (size_t i = 0; ends && i < k; ++i) ends = in_shape[r - k + i] == normalized_shape[i];
   if (!ends)
     throw ShapeError(std::string(op) + ": input " + shape_of(input) +
-                     " must end in normalized_shape " + shape_str(normalized_shape) +
+                     " must end in normalized_shape " + detail::shape_list(normalized_shape) +
                      " (one dimension or more)");
   for (const Tensor* t : {&weight, &bias})
     if (t->defined() && t->shape() != normalized_shape)
       throw ShapeError(std::string(op) + ": " + (t == &weight ? "weight " : "bias ") +
-                       shape_of(*t) + " must have normalized_shape " + shape_str(normalized_shape));
+                       shape_of(*t) + " must have normalized_shape " + detail::shape_list(normalized_shape));
   if (!(eps > 0))
     throw ShapeError(std::string(op) + ": eps must be > 0, got " + std::to_string(eps));
   const int64_t N = product(normalized_shape, 0, k);

@@ -3,6 +3,7 @@
 #include <backplane/errors.hpp>
 
 #include "serialize/serialize_internal.hpp"
+#include "tensor/tensor_sizes.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -35,11 +36,6 @@ std::string new_save_id() {
   return text;
 }
 
-std::string shape_str(const Shape& s) {
-  std::string o = "[";
-  for (size_t k = 0; k < s.size(); ++k) o += (k ? ", " : "") + std::to_string(s[k]);
-  return o + "]";
-}
 
 // The sidecar, read with a size bound and parsed; IOError naming the file for anything else.
 json read_sidecar(const std::string& path) {
@@ -212,8 +208,8 @@ CheckpointInfo load_checkpoint(const std::string& path, const std::map<std::stri
       continue;
     }
     if (ti->shape != t.shape())
-      throw ShapeError(path + ": '" + key + "' has shape " + shape_str(ti->shape) +
-                       " in the checkpoint but the model's is " + shape_str(t.shape()));
+      throw ShapeError(path + ": '" + key + "' has shape " + detail::shape_list(ti->shape) +
+                       " in the checkpoint but the model's is " + detail::shape_list(t.shape()));
     if (is_floating(t.dtype()) != is_floating(ti->dtype))
       throw DTypeError(
           path + ": '" + key + "' is " + std::string(safetensors::dtype_to_safetensors(ti->dtype)) +

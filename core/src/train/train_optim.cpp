@@ -6,6 +6,7 @@
 #include <backplane/train.hpp>
 
 #include "tensor/tensor_internal.hpp"
+#include "tensor/tensor_sizes.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -21,13 +22,6 @@ std::string known_keys(const Options& defaults) {
   return s;
 }
 
-std::string shape_str(const Shape& s) {
-  std::ostringstream o;
-  o << '[';
-  for (size_t k = 0; k < s.size(); ++k) o << (k ? ", " : "") << s[k];
-  o << ']';
-  return o.str();
-}
 
 void require(bool ok, const std::string& opt, size_t group, const char* key, double v,
              const char* rule) {
@@ -156,8 +150,8 @@ void Optimizer::load_state_dict(const OptimizerStateDict& d) {
         throw Error(who + ": parameter " + std::to_string(n) + " has unknown buffer '" + key + "'");
       if (!t.defined() || t.shape() != p.shape())
         throw ShapeError(who + ": parameter " + std::to_string(n) + "'s " + key + " is " +
-                         (t.defined() ? shape_str(t.shape()) : std::string("undefined")) +
-                         ", the parameter " + shape_str(p.shape()));
+                         (t.defined() ? detail::shape_list(t.shape()) : std::string("undefined")) +
+                         ", the parameter " + detail::shape_list(p.shape()));
     }
   }
   // Copies first (a device may run out of memory), then the swap.

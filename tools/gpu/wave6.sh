@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# GPU checks of this wave (session of 2026-11-27), for the GPU machine (PyTorch present):
+#   leak     issue 32: the GPU pytest files that load PyTorch with CUDA, with the leak-check
+#            plugin (tools/gpu/pytest_leakcheck.py) listing what holds a Device at exit, then
+#            with LEAK_CLEAR=1; the nanobind report, if any, is in each log
+#   profile  issue 27: bench/gpt2/gpt2_profile.py on cuda:0 (device time per op, Backplane and
+#            PyTorch, batch 8 x 1024 bf16 training steps)
+#   startup  issue 29: bp-bench-startup on the GPU host, the first cuda op included
+#   pytest   the whole Python suite on the GPU host (as tools/gpu/python.sh runs it)
+# Each part logs to $OUT/<step>.log; the summary lists rc and time per step.
+#
+#   source .device/env.sh
+#   bash tools/gpu/wave6.sh BUILD_DIR PART...
+set -uo pipefail
+build=${1:?usage: bash tools/gpu/wave6.sh BUILD_DIR PART...}
+shift
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+out=${OUT:-wave6-out}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+export PYTHONUNBUFFERED=1
+source "$here/tools/gpu/common.sh"
+export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+export LD_LIBRARY_PATH="$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+py=${BP_PYTHON:-python3}
+
+for part in "$@"; do
+  case "$part" in
+    leak)
+      for f in test_interop_gpu test_dlpack_c_api; do
+        STEP_TIMEOUT=300 STEP_TAIL=40 step "leak.$f" env PYTHONPATH="$here/tools/gpu:$PYTHONPATH" \
+          "$py" -m pytest -q -p pytest_leakcheck "$here/python/tests/$f.py"
+        STEP_TIMEOUT=300 STEP_TAIL=12 step "leak.$f.cleared" env LEAK_CLEAR=1 \
+          PYTHONPATH="$here/tools/gpu:$PYTHONPATH" "$py" -m pytest -q -p pytest_leakcheck \
+          "$here/python/tests/$f.py"
+      done
+      ;;
+    profile)
+      STEP_TIMEOUT=400 STEP_TAIL=60 step gpt2.profile "$py" "$here/bench/gpt2/gpt2_profile.py" \
+        --device cuda:0 --out "$out/gpt2-profile"
+      ;;
+    startup)
+      STEP_TIMEOUT=300 STEP_TAIL=8 step startup "$build/bin/bp-bench-startup" --runs 21 \
+        --python "$py" --case cpp_trivial --case python_first_op --case bp_smi \
+        --case cuda_first_op --case cuda_first_op_all_plugins
+      ;;
+    pytest)
+      STEP_TIMEOUT=600 STEP_TAIL=15 step pytest "$py" -m pytest -q "$here/python/tests"
+      ;;
+    *)
+      echo "wave6.sh: unknown part '$part' (leak, profile, startup or pytest)" >&2
+      exit 2
+      ;;
+  esac
+done
+echo "=== summary"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
