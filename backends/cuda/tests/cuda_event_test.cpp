@@ -8,8 +8,10 @@
 
 #include <backplane_test/throws.hpp>
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace bp_cuda_test {
@@ -294,6 +296,58 @@ TEST(CudaEvents, AnEventOutlivesTheStreamItWasRecordedOn) {
   expect_gather_error(error_of(e2.synchronize()), bad2);
   EXPECT_TRUE(close(BP_DTYPE_F32, bad.out.download(), bad.expected(), 0));
   EXPECT_TRUE(close(BP_DTYPE_F32, bad2.out.download(), bad2.expected(), 0));
+}
+
+// ---- Threads ---------------------------------------------------------------------------------
+
+// One thread queues gathers and records events while another synchronises them (running the
+// stream's check as the stream goes on): exactly the events recorded after the bad gather fail.
+TEST(CudaEvents, EventsSynchronisedOnAnotherThreadWhileTheStreamRuns) {
+  BP_REQUIRE_GPU();
+  constexpr int kEvents = 60;
+  for (int round = 0; round < 3; ++round) {
+    const int bad_at = static_cast<int>(uniform_int(5, kEvents - 5));  // before event bad_at
+    Gather bad = make_gather(true);
+    std::vector<Gather> goods;
+    std::vector<std::unique_ptr<Event>> events;
+    for (int i = 0; i < kEvents; ++i) {
+      goods.push_back(make_gather(false));
+      events.push_back(std::make_unique<Event>());
+    }
+    std::atomic<int> recorded{0};
+    std::string producer_error;
+    std::thread producer([&] {
+      try {
+        for (int i = 0; i < kEvents; ++i) {
+          if (i == bad_at) gather_on(stream(), bad.x, bad.index, bad.out);
+          const Gather& g = goods[static_cast<size_t>(i)];
+          gather_on(stream(), g.x, g.index, g.out);
+          events[static_cast<size_t>(i)]->record(stream());
+          recorded.store(i + 1, std::memory_order_release);
+        }
+      } catch (const std::exception& e) {
+        producer_error = e.what();
+        recorded.store(kEvents, std::memory_order_release);
+      }
+    });
+    std::vector<int> failed(kEvents, -1);
+    for (int i = 0; i < kEvents; ++i) {
+      while (recorded.load(std::memory_order_acquire) <= i) std::this_thread::yield();
+      if (!producer_error.empty()) break;
+      bp_error* e = events[static_cast<size_t>(i)]->synchronize();
+      failed[static_cast<size_t>(i)] = e ? 1 : 0;
+      if (e) expect_gather_error(error_of(e), bad);
+    }
+    producer.join();
+    ASSERT_EQ(producer_error, "");
+    for (int i = 0; i < kEvents; ++i)
+      EXPECT_EQ(failed[static_cast<size_t>(i)], i >= bad_at ? 1 : 0)
+          << "event " << i << ", the bad gather queued before event " << bad_at;
+    expect_gather_error(sync_error(), bad);
+    sync();
+    for (const Gather& g : goods)
+      ASSERT_TRUE(close(BP_DTYPE_F32, g.out.download(), g.expected(), 0)) << "round " << round;
+  }
 }
 
 // ---- Graph capture ---------------------------------------------------------------------------
