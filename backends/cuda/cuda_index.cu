@@ -41,7 +41,8 @@
 //     was queued after the event; only events that watch unchecked launches pay that. The
 //     verdict goes into the event's record, so later synchronisations and waits agree. The
 //     check also puts the failure into the source stream's own record, as its next
-//     synchronisation would have.
+//     synchronisation would have. While a check waits, index launches and event records on
+//     that stream from other threads wait for the mutex (other launches do not).
 //   - stream_wait_event: the waiter cannot know yet. It keeps the watch (PendingWait), and its
 //     next stream_synchronize or host read resolves it as above and merges a failure as
 //     BP_FAULT_STREAM_POISONED; stream_fault, which never blocks, merges only verdicts already
