@@ -268,6 +268,9 @@ void Device::destroy_stream(CudaStream* s) {
       }
     }
   }
+  // Note [Events and deferred index errors]: events recorded here may outlive the stream.
+  std::exception_ptr failed;
+  void* index_records = close_index_ledger(*s, failed);
   use_device(index());
   cudaError_t first = cudaSuccess;
   auto note = [&](cudaError_t e) {
@@ -275,10 +278,11 @@ void Device::destroy_stream(CudaStream* s) {
   };
   if (s->cublas_workspace) note(cudaFreeAsync(s->cublas_workspace, s->stream));
   destroy_cudnn_handle(*s);
-  if (s->index_error) note(cudaFreeAsync(s->index_error, s->stream));
+  if (index_records) note(cudaFreeAsync(index_records, s->stream));
   s->cache.drain([&](void* p, int) { note(cudaFreeAsync(p, s->stream)); });
   if (s->owned) note(cudaStreamDestroy(s->stream));  // an imported stream stays its owner's
   delete s;
+  if (failed) std::rethrow_exception(failed);
   BP_CUDA_CHECK(first);
 }
 

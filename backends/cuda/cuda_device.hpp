@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 
 #include <atomic>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,6 +27,7 @@ namespace bp::cuda {
 
 class Device;
 class Staging;
+struct CudaStream;
 
 // Static facts about one GPU, read once by Runtime::init without creating a context.
 struct DeviceInfo {
@@ -39,6 +41,41 @@ struct DeviceInfo {
 };
 
 struct CudaGraph;  // cuda_graph.cpp
+
+// ---- Deferred index errors (cuda_index.cu, Note [Events and deferred index errors]) ----
+
+// The verdict on one event record's unchecked index launches: those numbered (from, to] on
+// its stream. Resolved once, by the first check of that stream that covers them; `fault` is
+// written before `resolved` is set (release) and never changes afterwards.
+struct IndexWatch {
+  uint64_t from = 0, to = 0;
+  std::atomic<bool> resolved{false};
+  std::shared_ptr<const bp_stream_fault> fault;  // null: no launch in range failed
+};
+
+// A stream's index-error state, shared with the watches on it so that it outlives the stream.
+// Every member is guarded by `mu`, which a check holds while it waits for the stream.
+struct IndexLedger {
+  explicit IndexLedger(CudaStream* s) : stream(s) {}
+  std::mutex mu;
+  CudaStream* stream;       // null once the stream is destroyed
+  void* records = nullptr;  // kIndexSlots device records, allocated on first use
+  struct SlotOp {
+    uint64_t op_id = 0;  // 0: not known (the slot was reused before a check)
+    uint64_t seq = 0;    // the first launch's number since the last check; 0: unused
+  };
+  std::vector<SlotOp> ops;
+  uint64_t seq = 0;      // index launches numbered so far (1, 2, ...)
+  uint64_t checked = 0;  // launches numbered up to this one have been checked
+  std::vector<std::weak_ptr<IndexWatch>> watches;  // the open ones (and expired)
+  size_t prune_at = 64;                            // drop expired watches when there are this many
+};
+
+// An open watch that a waiting stream resolves at its next synchronisation or host read.
+struct PendingWait {
+  std::shared_ptr<IndexLedger> ledger;
+  std::shared_ptr<IndexWatch> watch;
+};
 
 // What a bp_stream* points to. Created by Device::create_stream, destroyed by
 // Device::destroy_stream. Several threads may use one stream at once (Note [Stream threading]
@@ -57,20 +94,19 @@ struct CudaStream {
   // the first cuDNN launch; created and used under cudnn_mutex.
   void* cudnn = nullptr;
   std::mutex cudnn_mutex;
-  // Note [Deferred index errors] (cuda_index.cu): the device record of the first bad index of
-  // a gather/scatter_add queued here, allocated on first use; `index_armed` says a launch may
-  // have written it since the last check.
-  // Since ABI 1.6 the record is kIndexSlots records, one per launch that checks indices,
-  // reused in turn; `index_ops` (guarded by cudnn_mutex) says which op id each slot's launch had
-  // and in which order they were queued (Note [Deferred index errors]).
-  void* index_error = nullptr;
+  // Note [Deferred index errors] (cuda_index.cu): the records of out-of-range indices, their
+  // launches' numbers and the events watching them; shared with those events and the streams
+  // waiting on them (Note [Events and deferred index errors]). `index_armed` says a launch may
+  // have written a record since the last check: set under the ledger's mutex by a launch,
+  // cleared under it at the end of a check (so a reader that sees it clear also sees the
+  // check's result in `fault`).
+  std::shared_ptr<IndexLedger> index_ledger = std::make_shared<IndexLedger>(this);
   std::atomic<bool> index_armed{false};
-  struct IndexSlotOp {
-    uint64_t op_id = 0;  // 0: not known (the slot was reused before a check)
-    uint64_t seq = 0;    // queue order since the stream was created; 0: unused
-  };
-  std::vector<IndexSlotOp> index_ops;
-  uint64_t index_seq = 0;
+  // Watches of events this stream waited on whose verdict was not known yet (Note [Events and
+  // deferred index errors]); `has_waits` mirrors !waits.empty() for the lock-free fast path.
+  std::mutex waits_mutex;
+  std::vector<PendingWait> waits;
+  std::atomic<bool> has_waits{false};
   // Note [Asynchronous errors] in plugin_abi.h: this stream's record (index errors found on
   // the device); a lost device's record is the Device's.
   bp::sdk::FaultRecord fault;
@@ -97,7 +133,34 @@ struct CudaEvent {
   // on, at that time (severity NONE: not poisoned); guarded by `mu`.
   std::mutex mu;
   bp_stream_fault rec{};
+  // Note [Events and deferred index errors]: the stream's index launches that were unchecked
+  // when it was recorded, until their verdict is in `rec`; guarded by `mu`.
+  std::shared_ptr<IndexLedger> ledger;
+  std::shared_ptr<IndexWatch> watch;
 };
+
+// ---- Events and deferred index errors (cuda_index.cu) ----
+// Note [Events and deferred index errors]. Each function is thread-safe.
+
+// Records `event` on `s` and copies s's fault record into `rec`; returns a watch on the index
+// launches still unchecked on `s` (null when there are none, when `rec` is already set or
+// while `s` captures a graph).
+std::shared_ptr<IndexWatch> record_event(CudaStream& s, cudaEvent_t event, bp_stream_fault& rec);
+// The verdict of `w` (null: no launch in its range failed), running the check of its stream
+// (which waits for that stream's work) when it is still open. Null, with `w` left open, while
+// that stream captures a graph.
+std::shared_ptr<const bp_stream_fault> resolve_watch(IndexLedger& ledger, IndexWatch& w);
+// `s` waited on an event whose watch is open: its verdict joins s's record later.
+void add_pending_wait(CudaStream& s, std::shared_ptr<IndexLedger> ledger,
+                      std::shared_ptr<IndexWatch> watch);
+// Merges into s's record, as BP_FAULT_STREAM_POISONED, the failed verdicts of the watches `s`
+// waited on; with `block`, resolves open ones first (resolve_watch), else leaves them pending.
+void resolve_waits(CudaStream& s, bool block);
+// Gives every open watch on `s` its verdict (graph_begin_capture: no check runs in a capture).
+void settle_index_watches(CudaStream& s);
+// destroy_stream: settles the open watches on `s` (a failure of that check lands in `failed`),
+// detaches s's ledger from it and returns the device records to free (or null).
+void* close_index_ledger(CudaStream& s, std::exception_ptr& failed);
 
 // One GPU. Thread-safe unless a member says otherwise.
 class Device {

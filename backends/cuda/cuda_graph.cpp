@@ -80,6 +80,8 @@ CudaGraph* graph_begin_capture(CudaStream& s) {
     std::lock_guard<std::mutex> lock(s.cudnn_mutex);
     cudnn_handle(s);
   }
+  // Note [Events and deferred index errors]: the check a watch needs cannot run in a capture.
+  settle_index_watches(s);
   auto* g = new CudaGraph();
   g->device = s.index;
   CudaGraph* expected = nullptr;

@@ -9,7 +9,7 @@
 //   stream is written to a small record in device memory (IndexError) that the stream owns.
 //   Each launch that checks indices gets one of the stream's kIndexSlots records in turn, and
 //   the stream notes the launch's op id (Note [Asynchronous errors] in plugin_abi.h) and queue
-//   order for that slot. The launch marks the stream `index_armed`; the next
+//   order for that slot (IndexLaunch). The launch marks the stream `index_armed`; the next
 //   stream_synchronize, or copy to the host, on that stream reads the records, clears them,
 //   and puts the first bad index in queue order into the stream's fault record (op failed,
 //   BP_ERROR_INVALID_ARGUMENT, the launch's op id, a message naming the op, the index value,
@@ -19,6 +19,44 @@
 //   index-checking launches) keeps its first failure with op id 0. Inside a graph
 //   capture no record is used (a graph may be replayed on any stream, after its capture stream
 //   is gone): bad indices still read and write nothing out of range but are not reported.
+//   Events recorded after such a launch: Note [Events and deferred index errors].
+//
+// Note [Events and deferred index errors]
+//   Note [Asynchronous errors] (plugin_abi.h) wants an event recorded after a failure to carry
+//   it, but a bad index is known only at the stream's next check, possibly after the event was
+//   recorded (and waited on). So each stream keeps an IndexLedger: its records, a number for
+//   each index-checking launch (1, 2, ...; a launch holds the ledger's mutex from taking its
+//   number until its kernel is queued, so numbers follow the stream's order) and the number up
+//   to which launches have been checked. event_record, under the same mutex, notes the
+//   stream's record as before and, when launches numbered (checked, latest] are unchecked, a
+//   watch on that range. Every check resolves every open watch once: failed (a copy of the
+//   check's record: op failed, the op id, the message) when the first bad launch's number lies
+//   in the watch's range, clean otherwise; so an index error of a launch queued after the event
+//   never poisons it. A check reads the first failure of the stream's queue order and each
+//   watch's range starts where the previous check ended, so that first failure is the first in
+//   the range too. A slot armed twice between checks counts as failing at its first launch.
+//   - event_synchronize: once the event completed, a watch still open runs its stream's check
+//     (from any thread: the check runs under the ledger's mutex, which also orders it with
+//     launches and destruction). It waits for all the work queued on that stream, also what
+//     was queued after the event; only events that watch unchecked launches pay that. The
+//     verdict goes into the event's record, so later synchronisations and waits agree. The
+//     check also puts the failure into the source stream's own record, as its next
+//     synchronisation would have. While a check waits, index launches and event records on
+//     that stream from other threads wait for the mutex (other launches do not).
+//   - stream_wait_event: the waiter cannot know yet. It keeps the watch (PendingWait), and its
+//     next stream_synchronize or host read resolves it as above and merges a failure as
+//     BP_FAULT_STREAM_POISONED; stream_fault, which never blocks, merges only verdicts already
+//     known. A verdict known at the wait is merged at once, as an event's record always was.
+//   - Lifetime: the ledger is a shared_ptr held by its stream, the events watching it and the
+//     streams waiting on those; the watches hold no stream pointer. destroy_stream runs the
+//     stream's last check when a watch on it is still open (so it waits for the stream's work
+//     only then), detaches the ledger and frees the records; a watch on a destroyed stream is
+//     therefore resolved (clean, if that last check itself failed: the destroy reported it).
+//   - Graph capture: launches inside a capture use no record and take no number, and an event
+//     recorded or waited on inside a capture keeps the old behaviour (the stream's record at
+//     that time, nothing watched). graph_begin_capture first resolves the open watches on the
+//     stream (waiting for it, only when there are some), since no check can run while it
+//     captures; a watch opened concurrently with the begin stays open until the capture ends.
 //
 // Note [Deterministic scatter_add]
 //   One thread per output element o: it starts from base[o] and adds, in increasing position
@@ -35,6 +73,12 @@
 #include "cuda_index.cuh"
 #include "cuda_kernels.hpp"
 #include "cuda_types.cuh"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
 
 namespace bp::cuda {
 namespace {
@@ -183,9 +227,10 @@ void launch_gather(const LaunchArgs& a) {
   check_index_shape(X, I, axis, "gather");
   const int64_t n = numel(I);
   if (n == 0) return;
+  const IndexLaunch slot(a);
   gather_kernel<S><<<grid_for(a, n), kThreads, 0, a.stream>>>(
       data_ptr<const S>(X), data_ptr<const int64_t>(I), data_ptr<S>(a.out[0]), dims_of(X),
-      dims_of(I), static_cast<int>(axis), n, index_error_record(a));
+      dims_of(I), static_cast<int>(axis), n, slot.record());
   BP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -212,10 +257,10 @@ void launch_scatter_add(const LaunchArgs& a) {
                               shape_string(B.shape, B.rank).c_str()));
     return;
   }
+  const IndexLaunch slot(a, numel(I) != 0);
   scatter_add_kernel<S><<<grid_for(a, n), kThreads, 0, a.stream>>>(
       data_ptr<const S>(B), data_ptr<const int64_t>(I), data_ptr<const S>(Src),
-      data_ptr<S>(a.out[0]), dims_of(B), dims_of(I), static_cast<int>(axis), n,
-      numel(I) ? index_error_record(a) : nullptr);
+      data_ptr<S>(a.out[0]), dims_of(B), dims_of(I), static_cast<int>(axis), n, slot.record());
   BP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -285,11 +330,12 @@ LaunchFn index_fn(Op op, int32_t dtype) {
   }
 }
 
-IndexError* index_error_record(const LaunchArgs& a) {
+IndexLaunch::IndexLaunch(const LaunchArgs& a, bool wanted) {
   CudaStream& s = *a.s;
-  if (s.capture.load(std::memory_order_acquire)) return nullptr;
-  std::lock_guard<std::mutex> lock(s.cudnn_mutex);  // any per-stream lock will do
-  if (!s.index_error) {
+  if (!wanted || s.capture.load(std::memory_order_acquire)) return;
+  IndexLedger& L = *s.index_ledger;
+  lock_ = std::unique_lock<std::mutex>(L.mu);
+  if (!L.records) {
     constexpr uint64_t bytes = sizeof(IndexError) * kIndexSlots;
     void* p = a.device->allocate_scratch(s, bytes);
     const cudaError_t e = cudaMemsetAsync(p, 0, bytes, a.stream);
@@ -297,62 +343,212 @@ IndexError* index_error_record(const LaunchArgs& a) {
       a.device->free_scratch(s, p, bytes);
       BP_CUDA_CHECK(e);
     }
-    s.index_error = p;
-    s.index_ops.assign(kIndexSlots, {});
+    L.records = p;
+    L.ops.assign(kIndexSlots, {});
   }
-  const uint64_t seq = ++s.index_seq;
+  const uint64_t seq = ++L.seq;
   const size_t slot = static_cast<size_t>(seq % kIndexSlots);
-  CudaStream::IndexSlotOp& op = s.index_ops[slot];
+  IndexLedger::SlotOp& op = L.ops[slot];
   // A slot armed again before a check keeps its first failure but no longer knows its op.
   op.op_id = op.seq != 0 ? 0 : a.op_id;
   if (op.seq == 0) op.seq = seq;
   s.index_armed.store(true, std::memory_order_release);
-  return static_cast<IndexError*>(s.index_error) + slot;
+  rec_ = static_cast<IndexError*>(L.records) + slot;
 }
 
-// Reads the stream's records after its work is done; the first bad index in queue order goes
-// into the stream's fault record (Note [Asynchronous errors] in plugin_abi.h), which the
-// synchronisation or host read that called this then reports.
-void check_index_errors(CudaStream& s) {
-  if (!s.index_armed.exchange(false, std::memory_order_acq_rel)) return;
+namespace {
+
+std::string index_message(const IndexError& rec, int device) {
+  if (rec.flag == kIndexEmbedding || rec.flag == kIndexEmbeddingBackward)
+    return bp::sdk::format(
+        "cuda:%d: op '%s': index %lld at position %lld is out of range for a table of %lld rows "
+        "(valid: 0 to %lld)",
+        device, rec.flag == kIndexEmbedding ? "embedding" : "embedding_backward",
+        static_cast<long long>(rec.value), static_cast<long long>(rec.position),
+        static_cast<long long>(rec.size), static_cast<long long>(rec.size) - 1);
+  return bp::sdk::format(
+      "cuda:%d: op '%s': index %lld at position %lld of the index tensor is outside [0, %lld) "
+      "along axis %d",
+      device, rec.flag == kIndexGather ? "gather" : "scatter_add",
+      static_cast<long long>(rec.value), static_cast<long long>(rec.position),
+      static_cast<long long>(rec.size), rec.axis);
+}
+
+// Under L.mu (L is s's ledger). Reads the stream's records after its work is done; the first
+// bad index in queue order goes into the stream's fault record (Note [Asynchronous errors] in
+// plugin_abi.h), and every open watch gets its verdict (Note [Events and deferred index
+// errors]). Does nothing while the stream captures a graph: the check would be captured.
+void check_locked(CudaStream& s, IndexLedger& L) {
+  if (!s.index_armed.load(std::memory_order_relaxed)) return;
+  if (s.capture.load(std::memory_order_acquire)) return;
   use_device(s.index);
   IndexError recs[kIndexSlots];
-  BP_CUDA_CHECK(
-      cudaMemcpyAsync(recs, s.index_error, sizeof(recs), cudaMemcpyDeviceToHost, s.stream));
+  BP_CUDA_CHECK(cudaMemcpyAsync(recs, L.records, sizeof(recs), cudaMemcpyDeviceToHost, s.stream));
   BP_CUDA_CHECK(cudaStreamSynchronize(s.stream));
   int first = -1;
   uint64_t first_seq = 0, first_op = 0;
-  {
-    std::lock_guard<std::mutex> lock(s.cudnn_mutex);
-    for (int i = 0; i < kIndexSlots; ++i) {
-      CudaStream::IndexSlotOp& op = s.index_ops[static_cast<size_t>(i)];
-      if (recs[i].flag != 0 && (first < 0 || op.seq < first_seq)) {
-        first = i;
-        first_seq = op.seq;
-        first_op = op.op_id;
-      }
-      op = {};
+  for (int i = 0; i < kIndexSlots; ++i) {
+    const IndexLedger::SlotOp& op = L.ops[static_cast<size_t>(i)];
+    if (recs[i].flag != 0 && (first < 0 || op.seq < first_seq)) {
+      first = i;
+      first_seq = op.seq;
+      first_op = op.op_id;
     }
   }
-  if (first < 0) return;
-  BP_CUDA_CHECK(cudaMemsetAsync(s.index_error, 0, sizeof(recs), s.stream));
-  const IndexError& rec = recs[first];
-  std::string msg;
-  if (rec.flag == kIndexEmbedding || rec.flag == kIndexEmbeddingBackward)
-    msg = bp::sdk::format(
-        "cuda:%d: op '%s': index %lld at position %lld is out of range for a table of %lld rows "
-        "(valid: 0 to %lld)",
-        s.index, rec.flag == kIndexEmbedding ? "embedding" : "embedding_backward",
-        static_cast<long long>(rec.value), static_cast<long long>(rec.position),
-        static_cast<long long>(rec.size), static_cast<long long>(rec.size) - 1);
-  else
-    msg = bp::sdk::format(
-        "cuda:%d: op '%s': index %lld at position %lld of the index tensor is outside [0, %lld) "
-        "along axis %d",
-        s.index, rec.flag == kIndexGather ? "gather" : "scatter_add",
-        static_cast<long long>(rec.value), static_cast<long long>(rec.position),
-        static_cast<long long>(rec.size), rec.axis);
-  s.fault.set(BP_FAULT_OP_FAILED, BP_ERROR_INVALID_ARGUMENT, first_op, msg);
+  std::shared_ptr<bp_stream_fault> fault;
+  if (first >= 0) {
+    BP_CUDA_CHECK(cudaMemsetAsync(L.records, 0, sizeof(recs), s.stream));
+    const std::string msg = index_message(recs[first], s.index);
+    s.fault.set(BP_FAULT_OP_FAILED, BP_ERROR_INVALID_ARGUMENT, first_op, msg);
+    fault = std::make_shared<bp_stream_fault>();
+    fault->struct_size = sizeof(bp_stream_fault);
+    fault->severity = BP_FAULT_OP_FAILED;
+    fault->code = BP_ERROR_INVALID_ARGUMENT;
+    fault->op_id = first_op;
+    std::snprintf(fault->message, sizeof fault->message, "%s", msg.c_str());
+  }
+  for (const std::weak_ptr<IndexWatch>& weak : L.watches) {
+    const std::shared_ptr<IndexWatch> w = weak.lock();
+    if (!w || w->resolved.load(std::memory_order_relaxed)) continue;
+    // first_seq 0: a slot whose launch is not known any more; it fails every open watch.
+    if (fault && (first_seq == 0 || (first_seq > w->from && first_seq <= w->to))) w->fault = fault;
+    w->resolved.store(true, std::memory_order_release);
+  }
+  L.watches.clear();
+  L.ops.assign(kIndexSlots, {});
+  L.checked = L.seq;
+  s.index_armed.store(false, std::memory_order_release);
+}
+
+// Whether a watch on L may still be waiting for its verdict (under L.mu).
+bool has_open_watch(const IndexLedger& L) {
+  for (const std::weak_ptr<IndexWatch>& weak : L.watches) {
+    const std::shared_ptr<IndexWatch> w = weak.lock();
+    if (w && !w->resolved.load(std::memory_order_relaxed)) return true;
+  }
+  return false;
+}
+
+// Appends `more` to s's pending waits.
+void requeue_waits(CudaStream& s, std::vector<PendingWait>& more) {
+  if (more.empty()) return;
+  std::lock_guard<std::mutex> lock(s.waits_mutex);
+  for (PendingWait& p : more) s.waits.push_back(std::move(p));
+  s.has_waits.store(true, std::memory_order_release);
+}
+
+}  // namespace
+
+void check_index_errors(CudaStream& s) {
+  if (!s.index_armed.load(std::memory_order_acquire)) return;
+  IndexLedger& L = *s.index_ledger;
+  std::lock_guard<std::mutex> lock(L.mu);
+  check_locked(s, L);
+}
+
+std::shared_ptr<IndexWatch> record_event(CudaStream& s, cudaEvent_t event, bp_stream_fault& rec) {
+  if (s.capture.load(std::memory_order_acquire)) {
+    BP_CUDA_CHECK(cudaEventRecord(event, s.stream));
+    rec = s.fault.read(false);
+    return nullptr;
+  }
+  IndexLedger& L = *s.index_ledger;
+  std::lock_guard<std::mutex> lock(L.mu);
+  BP_CUDA_CHECK(cudaEventRecord(event, s.stream));
+  rec = s.fault.read(false);
+  if (L.seq == L.checked || rec.severity != BP_FAULT_NONE) return nullptr;
+  auto w = std::make_shared<IndexWatch>();
+  w->from = L.checked;
+  w->to = L.seq;
+  if (L.watches.size() >= L.prune_at) {  // events destroyed or re-recorded before a check
+    std::erase_if(L.watches, [](const std::weak_ptr<IndexWatch>& p) { return p.expired(); });
+    L.prune_at = std::max<size_t>(64, 2 * L.watches.size());
+  }
+  L.watches.push_back(w);
+  return w;
+}
+
+std::shared_ptr<const bp_stream_fault> resolve_watch(IndexLedger& L, IndexWatch& w) {
+  if (!w.resolved.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(L.mu);
+    if (L.stream)
+      check_locked(*L.stream, L);
+    else if (!w.resolved.load(std::memory_order_relaxed))  // its stream's last check failed
+      w.resolved.store(true, std::memory_order_release);
+  }
+  if (!w.resolved.load(std::memory_order_acquire)) return nullptr;
+  return w.fault;
+}
+
+void add_pending_wait(CudaStream& s, std::shared_ptr<IndexLedger> ledger,
+                      std::shared_ptr<IndexWatch> watch) {
+  std::lock_guard<std::mutex> lock(s.waits_mutex);
+  // Verdicts already known are merged now, so the list holds only open watches.
+  std::erase_if(s.waits, [&](const PendingWait& p) {
+    if (!p.watch->resolved.load(std::memory_order_acquire)) return false;
+    if (p.watch->fault) s.fault.merge(*p.watch->fault, BP_FAULT_STREAM_POISONED);
+    return true;
+  });
+  bool known = false;
+  for (const PendingWait& p : s.waits) known = known || p.watch == watch;
+  if (!known) s.waits.push_back({std::move(ledger), std::move(watch)});
+  s.has_waits.store(!s.waits.empty(), std::memory_order_release);
+}
+
+void resolve_waits(CudaStream& s, bool block) {
+  if (!s.has_waits.load(std::memory_order_acquire)) return;
+  std::vector<PendingWait> mine, keep;
+  {
+    std::lock_guard<std::mutex> lock(s.waits_mutex);
+    mine.swap(s.waits);
+    s.has_waits.store(false, std::memory_order_release);
+  }
+  size_t i = 0;
+  try {
+    for (; i < mine.size(); ++i) {
+      PendingWait& p = mine[i];
+      std::shared_ptr<const bp_stream_fault> f;
+      if (p.watch->resolved.load(std::memory_order_acquire)) {
+        f = p.watch->fault;
+      } else if (block) {
+        f = resolve_watch(*p.ledger, *p.watch);
+        if (!p.watch->resolved.load(std::memory_order_acquire)) {  // its stream is capturing
+          keep.push_back(std::move(p));
+          continue;
+        }
+      } else {
+        keep.push_back(std::move(p));
+        continue;
+      }
+      if (f) s.fault.merge(*f, BP_FAULT_STREAM_POISONED);
+    }
+  } catch (...) {
+    for (; i < mine.size(); ++i) keep.push_back(std::move(mine[i]));
+    requeue_waits(s, keep);
+    throw;
+  }
+  requeue_waits(s, keep);
+}
+
+void settle_index_watches(CudaStream& s) {
+  IndexLedger& L = *s.index_ledger;
+  std::lock_guard<std::mutex> lock(L.mu);
+  if (has_open_watch(L)) check_locked(s, L);
+}
+
+void* close_index_ledger(CudaStream& s, std::exception_ptr& failed) {
+  IndexLedger& L = *s.index_ledger;
+  std::lock_guard<std::mutex> lock(L.mu);
+  try {
+    if (has_open_watch(L)) check_locked(s, L);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  L.stream = nullptr;
+  L.watches.clear();
+  void* records = L.records;
+  L.records = nullptr;
+  return records;
 }
 
 }  // namespace bp::cuda

@@ -8,6 +8,7 @@
 #include "cuda_kernels.hpp"
 
 #include <cstdint>
+#include <mutex>
 
 namespace bp::cuda {
 
@@ -43,9 +44,24 @@ __device__ __forceinline__ void report_index(IndexError* rec, int32_t kind, int3
 // Records per stream, one per index-checking launch in turn (Note [Deferred index errors]).
 constexpr int kIndexSlots = 64;
 
-// This launch's record (a.op_id noted for it), allocated on first use and armed for the next
-// synchronisation; nullptr while the stream captures a graph.
-IndexError* index_error_record(const LaunchArgs& a);
+// One index-checking launch's record (Note [Deferred index errors]): numbered, a.op_id noted
+// for it, armed for the stream's next check; the records are allocated on first use. Holds the
+// stream's ledger lock until destroyed, so launches reach the stream in the order of their
+// numbers and a concurrent check or event record falls wholly before or after the launch (Note
+// [Events and deferred index errors]): construct it just before queuing the kernel. record()
+// is null, and nothing is locked or armed, while the stream captures a graph or when `wanted`
+// is false.
+class IndexLaunch {
+ public:
+  explicit IndexLaunch(const LaunchArgs& a, bool wanted = true);
+  IndexLaunch(const IndexLaunch&) = delete;
+  IndexLaunch& operator=(const IndexLaunch&) = delete;
+  IndexError* record() const { return rec_; }
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+  IndexError* rec_ = nullptr;
+};
 
 }  // namespace bp::cuda
 

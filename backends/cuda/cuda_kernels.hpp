@@ -76,9 +76,11 @@ LaunchFn attention_fn(Op op, int32_t dtype);
 // adamw, the fused optimiser update of minor 7 (cuda_optim.cu)
 LaunchFn optim_fn(Op op, int32_t dtype);
 
-// Reports (BP_ERROR_INVALID_ARGUMENT) and clears the first out-of-range index that a gather or
-// scatter_add queued on `s` met, waiting for the stream when one may have (Note [Deferred
-// index errors] in cuda_index.cu). Cheap when none was queued: one atomic exchange.
+// Puts into s's fault record (BP_ERROR_INVALID_ARGUMENT) and clears the first out-of-range
+// index that a gather, scatter_add or embedding queued on `s` met, waiting for the stream when
+// one may have, and gives the events watching those launches their verdict (Note [Deferred
+// index errors], Note [Events and deferred index errors] in cuda_index.cu). Cheap when none
+// was queued: one atomic load.
 void check_index_errors(CudaStream& s);
 
 // Fills every element of `out` (any strides) with `value` converted to out.dtype per the

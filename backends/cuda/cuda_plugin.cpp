@@ -42,6 +42,30 @@ bp_stream_fault current_fault(CudaStream& s, bool clear) {
   return s.fault.read(clear);
 }
 
+// Note [Events and deferred index errors]: the event's record, with the verdict on the index
+// launches it watches once known (kept, so later waits agree). Call after the event completed.
+bp_stream_fault verdict(CudaEvent& e) {
+  bp_stream_fault r;
+  std::shared_ptr<IndexLedger> ledger;
+  std::shared_ptr<IndexWatch> watch;
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    r = e.rec;
+    ledger = e.ledger;
+    watch = e.watch;
+  }
+  if (r.severity != BP_FAULT_NONE || !watch) return r;
+  const std::shared_ptr<const bp_stream_fault> f = resolve_watch(*ledger, *watch);
+  if (!watch->resolved.load(std::memory_order_acquire)) return r;  // its stream is capturing
+  std::lock_guard<std::mutex> lock(e.mu);
+  if (e.watch == watch) {  // not recorded again meanwhile
+    if (f) e.rec = *f;
+    e.watch.reset();
+    e.ledger.reset();
+  }
+  return f ? *f : r;
+}
+
 // Fails with the stream's record while it is set.
 void raise_fault(CudaStream& s) {
   if (!s.fault.failed() && !s.device->lost()) [[likely]]
@@ -83,12 +107,15 @@ class CudaBackend final : public bp::sdk::Backend {
     BP_CUDA_CHECK(cudaStreamSynchronize(s.stream));
     s.device->retire_releases();  // Note [CUDA imported memory]
     check_index_errors(s);        // Note [Deferred index errors]
+    resolve_waits(s, true);       // Note [Events and deferred index errors]
     raise_fault(s);
   }
 
   bool has_stream_fault() const override { return true; }
   void stream_fault(bp_stream* stream, bool clear, bp_stream_fault& out) override {
-    out = current_fault(stream_of(stream), clear);
+    CudaStream& s = stream_of(stream);
+    resolve_waits(s, false);  // never blocks: verdicts already known
+    out = current_fault(s, clear);
   }
 
   bool has_events() const override { return true; }
@@ -115,15 +142,22 @@ class CudaBackend final : public bp::sdk::Backend {
     BP_CUDA_CHECK(err);
   }
   // Note [Asynchronous errors]: an event recorded while its stream's record is set carries
-  // it (index errors enter the record at the stream's next synchronisation or host read).
+  // it; one recorded after index launches not checked yet watches them (Note [Events and
+  // deferred index errors]).
   void event_record(bp_event* event, bp_stream* stream) override {
     CudaStream& s = stream_of(stream);
     CudaEvent& e = event_of(event);
     use_device(s.index);
-    BP_CUDA_CHECK(cudaEventRecord(e.event, s.stream));
-    const bp_stream_fault r = current_fault(s, false);
+    bp_stream_fault r{};
+    std::shared_ptr<IndexWatch> watch = record_event(s, e.event, r);
+    if (s.device->lost()) {
+      r = s.device->lost_record();
+      watch.reset();
+    }
     std::lock_guard<std::mutex> lock(e.mu);
     e.rec = r;
+    e.ledger = watch ? s.index_ledger : nullptr;
+    e.watch = std::move(watch);
   }
   void stream_wait_event(bp_stream* stream, bp_event* event) override {
     CudaStream& s = stream_of(stream);
@@ -131,21 +165,27 @@ class CudaBackend final : public bp::sdk::Backend {
     use_device(s.index);
     BP_CUDA_CHECK(cudaStreamWaitEvent(s.stream, e.event, 0));
     bp_stream_fault r;
+    std::shared_ptr<IndexLedger> ledger;
+    std::shared_ptr<IndexWatch> watch;
     {
       std::lock_guard<std::mutex> lock(e.mu);
       r = e.rec;
+      ledger = e.ledger;
+      watch = e.watch;
     }
-    s.fault.merge(r, BP_FAULT_STREAM_POISONED);
+    if (r.severity != BP_FAULT_NONE || !watch) {
+      s.fault.merge(r, BP_FAULT_STREAM_POISONED);
+    } else if (watch->resolved.load(std::memory_order_acquire)) {
+      if (watch->fault) s.fault.merge(*watch->fault, BP_FAULT_STREAM_POISONED);
+    } else if (!s.capture.load(std::memory_order_acquire)) {
+      add_pending_wait(s, std::move(ledger), std::move(watch));
+    }
   }
   void event_synchronize(bp_event* event) override {
     CudaEvent& e = event_of(event);
     BP_CUDA_CHECK(cudaEventSynchronize(e.event));
     runtime().device(e.device).retire_releases();
-    bp_stream_fault r;
-    {
-      std::lock_guard<std::mutex> lock(e.mu);
-      r = e.rec;
-    }
+    const bp_stream_fault r = verdict(e);
     if (r.severity != BP_FAULT_NONE)
       bp::sdk::fail(static_cast<bp_error_code>(r.code), r.message, r.native_name);
   }
@@ -264,7 +304,8 @@ class CudaBackend final : public bp::sdk::Backend {
     const char* from = buffer_at(src, src_off);
     if (size > kStageThreshold && is_pageable(dst) &&
         s.device->staging().d2h(s, static_cast<char*>(dst), from, size)) {
-      check_index_errors(s);  // Note [Deferred index errors]
+      check_index_errors(s);   // Note [Deferred index errors]
+      resolve_waits(s, true);  // Note [Events and deferred index errors]
       raise_fault(s);
       return;
     }
@@ -272,6 +313,7 @@ class CudaBackend final : public bp::sdk::Backend {
     // the data in place when the call returns); pinned dst stays asynchronous.
     BP_CUDA_CHECK(cudaMemcpyAsync(dst, from, size, cudaMemcpyDeviceToHost, s.stream));
     check_index_errors(s);
+    resolve_waits(s, true);
     raise_fault(s);
   }
   void copy_d2d(bp_stream* stream, bp_buffer* dst, uint64_t dst_off, bp_buffer* src,

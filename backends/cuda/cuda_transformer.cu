@@ -437,9 +437,10 @@ void launch_embedding(const LaunchArgs& a) {
   check_rank(a.out[0], 2, os, "output");
   const int64_t n = M * Dm;
   if (n == 0) return;
-  embedding_kernel<S><<<grid_of(a, n), kThreads, 0, a.stream>>>(
-      data_ptr<const S>(W), data_ptr<const int64_t>(I), data_ptr<S>(a.out[0]), V, Dm, n,
-      index_error_record(a));
+  const IndexLaunch slot(a);
+  embedding_kernel<S>
+      <<<grid_of(a, n), kThreads, 0, a.stream>>>(data_ptr<const S>(W), data_ptr<const int64_t>(I),
+                                                 data_ptr<S>(a.out[0]), V, Dm, n, slot.record());
   BP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -474,7 +475,8 @@ void launch_embedding_backward(const LaunchArgs& a) {
   if (M > INT32_MAX)
     invalid(bp::sdk::format("embedding_backward: %lld indices exceed the sort's limit of 2^31",
                             static_cast<long long>(M)));
-  IndexError* rec = index_error_record(a);
+  const IndexLaunch slot(a);  // held until the kernel that reports is queued
+  IndexError* rec = slot.record();
   // Scratch: keys and positions, in and out of the sort, then CUB's temporary storage.
   const int m = static_cast<int>(M);
   const int end_bit = end_bit_for(V);

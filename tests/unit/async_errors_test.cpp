@@ -367,6 +367,72 @@ TEST(AsyncErrors, CudaGatherOutOfRangeUnderLaunchBlockingIsNamedAtTheOp) {
   EXPECT_EQ((g.x + 1.0).to_vector<float>(), plus_one(g.xv));
 }
 
+// Note [Events and deferred index errors] (backends/cuda/cuda_index.cu): on cuda:0 a bad index
+// is found only at a later check, yet an event recorded after the gather fails its
+// synchronisation naming gather and poisons a stream that waits on it, while an event recorded
+// before it (after a good gather, so it too waits for a check) stays clean, as on the reference
+// backend above. Skips without a GPU.
+TEST(AsyncErrors, CudaEventsRecordedAfterABadGatherArePoisoned) {
+  if (bp::num_devices("cuda") == 0) GTEST_SKIP() << "no cuda device";
+  bp::Device& dev = bp::device("cuda:0");
+  BadGather g = bad_gather(dev);
+  BadGather ok = bad_gather(dev);
+  ok.index = bp::from_vector(std::vector<int64_t>{0, 1, 2, 3, 2, 1}, {2, 3}, dev);
+  auto before = dev.create_event(), after = dev.create_event();
+  auto waiter = dev.create_stream(), clean = dev.create_stream();
+  bp::Tensor good = bp::gather(ok.x, 0, ok.index);
+  before->record(dev.default_stream());
+  bp::Tensor y = bp::gather(g.x, 0, g.index);
+  after->record(dev.default_stream());
+  waiter->wait(*after);
+  clean->wait(*before);
+  before->synchronize();
+  auto e = catch_exact<bp::AsyncError>([&] { after->synchronize(); });
+  ASSERT_TRUE(e);
+  std::fprintf(stderr, "reported: %s\n", e->what());
+  EXPECT_HAS(e->what(), "cuda:0: " + gather_text(g) + " (op #");
+  EXPECT_HAS(e->what(), "index " + std::to_string(g.bad) + " at position 3");
+  EXPECT_HAS(e->what(), "found by a later event synchronize");
+  EXPECT_EQ(e->op(), "gather");
+  EXPECT_EQ(e->severity(), bp::AsyncError::Severity::op_failed);
+  auto w = catch_exact<bp::AsyncError>([&] { waiter->synchronize(); });
+  ASSERT_TRUE(w);
+  EXPECT_HAS(w->what(), "cuda:0: " + gather_text(g));
+  EXPECT_EQ(w->severity(), bp::AsyncError::Severity::stream_poisoned);
+  EXPECT_EQ(w->op_id(), e->op_id());
+  clean->synchronize();
+  waiter->synchronize();
+  dev.synchronize();
+  const std::vector<float> xv = ok.xv;
+  EXPECT_EQ(good.to_vector<float>(),
+            (std::vector<float>{xv[0], xv[4], xv[8], xv[9], xv[7], xv[5]}));
+}
+
+// The waiter asks first: its synchronisation runs the source stream's check, fails as
+// poisoned, and the source stream then reports the gather as its own failure.
+TEST(AsyncErrors, CudaAWaiterOfAnEventAfterABadGatherFailsFirst) {
+  if (bp::num_devices("cuda") == 0) GTEST_SKIP() << "no cuda device";
+  bp::Device& dev = bp::device("cuda:0");
+  BadGather g = bad_gather(dev);
+  auto after = dev.create_event();
+  auto waiter = dev.create_stream();
+  bp::Tensor y = bp::gather(g.x, 0, g.index);
+  after->record(dev.default_stream());
+  waiter->wait(*after);
+  auto w = catch_exact<bp::AsyncError>([&] { waiter->synchronize(); });
+  ASSERT_TRUE(w);
+  EXPECT_HAS(w->what(), "cuda:0: " + gather_text(g) + " (op #");
+  EXPECT_EQ(w->op(), "gather");
+  EXPECT_EQ(w->severity(), bp::AsyncError::Severity::stream_poisoned);
+  auto s = catch_exact<bp::AsyncError>([&] { dev.default_stream().synchronize(); });
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->op(), "gather");
+  EXPECT_EQ(s->op_id(), w->op_id());
+  EXPECT_EQ(s->severity(), bp::AsyncError::Severity::op_failed);
+  dev.synchronize();
+  EXPECT_EQ((g.x + 1.0).to_vector<float>(), plus_one(g.xv));
+}
+
 // Note [Op ring]: threads launching on one stream at once while one launch fails; the error
 // still names that launch with its own shapes (the ring's slots are written concurrently).
 TEST(AsyncErrors, ConcurrentLaunchesKeepTheFailedOpsDescription) {
