@@ -13,6 +13,7 @@
 
 #include <backplane/abi/philox.h>
 
+#include <tbb/blocked_range.h>
 #include <tbb/parallel_reduce.h>
 
 #include <cmath>

@@ -23,6 +23,7 @@
 #include "cpu_types.hpp"
 #include "cpu_vmath.hpp"
 
+#include <tbb/blocked_range.h>
 #include <tbb/parallel_reduce.h>
 #include <tbb/task_arena.h>
 

@@ -24,6 +24,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_compare as gc  # noqa: E402
 
 
+def ms_per_step(step, sync, n):
+    """Runs n steps and returns the wall time per step in ms, synchronised at both ends."""
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        step()
+    sync()
+    return (time.perf_counter() - t0) / max(n, 1) * 1e3
+
+
 def profile_bp(device, cfg, batch, seq, a):
     import numpy as np
 
@@ -46,25 +56,16 @@ def profile_bp(device, cfg, batch, seq, a):
         loss.backward()
         opt.step()
 
-    for _ in range(a.warmup):
-        step()
-    bp.synchronize(dev)
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        step()
-    bp.synchronize(dev)
-    wall_plain = (time.perf_counter() - t0) / a.steps
+    sync = lambda: bp.synchronize(dev)  # noqa: E731
+    ms_per_step(step, sync, a.warmup)
+    wall_plain = ms_per_step(step, sync, a.steps)
     with bp.profiler.profile() as prof:
-        t0 = time.perf_counter()
-        for _ in range(a.steps):
-            step()
-        bp.synchronize(dev)
-        wall = (time.perf_counter() - t0) / a.steps
+        wall = ms_per_step(step, sync, a.steps)
     rows = prof.key_averages()
     table = rows.table(row_limit=a.rows)
     prof.export_chrome_trace(os.path.join(a.out, "bp-trace.json"))
     device_us = sum(r.device_time_total for r in rows) / a.steps
-    return {"wall_ms": wall_plain * 1e3, "wall_profiled_ms": wall * 1e3,
+    return {"wall_ms": wall_plain, "wall_profiled_ms": wall,
             "device_ms": device_us / 1e3,
             "top": [{"key": r.key, "count": r.count / a.steps,
                      "device_ms": r.device_time_total / a.steps / 1e3} for r in rows[:a.rows]]}, table
@@ -91,20 +92,10 @@ def profile_torch(device, cfg, batch, seq, a):
         loss.backward()
         opt.step()
 
-    for _ in range(a.warmup):
-        step()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        step()
-    torch.cuda.synchronize()
-    wall_plain = (time.perf_counter() - t0) / a.steps
+    ms_per_step(step, torch.cuda.synchronize, a.warmup)
+    wall_plain = ms_per_step(step, torch.cuda.synchronize, a.steps)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        t0 = time.perf_counter()
-        for _ in range(a.steps):
-            step()
-        torch.cuda.synchronize()
-        wall = (time.perf_counter() - t0) / a.steps
+        wall = ms_per_step(step, torch.cuda.synchronize, a.steps)
     avgs = prof.key_averages()
     table = avgs.table(sort_by="self_cuda_time_total", row_limit=a.rows)
     # Kernel rows only (the device-side events), so the sum is the GPU's busy time.
@@ -114,7 +105,7 @@ def profile_torch(device, cfg, batch, seq, a):
     for e in kernels:
         by_name[e.name] = by_name.get(e.name, 0.0) + e.time_range.elapsed_us()
     top = sorted(by_name.items(), key=lambda kv: -kv[1])[:a.rows]
-    return {"wall_ms": wall_plain * 1e3, "wall_profiled_ms": wall * 1e3,
+    return {"wall_ms": wall_plain, "wall_profiled_ms": wall,
             "device_ms": device_us / 1e3,
             "top": [{"key": k, "device_ms": v / a.steps / 1e3} for k, v in top]}, table
 

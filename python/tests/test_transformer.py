@@ -107,7 +107,20 @@ def test_layers_and_refusals():
     assert sorted(mha.state_dict()) == ["in_proj_bias", "in_proj_weight", "out_proj.bias",
                                         "out_proj.weight"]
     out, weights = mha(bp.randn(5, 2, 16), bp.randn(7, 2, 16), bp.randn(7, 2, 16))
+    assert tuple(out.shape) == (5, 2, 16) and tuple(weights.shape) == (2, 5, 7)
+    out, weights = mha(bp.randn(5, 2, 16), bp.randn(7, 2, 16), bp.randn(7, 2, 16),
+                       need_weights=False)
     assert tuple(out.shape) == (5, 2, 16) and weights is None
+    with pytest.raises(bp.ShapeError, match=r"a 2-D attn_mask must be \[5, 7\] \(L, S\), got "
+                                            r"\[5, 6\]"):
+        mha(bp.randn(5, 2, 16), bp.randn(7, 2, 16), bp.randn(7, 2, 16),
+            attn_mask=bp.zeros(5, 6, dtype=bp.bool))
+    with pytest.raises(bp.ShapeError, match=r"key_padding_mask must be \[2, 7\], got \[7\]"):
+        mha(bp.randn(5, 2, 16), bp.randn(7, 2, 16), bp.randn(7, 2, 16),
+            key_padding_mask=bp.zeros(7, dtype=bp.bool))
+    with pytest.raises(bp.DTypeError, match="attn_mask must be bool or floating, got backplane.int64"):
+        mha(bp.randn(5, 2, 16), bp.randn(7, 2, 16), bp.randn(7, 2, 16),
+            attn_mask=bp.zeros(5, 7, dtype=bp.int64))
     ln = nn.LayerNorm(8)
     assert sorted(ln.state_dict()) == ["bias", "weight"]
     assert tuple(nn.Embedding(10, 3).weight.shape) == (10, 3)
@@ -125,6 +138,81 @@ def test_layers_and_refusals():
         F.layer_norm(bp.zeros(2, 5), (4,))
     with pytest.raises(bp.DTypeError, match="mask must be bool"):
         bp.zeros(3).masked_fill(bp.zeros(3), 1.0)
+
+
+def mha_reference(mha, q, k, v, attn_mask=None, key_padding_mask=None, causal=False,
+                  average=True):
+    """torch.nn.MultiheadAttention's forward in float64 NumPy (inputs [L, N, E]); bool masks
+    are True where attention is not allowed, as PyTorch's MultiheadAttention takes them."""
+    f64 = lambda t: t.detach().numpy().astype(np.float64)  # noqa: E731
+    W, b = f64(mha.in_proj_weight), f64(mha.in_proj_bias)
+    Wo, bo = f64(mha.out_proj.weight), f64(mha.out_proj.bias)
+    E, H = mha.embed_dim, mha.num_heads
+    D = E // H
+    q, k, v = (x.transpose(1, 0, 2) for x in (q, k, v))  # [N, L, E]
+    N, L, S = q.shape[0], q.shape[1], k.shape[1]
+
+    def proj(x, part):
+        y = x @ W[part * E:(part + 1) * E].T + b[part * E:(part + 1) * E]
+        return y.reshape(N, -1, H, D).transpose(0, 2, 1, 3)
+
+    s = proj(q, 0) @ proj(k, 1).transpose(0, 1, 3, 2) / math.sqrt(D)
+    if attn_mask is not None:
+        s = s + np.where(attn_mask, -np.inf, 0.0)
+    if key_padding_mask is not None:
+        s = s + np.where(key_padding_mask, -np.inf, 0.0)[:, None, None, :]
+    if causal:
+        s = s + np.triu(np.full((L, S), -np.inf), 1)
+    w = softmax(s)
+    o = (w @ proj(v, 2)).transpose(0, 2, 1, 3).reshape(N, L, E) @ Wo.T + bo
+    return o.transpose(1, 0, 2), (w.mean(1) if average else w)
+
+
+@pytest.mark.parametrize("case", ["plain", "attn_mask", "key_padding", "both", "causal"])
+def test_multihead_attention_matches_pytorch_semantics(device, rng, case):
+    """Output and weights of nn.MultiheadAttention against PyTorch's forward in float64, with
+    PyTorch's bool-mask convention (True = may not attend: before, a bool attn_mask was passed
+    to scaled_dot_product_attention, where True means the opposite); the fused path
+    (need_weights=False) gives the same output."""
+    need(device, "scaled_dot_product_attention", "triu")
+    L, S, N, E, H = 5, 7, 3, 16, 4
+    bp.manual_seed(int(rng.integers(1 << 31)))
+    mha = nn.MultiheadAttention(E, H, device=device)
+    with bp.no_grad():
+        mha.in_proj_bias.copy_(bp.tensor(rng.standard_normal(3 * E).astype(np.float32) * 0.1)
+                               .to(device))
+        mha.out_proj.bias.copy_(bp.tensor(rng.standard_normal(E).astype(np.float32) * 0.1)
+                                .to(device))
+    q, k, v = (rng.standard_normal((n, N, E)).astype(np.float32) for n in (L, S, S))
+    am = kpm = None
+    if case in ("attn_mask", "both"):
+        am = rng.random((L, S)) < 0.4
+        am[:, 0] = False  # every query keeps a key
+    if case in ("key_padding", "both"):
+        kpm = rng.random((N, S)) < 0.4
+        kpm[:, 0] = False
+    on = lambda a: None if a is None else bp.tensor(a).to(device)  # noqa: E731
+    args = dict(attn_mask=on(am), key_padding_mask=on(kpm), is_causal=case == "causal")
+    tq, tk, tv = on(q), on(k), on(v)
+    for average in (True, False):
+        out, w = mha(tq, tk, tv, average_attn_weights=average, **args)
+        ref_out, ref_w = mha_reference(mha, q, k, v, am, kpm, case == "causal", average)
+        close(out, ref_out, scale=10)
+        close(w, ref_w, scale=10)
+        assert tuple(w.shape) == ((N, L, S) if average else (N, H, L, S))
+    fused, none = mha(tq, tk, tv, need_weights=False, **args)
+    assert none is None
+    close(fused, ref_out, scale=10)
+    if am is not None:  # masked positions have no weight at all
+        assert np.all(w.numpy()[:, :, am] == 0)
+    # Unbatched: [L, E] in, [L, S] weights out.
+    out1, w1 = mha(on(q[:, 0]), on(k[:, 0]), on(v[:, 0]), attn_mask=on(am),
+                   key_padding_mask=None if kpm is None else on(kpm[0]),
+                   is_causal=case == "causal")
+    ref1, refw1 = mha_reference(mha, q[:, :1], k[:, :1], v[:, :1], am,
+                                None if kpm is None else kpm[:1], case == "causal")
+    close(out1, ref1[:, 0], scale=10)
+    close(w1, refw1[0], scale=10)
 
 
 def test_gpt_trains_and_has_nanogpt_keys():

@@ -91,8 +91,17 @@ class GELU(Module):
 class MultiheadAttention(Module):
     """torch.nn.MultiheadAttention with kdim = vdim = embed_dim: in_proj_weight [3E, E]
     (xavier_uniform_), in_proj_bias [3E] (zeros), out_proj a Linear(E, E) with a zero bias.
-    forward returns (output, None): attention weights are not materialised (need_weights is
-    accepted and must be False)."""
+
+    forward(query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+    average_attn_weights=True, is_causal=False) returns (output, weights) as PyTorch does:
+    - attn_mask [L, S] or [N * num_heads, L, S]: bool True means "may not attend" (PyTorch's
+      MultiheadAttention convention, the opposite of scaled_dot_product_attention's), a float
+      mask is added to the scores;
+    - key_padding_mask [N, S] ([S] unbatched): bool True ignores that key, float is added;
+    - is_causal without a mask masks the future (PyTorch requires the mask as well);
+    - need_weights=True computes the attention explicitly and returns the weights after
+      dropout, [N, L, S] averaged over heads (average_attn_weights) or [N, num_heads, L, S];
+      need_weights=False uses the fused scaled_dot_product_attention and returns None."""
 
     def __init__(self, embed_dim, num_heads, dropout=0.0, bias=True, add_bias_kv=False,
                  add_zero_attn=False, kdim=None, vdim=None, batch_first=False, device=None,
@@ -120,14 +129,8 @@ class MultiheadAttention(Module):
             with no_grad():
                 self.out_proj.bias.copy_(_core._full([embed_dim], 0.0, dev, dt))
 
-    def forward(self, query, key, value, key_padding_mask=None, need_weights=False,
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
                 attn_mask=None, average_attn_weights=True, is_causal=False):
-        if need_weights:
-            raise NotImplementedError("MultiheadAttention: need_weights=True is not supported "
-                                      "(the weights are never materialised); pass False")
-        if key_padding_mask is not None:
-            raise NotImplementedError("MultiheadAttention: key_padding_mask is not supported; "
-                                      "fold it into attn_mask")
         r = query.ndim
         if r not in (2, 3) or key.ndim != r or value.ndim != r:
             raise _core.ShapeError(f"MultiheadAttention: query {tuple(query.shape)}, key "
@@ -151,17 +154,70 @@ class MultiheadAttention(Module):
                 y = y + b[part * E:(part + 1) * E]
             return y.reshape(N, length, H, E // H).transpose(1, 2)
 
-        mask = attn_mask
-        if mask is not None and mask.ndim == 3:
-            mask = mask.reshape(N, H, L, S)
-        o = F.scaled_dot_product_attention(proj(q, 0, L), proj(k, 1, S), proj(v, 2, S), mask,
-                                           self.dropout if self.training else 0.0, is_causal)
+        mask = self._additive_mask(attn_mask, key_padding_mask, q, N, L, S, unbatched)
+        qh, kh, vh = proj(q, 0, L), proj(k, 1, S), proj(v, 2, S)
+        p = self.dropout if self.training else 0.0
+        causal = is_causal and mask is None
+        weights = None
+        if need_weights:
+            scores = qh.matmul(kh.transpose(-2, -1)) * (1.0 / math.sqrt(E // H))
+            if causal:  # -inf above the diagonal, as scaled_dot_product_attention's is_causal
+                scores = scores + _core.triu(_core._full([L, S], -math.inf, q.device,
+                                                         scores.dtype), 1)
+            elif mask is not None:
+                scores = scores + mask
+            weights = F.softmax(scores, -1)
+            if p > 0.0:
+                weights = F.dropout(weights, p)
+            o = weights.matmul(vh)
+            if average_attn_weights:
+                weights = weights.mean(1)
+            if unbatched:
+                weights = weights.squeeze(0)
+        else:
+            o = F.scaled_dot_product_attention(qh, kh, vh, mask, p, causal)
         y = self.out_proj(o.transpose(1, 2).reshape(N, L, E))
         if unbatched:
             y = y.squeeze(0)
         elif not self.batch_first:
             y = y.transpose(0, 1)
-        return y, None
+        return y, weights
+
+    def _additive_mask(self, attn_mask, key_padding_mask, q, N, L, S, unbatched):
+        """attn_mask and key_padding_mask as one float mask added to the scores ([L, S],
+        [N, H, L, S] or [N, 1, 1, S] and their sum), or None."""
+        H = self.num_heads
+
+        def additive(m, what):
+            if m.dtype == _core.dtype.bool:
+                return _core._full(list(m.shape), 0.0, q.device, q.dtype).masked_fill(
+                    m, -math.inf)
+            if not m.dtype.is_floating_point:
+                raise _core.DTypeError(f"MultiheadAttention: {what} must be bool or floating, "
+                                       f"got {m.dtype}")
+            return m.to(q.dtype)
+
+        out = None
+        if attn_mask is not None:
+            m = additive(attn_mask, "attn_mask")
+            if m.ndim == 3:
+                if tuple(m.shape) != (N * H, L, S):
+                    raise _core.ShapeError(f"MultiheadAttention: a 3-D attn_mask must be "
+                                           f"[{N * H}, {L}, {S}] (N * num_heads, L, S), got "
+                                           f"{list(m.shape)}")
+                m = m.reshape(N, H, L, S)
+            elif tuple(m.shape) != (L, S):
+                raise _core.ShapeError(f"MultiheadAttention: a 2-D attn_mask must be [{L}, {S}] "
+                                       f"(L, S), got {list(m.shape)}")
+            out = m
+        if key_padding_mask is not None:
+            want = (S,) if unbatched else (N, S)
+            if tuple(key_padding_mask.shape) != want:
+                raise _core.ShapeError(f"MultiheadAttention: key_padding_mask must be "
+                                       f"{list(want)}, got {list(key_padding_mask.shape)}")
+            m = additive(key_padding_mask, "key_padding_mask").reshape(N, 1, 1, S)
+            out = m if out is None else out + m
+        return out
 
     def extra_repr(self):
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}"
