@@ -15,7 +15,7 @@
 #
 # Environment: BP_JOBS (parallel build jobs), BP_SKIP_INSTALL=1 (packages already present),
 # BP_SKIP_PYTHON=1, BP_SKIP_SANITIZE=1 (neither sanitizer build), BP_SKIP_TSAN=1,
-# BP_FUZZ_SECONDS (per fuzz target, default 25), BP_PYTHON (the interpreter for the Python
+# BP_FUZZ_SECONDS (per fuzz target, default 10), BP_PYTHON (the interpreter for the Python
 # package; default python3), BP_WHEEL_CUDA=1 (build the wheel's CUDA plugin too; the test run
 # builds it without, see python_tests below).
 set -euo pipefail
@@ -228,7 +228,7 @@ case "$mode" in
     fi
     timed "docs site (build, check)" docs_site
     if [ -x tests/fuzz/run_fuzz.sh ] && command -v clang++ >/dev/null; then
-      timed "fuzz build+runs" bash tests/fuzz/run_fuzz.sh "${BP_FUZZ_SECONDS:-25}"
+      timed "fuzz build+runs" bash tests/fuzz/run_fuzz.sh "${BP_FUZZ_SECONDS:-10}"
     fi
     echo "== tools/setup.sh test: wall time per step"
     printf '%s\n' "${timings[@]}"

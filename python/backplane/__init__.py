@@ -130,12 +130,37 @@ from ._functions import (
 from ._dlpack import from_dlpack
 from ._graph import graph
 from .serialization import load, load_checkpoint, load_metadata, save, save_checkpoint
-from . import autograd, nn, optim  # noqa: E402  (they use the names above)
+from . import autograd  # noqa: E402  (it uses the names above)
 from . import amp  # noqa: E402
 from .amp import autocast, get_autocast_dtype, is_autocast_enabled  # noqa: E402
-from . import distributed, profiler, utils  # noqa: E402
-from .trainer import Trainer  # noqa: E402
-from . import models  # noqa: E402  (built on nn)
+
+# Note [Lazy submodules]
+#   `import backplane` plus a first op is a start-up goal (issue 29: 100 ms on a 2-core
+#   machine), and the layers, optimisers, data loading (concurrent.futures and logging), the
+#   models, distributed, the profiler and the Trainer cost about as much to import as the rest of
+#   the package. They are imported on first use instead: `backplane.nn` (or `from backplane
+#   import nn`, or `import backplane.nn`) imports the submodule then, through the module
+#   __getattr__ of PEP 562, and keeps it in this namespace. None of them changes another module
+#   when imported, so the order does not matter. As with NumPy (Note [Lazy NumPy]).
+_LAZY_SUBMODULES = ("nn", "optim", "distributed", "profiler", "utils", "models", "trainer")
+_LAZY_NAMES = {"Trainer": "trainer"}
+
+
+def __getattr__(name):
+    import importlib
+
+    if name in _LAZY_SUBMODULES:
+        value = importlib.import_module("." + name, __name__)
+    elif name in _LAZY_NAMES:
+        value = getattr(importlib.import_module("." + _LAZY_NAMES[name], __name__), name)
+    else:
+        raise AttributeError(f"module 'backplane' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES) | set(_LAZY_NAMES))
 
 __version__ = "0.1.0"
 
