@@ -42,18 +42,21 @@ bp_stream_fault current_fault(CudaStream& s, bool clear) {
   return s.fault.read(clear);
 }
 
+// An event's record and what it watches, read together under its lock.
+struct EventSnapshot {
+  bp_stream_fault rec;
+  std::shared_ptr<IndexLedger> ledger;
+  std::shared_ptr<IndexWatch> watch;
+};
+EventSnapshot snapshot(CudaEvent& e) {
+  std::lock_guard<std::mutex> lock(e.mu);
+  return {e.rec, e.ledger, e.watch};
+}
+
 // Note [Events and deferred index errors]: the event's record, with the verdict on the index
 // launches it watches once known (kept, so later waits agree). Call after the event completed.
 bp_stream_fault verdict(CudaEvent& e) {
-  bp_stream_fault r;
-  std::shared_ptr<IndexLedger> ledger;
-  std::shared_ptr<IndexWatch> watch;
-  {
-    std::lock_guard<std::mutex> lock(e.mu);
-    r = e.rec;
-    ledger = e.ledger;
-    watch = e.watch;
-  }
+  auto [r, ledger, watch] = snapshot(e);
   if (r.severity != BP_FAULT_NONE || !watch) return r;
   const std::shared_ptr<const bp_stream_fault> f = resolve_watch(*ledger, *watch);
   if (!watch->resolved.load(std::memory_order_acquire)) return r;  // its stream is capturing
@@ -164,15 +167,7 @@ class CudaBackend final : public bp::sdk::Backend {
     CudaEvent& e = event_of(event);
     use_device(s.index);
     BP_CUDA_CHECK(cudaStreamWaitEvent(s.stream, e.event, 0));
-    bp_stream_fault r;
-    std::shared_ptr<IndexLedger> ledger;
-    std::shared_ptr<IndexWatch> watch;
-    {
-      std::lock_guard<std::mutex> lock(e.mu);
-      r = e.rec;
-      ledger = e.ledger;
-      watch = e.watch;
-    }
+    auto [r, ledger, watch] = snapshot(e);
     if (r.severity != BP_FAULT_NONE || !watch) {
       s.fault.merge(r, BP_FAULT_STREAM_POISONED);
     } else if (watch->resolved.load(std::memory_order_acquire)) {

@@ -228,7 +228,8 @@ Tensor layer_norm(const Tensor& input0, const Shape& normalized_shape, const Ten
   for (const Tensor* t : {&weight, &bias})
     if (t->defined() && t->shape() != normalized_shape)
       throw ShapeError(std::string(op) + ": " + (t == &weight ? "weight " : "bias ") +
-                       shape_of(*t) + " must have normalized_shape " + detail::shape_list(normalized_shape));
+                       shape_of(*t) + " must have normalized_shape " +
+                       detail::shape_list(normalized_shape));
   if (!(eps > 0))
     throw ShapeError(std::string(op) + ": eps must be > 0, got " + std::to_string(eps));
   const int64_t N = product(normalized_shape, 0, k);

@@ -36,7 +36,6 @@ std::string new_save_id() {
   return text;
 }
 
-
 // The sidecar, read with a size bound and parsed; IOError naming the file for anything else.
 json read_sidecar(const std::string& path) {
   const std::string side = sidecar_path(path);

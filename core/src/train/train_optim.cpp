@@ -22,7 +22,6 @@ std::string known_keys(const Options& defaults) {
   return s;
 }
 
-
 void require(bool ok, const std::string& opt, size_t group, const char* key, double v,
              const char* rule) {
   if (!ok)
