@@ -134,6 +134,11 @@ int main(int argc, char** argv) {
        0,
        0},
   };
+  if (const char* v = std::getenv("PYTHONDONTWRITEBYTECODE"); v && *v)
+    std::fprintf(stderr,
+                 "bp-bench-startup: PYTHONDONTWRITEBYTECODE is set, so every python_first_op run "
+                 "compiles backplane's Python sources (an installed package has them compiled; "
+                 "unset it to measure that)\n");
   int failed = 0;
   for (const Case& c : cases) {
     const bool asked = std::find(only.begin(), only.end(), c.name) != only.end();
