@@ -447,7 +447,11 @@ void check_index_errors(CudaStream& s) {
 }
 
 std::shared_ptr<IndexWatch> record_event(CudaStream& s, cudaEvent_t event, bp_stream_fault& rec) {
-  if (s.capture.load(std::memory_order_acquire)) {
+  // Nothing to watch without the lock: in a capture, or when no index launch is armed (armed
+  // is set under the ledger's lock before a launch's kernel is queued and cleared at the end of
+  // a check, so clear means every queued index launch is checked; one still being queued
+  // concurrently comes after this event on the stream).
+  if (s.capture.load(std::memory_order_acquire) || !s.index_armed.load(std::memory_order_acquire)) {
     BP_CUDA_CHECK(cudaEventRecord(event, s.stream));
     rec = s.fault.read(false);
     return nullptr;

@@ -200,10 +200,6 @@ class AtomicFile {
   bool committed_ = false;
 };
 
-std::string shape_str(const Shape& s) {
-  return s.empty() ? "[] (scalar)" : detail::shape_list(s);
-}
-
 bool fits_pattern(const Shape& shape, const Shape& pattern) {
   if (shape.size() != pattern.size()) return false;
   for (size_t k = 0; k < shape.size(); ++k)
@@ -291,8 +287,9 @@ nn::LoadResult load(nn::Module& module, const std::string& path, Device& device,
       continue;
     }
     if (!fits_pattern(info->shape, s.shape))
-      throw ShapeError(path + ": '" + s.key + "' has shape " + shape_str(info->shape) +
-                       " in the file but the model expects " + shape_str(s.shape));
+      throw ShapeError(path + ": '" + s.key + "' has shape " +
+                       detail::shape_list(info->shape, true) +
+                       " in the file but the model expects " + detail::shape_list(s.shape, true));
     if (s.is_parameter && !is_floating(info->dtype))
       throw DTypeError(path + ": '" + s.key + "' is " +
                        std::string(safetensors::dtype_to_safetensors(info->dtype)) +

@@ -78,10 +78,6 @@ std::string offsets_str(const TensorInfo& t) {
   return s + "]";
 }
 
-std::string shape_str(const Shape& s) {
-  return s.empty() ? "[] (scalar)" : detail::shape_list(s);
-}
-
 TensorInfo parse_entry(const std::string& key, const json& entry, uint64_t data_bytes,
                        std::string_view source) {
   if (!entry.is_object())
@@ -144,8 +140,9 @@ TensorInfo parse_entry(const std::string& key, const json& entry, uint64_t data_
   overflow |= __builtin_mul_overflow(numel, static_cast<uint64_t>(dtype_size(t.dtype)), &nbytes);
   if (overflow || nbytes != t.end - t.begin)
     fail_key(source, key,
-             "shape " + shape_str(t.shape) + " of " + std::string(dtype_to_safetensors(t.dtype)) +
-                 " needs " + (overflow ? std::string("more than 2^64") : std::to_string(nbytes)) +
+             "shape " + detail::shape_list(t.shape, true) + " of " +
+                 std::string(dtype_to_safetensors(t.dtype)) + " needs " +
+                 (overflow ? std::string("more than 2^64") : std::to_string(nbytes)) +
                  " bytes but data_offsets " + offsets_str(t) + " hold " +
                  std::to_string(t.end - t.begin));
   return t;

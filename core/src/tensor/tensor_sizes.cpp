@@ -65,7 +65,8 @@ int normalize_axis64(int64_t axis, int rank, const char* op) {
   return static_cast<int>(axis < 0 ? axis + r : axis);
 }
 
-std::string shape_list(const Shape& s) {
+std::string shape_list(const Shape& s, bool note_scalar) {
+  if (s.empty()) return note_scalar ? "[] (scalar)" : "[]";
   std::string out = "[";
   for (size_t k = 0; k < s.size(); ++k)
     out += (k ? ", " : "") + (s[k] < 0 ? std::string("?") : std::to_string(s[k]));

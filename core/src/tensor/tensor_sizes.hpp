@@ -31,8 +31,9 @@ uint64_t checked_reach(const Dims& shape, const Dims& strides, DType dtype, cons
 // narrowed before the check: ShapeError "<op>: axis 4294967297 is out of range ...".
 int normalize_axis64(int64_t axis, int rank, const char* op);
 
-// A shape in messages as a list: "[2, 3]", "[]" for a scalar, "?" for a negative dimension (as a
-// file or a caller may give one). Dims::str() is the compact "2x3" form.
-std::string shape_list(const Shape& s);
+// A shape in messages as a list: "[2, 3]", "[]" for a scalar ("[] (scalar)" with note_scalar),
+// "?" for a negative dimension (as a file or a caller may give one). Dims::str() is the compact
+// "2x3" form.
+std::string shape_list(const Shape& s, bool note_scalar = false);
 
 }  // namespace bp::detail

@@ -160,11 +160,10 @@ class MultiheadAttention(Module):
         causal = is_causal and mask is None
         weights = None
         if need_weights:
-            scores = qh.matmul(kh.transpose(-2, -1)) * (1.0 / math.sqrt(E // H))
             if causal:  # -inf above the diagonal, as scaled_dot_product_attention's is_causal
-                scores = scores + _core.triu(_core._full([L, S], -math.inf, q.device,
-                                                         scores.dtype), 1)
-            elif mask is not None:
+                mask = _core.triu(_core._full([L, S], -math.inf, q.device, q.dtype), 1)
+            scores = qh.matmul(kh.transpose(-2, -1)) * (1.0 / math.sqrt(E // H))
+            if mask is not None:
                 scores = scores + mask
             weights = F.softmax(scores, -1)
             if p > 0.0:

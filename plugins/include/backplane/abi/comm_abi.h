@@ -281,11 +281,25 @@ typedef struct bp_comm_api {
 
 /* The slots every communicator plugin sets (non-NULL), once: X(slot) for each; group_start and
  * group_end are both set or both NULL. */
-#define BP_COMM_REQUIRED_SLOTS(X)                                                      \
-  X(error_free)                                                                        \
-  X(init)                                                                              \
-  X(available) X(comm_create) X(comm_destroy) X(comm_abort) X(all_reduce) X(broadcast) \
-      X(all_gather) X(reduce_scatter) X(send) X(recv) X(work_test) X(work_wait) X(work_free)
+/* One slot a line, kept as written: clang-format reflows this list differently each run. */
+/* clang-format off */
+#define BP_COMM_REQUIRED_SLOTS(X) \
+  X(error_free) \
+  X(init) \
+  X(available) \
+  X(comm_create) \
+  X(comm_destroy) \
+  X(comm_abort) \
+  X(all_reduce) \
+  X(broadcast) \
+  X(all_gather) \
+  X(reduce_scatter) \
+  X(send) \
+  X(recv) \
+  X(work_test) \
+  X(work_wait) \
+  X(work_free)
+/* clang-format on */
 
 /* The one exported symbol of a communicator plugin. */
 typedef const bp_comm_api* (*bp_comm_get_api_fn)(uint32_t host_abi_major, uint32_t host_abi_minor);
