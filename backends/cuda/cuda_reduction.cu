@@ -258,9 +258,21 @@ __global__ void __launch_bounds__(kRedThreads)
     p.kept(o, in_base, out_off);
     const int64_t r0 = g * chunk, r1 = min(r0 + chunk, p.n_red);
     if (p.rrank == 1) {
+      // Four independent accumulators keep four loads in flight per thread (a single chain
+      // waits out each load's latency: bias gradients, [tokens, features] summed over tokens,
+      // are this path).
       const int64_t s = p.rin[0];
-      for (int64_t r = r0 + ty; r < r1; r += kRedWarps)
-        acc = op(acc, to_acc<A, kSq>(in[in_base + r * s]));
+      const X* col = in + in_base;
+      A a1 = R::identity(), a2 = R::identity(), a3 = R::identity();
+      int64_t r = r0 + ty;
+      for (; r + 3 * kRedWarps < r1; r += 4 * kRedWarps) {
+        acc = op(acc, to_acc<A, kSq>(col[r * s]));
+        a1 = op(a1, to_acc<A, kSq>(col[(r + kRedWarps) * s]));
+        a2 = op(a2, to_acc<A, kSq>(col[(r + 2 * kRedWarps) * s]));
+        a3 = op(a3, to_acc<A, kSq>(col[(r + 3 * kRedWarps) * s]));
+      }
+      for (; r < r1; r += kRedWarps) acc = op(acc, to_acc<A, kSq>(col[r * s]));
+      acc = op(op(acc, a1), op(a2, a3));
     } else {
       for (int64_t r = r0 + ty; r < r1; r += kRedWarps)
         acc = op(acc, to_acc<A, kSq>(in[in_base + p.reduced(r)]));

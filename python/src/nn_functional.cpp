@@ -53,6 +53,15 @@ std::optional<double> opt_double(nb::handle h) {
 }  // namespace
 
 void register_nn_functional(nb::module_& m) {
+  // torch.nn.functional.linear: one fused op (cuBLASLt adds the bias in its epilogue on cuda;
+  // Note [Fused linear]), so Linear's bias costs no separate pass and autocast runs it all in
+  // the lower dtype.
+  m.def(
+      "linear",
+      [](const Tensor& x, const Tensor& w, nb::handle bias) {
+        return bp::linear(x, w, opt_tensor(bias));
+      },
+      nb::arg("input"), nb::arg("weight"), nb::arg("bias").none() = nb::none());
   m.def(
       "conv2d",
       [](const Tensor& x, const Tensor& w, nb::handle bias, nb::handle stride, nb::handle padding,

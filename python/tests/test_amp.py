@@ -37,6 +37,8 @@ def test_ops_follow_the_lists(device, dtype, rng):
         assert bp.matmul(a, b).dtype == dtype
         assert (a @ b).dtype == dtype
         assert F.linear(a, w).dtype == dtype
+        # with an f32 bias too (one fused op: the bias no longer promotes the output to f32)
+        assert F.linear(a, w, bp.tensor(f32(rng, 5), device=device)).dtype == dtype
         assert bp.softmax(low, 1).dtype == bp.float32
         assert F.layer_norm(low, [8]).dtype == bp.float32
         assert F.cross_entropy(low, labels).dtype == bp.float32

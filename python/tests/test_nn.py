@@ -60,7 +60,24 @@ def test_linear_matches_numpy_and_its_initialisation_bound(device, rng):
     x = rng.uniform(-1, 1, (4, 5)).astype(np.float32)
     out = lin(bp.tensor(x, device=device)).numpy().astype(np.float64)
     np.testing.assert_allclose(out, x.astype(np.float64) @ w.T + b, rtol=1e-5, atol=1e-6)
+    # leading dims of any rank (and none), as torch.nn.Linear; the bias's gradient sums them
+    x3 = rng.uniform(-1, 1, (2, 3, 5)).astype(np.float32)
+    t3 = bp.tensor(x3, device=device)
+    out3 = lin(t3)
+    np.testing.assert_allclose(out3.numpy(), x3.astype(np.float64) @ w.T + b, rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(lin(bp.tensor(x[0], device=device)).numpy(),
+                               x[0].astype(np.float64) @ w.T + b, rtol=1e-5, atol=1e-6)
+    g = rng.uniform(-1, 1, (2, 3, 3)).astype(np.float32)
+    (out3 * bp.tensor(g, device=device)).sum().backward()
+    np.testing.assert_allclose(lin.bias.grad.numpy(), g.astype(np.float64).sum((0, 1)),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(lin.weight.grad.numpy(),
+                               np.einsum("abo,abi->oi", g.astype(np.float64), x3), rtol=1e-5,
+                               atol=1e-6)
     assert nn.Linear(5, 3, bias=False).bias is None
+    with pytest.raises(bp.DTypeError, match="linear"):
+        F.linear(bp.tensor(x, device=device), lin.weight.to(bp.float64))
     with pytest.raises(bp.ShapeError, match="in_features=5"):
         lin(bp.ones(2, 4, device=device))
 
@@ -179,6 +196,15 @@ def test_losses_against_numpy(device, rng):
     np.testing.assert_allclose(F.cross_entropy(tp, tl).item(), per.mean(), rtol=1e-5)
     np.testing.assert_allclose(nn.CrossEntropyLoss("none")(tp, tl).numpy(), per, rtol=1e-5)
     np.testing.assert_allclose(nn.CrossEntropyLoss("sum")(tp, tl).item(), per.sum(), rtol=1e-5)
+    # A class index outside [0, C) is an error naming it on every reduction (the 'none' and
+    # 'sum' paths once built a one-hot mask, where such a row silently added nothing).
+    bad = labels.copy()
+    bad[rng.integers(0, 6)] = 3
+    for reduction in ("mean", "sum", "none"):
+        with pytest.raises(bp.Error, match="index 3 at position"):
+            F.cross_entropy(tp, bp.tensor(bad, device=device), reduction=reduction).numpy()
+    with pytest.raises(bp.DTypeError, match="int64 or int32 class indices"):
+        F.cross_entropy(tp, tl.to(bp.float32), reduction="sum")
     np.testing.assert_allclose(F.softmax(tp).numpy(), np.exp(P - lse[:, None]), rtol=1e-5)
     with pytest.raises(ValueError, match="reduction"):
         F.mse_loss(tp, tt, reduction="avg")

@@ -7,6 +7,12 @@
 #            PyTorch, batch 8 x 1024 bf16 training steps)
 #   startup  issue 29: bp-bench-startup on the GPU host, the first cuda op included
 #   pytest   the whole Python suite on the GPU host (as tools/gpu/python.sh runs it)
+#   variants issue 32: tools/gpu/leak_variants.sh (which step of a PyTorch + Backplane program
+#            makes nanobind report leaks)
+#   events   cuda_event_test and the async-error tests (the event-record fast path)
+#   reduce   bp-conformance on cuda:0 for every reduction and log_softmax, the nn tests of the
+#            losses and linear on cuda:0
+#   gpt2     bench/gpt2/gpt2_compare.py --bench on cuda:0 (tokens/s against PyTorch)
 # Each part logs to $OUT/<step>.log; the summary lists rc and time per step.
 #
 #   source .device/env.sh
@@ -47,8 +53,30 @@ for part in "$@"; do
     pytest)
       STEP_TIMEOUT=600 STEP_TAIL=15 step pytest "$py" -m pytest -q "$here/python/tests"
       ;;
+    variants)
+      STEP_TIMEOUT=300 STEP_TAIL=60 step leak.variants bash "$here/tools/gpu/leak_variants.sh" "$build"
+      ;;
+    events)
+      STEP_TIMEOUT=200 STEP_TAIL=6 step cuda_event_test "$build/bin/cuda_event_test" --gtest_brief=1
+      STEP_TIMEOUT=200 STEP_TAIL=6 step async_errors env BP_TEST_DEVICES=cuda:0 \
+        "$build/bin/bp_unit_tests" --gtest_filter='*Async*' --gtest_brief=1
+      ;;
+    reduce)
+      STEP_TIMEOUT=300 STEP_TAIL=6 step conformance.reduce "$build/bin/bp-conformance" \
+        --plugin "$build/lib/backplane/plugins/libbackplane-cuda.so" --device cuda:0 \
+        --filter 'kernels.sum*' --filter 'kernels.mean*' --filter 'kernels.max*' \
+        --filter 'kernels.norm*' --filter 'kernels.sumsq*' --filter 'kernels.log_softmax*' \
+        --filter 'kernels.linear*' --seed "$(seed)"
+      STEP_TIMEOUT=300 STEP_TAIL=6 step nn.losses env BP_TEST_DEVICES=cuda:0 \
+        "$build/bin/bp_nn_tests" --gtest_filter='*ross*:*Loss*:*Linear*:*Train*:*Gpt*' \
+        --gtest_brief=1
+      ;;
+    gpt2)
+      STEP_TIMEOUT=420 STEP_TAIL=24 step gpt2.bench "$py" "$here/bench/gpt2/gpt2_compare.py" \
+        --device cuda:0 --bench --json "$out/gpt2-cuda0.json" --markdown "$out/gpt2-cuda0.md" ${GPT2_ARGS:-}
+      ;;
     *)
-      echo "wave6.sh: unknown part '$part' (leak, profile, startup or pytest)" >&2
+      echo "wave6.sh: unknown part '$part' (leak, profile, startup, pytest, variants, events, reduce or gpt2)" >&2
       exit 2
       ;;
   esac

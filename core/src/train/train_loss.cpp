@@ -36,10 +36,11 @@ Tensor cross_entropy(const Tensor& logits0, const Tensor& labels) {
     throw DTypeError("cross_entropy: labels must be i64 or i32 class indices, got " +
                      std::string(dtype_name(labels.dtype())));
   const int64_t n = logits.size(0);
-  // log softmax = z - log(sum(exp(z))) with z = logits - rowmax: exp never overflows. The
-  // maximum is a constant shift (the result does not depend on it), so it carries no gradient.
-  Tensor z = logits - logits.max(1, true).detach();
-  Tensor log_probs = z - z.exp().sum(1, true).log();
+  // One fused, numerically stable log_softmax op (its backward is one op too), as PyTorch's
+  // log_softmax + nll_loss: composed from max, sub, exp, sum and log it took four passes over
+  // the logits forward and three backward, most of a GPT-2 step's loss time over 50,257
+  // classes (docs/benchmarks.md).
+  Tensor log_probs = bp::log_softmax(logits, 1);
   // Each row's log-probability of its label, picked with gather: a label outside [0, C) is then
   // an index error naming the value (found by the launch, or on the device and reported by the
   // next synchronisation: Note [Asynchronous errors] in plugin_abi.h), never a silently

@@ -398,9 +398,7 @@ class Linear(Module):
             raise _core.ShapeError(f"{type(self).__name__}: input of shape "
                                    f"{tuple(input.shape)} does not end in "
                                    f"in_features={w.shape[1]}")
-        y = input.matmul(w.t())
-        b = self._parameters.get("bias")
-        return y if b is None else y + b
+        return _core.linear(input, w, self._parameters.get("bias"))
 
     def extra_repr(self):
         inf = self.in_features

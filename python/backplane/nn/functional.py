@@ -8,9 +8,10 @@ tanh = _core.tanh
 
 
 def linear(input, weight, bias=None):
-    """input @ weight.T + bias, with weight [out, in]."""
-    y = input.matmul(weight.t())
-    return y if bias is None else y + bias
+    """input @ weight.T + bias, with weight [out, in] and bias [out]: one fused op (the bias
+    added in the product's epilogue where the device can). input, weight and bias share a
+    dtype (DTypeError otherwise; under autocast all three run in the lower dtype)."""
+    return _core.linear(input, weight, bias)
 
 
 def softmax(input, dim=-1):
@@ -71,9 +72,13 @@ def cross_entropy(input, target, reduction="mean"):
     if input.ndim != 2 or target.ndim != 1 or target.shape[0] != input.shape[0]:
         raise _core.ShapeError(f"cross_entropy: expected input [N, C] and target [N], got "
                                f"{tuple(input.shape)} and {tuple(target.shape)}")
-    classes = _core._arange(input.shape[1], input.device, target.dtype)
-    one_hot = (target.unsqueeze(1) == classes.unsqueeze(0)).to(input.dtype)
-    loss = -(log_softmax(input, 1) * one_hot).sum(1)
+    if target.dtype not in (_core.dtype.int64, _core.dtype.int32):
+        raise _core.DTypeError(f"cross_entropy: target must be int64 or int32 class indices, "
+                               f"got {target.dtype}")
+    # gather, as the 'mean' path in C++: a class index outside [0, C) is an IndexError, never a
+    # row that silently adds nothing.
+    picked = _core.gather(log_softmax(input, 1), 1, target.to(_core.dtype.int64).unsqueeze(1))
+    loss = -picked.reshape([input.shape[0]])
     return _reduce(loss, reduction, "cross_entropy")
 
 
