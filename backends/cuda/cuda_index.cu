@@ -165,6 +165,39 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Note [Deterministic scatter_add], when index.shape[AXIS] == 1: each output element receives
+// at most one src element, so out = base (copied before) and one thread per src element adds
+// it where its index points: the same single addition in the compute type as the general
+// kernel, without its per-output index walk. nll-style gradients (cross_entropy's gather of one
+// class per row, scattered back into [rows, classes]) take this path.
+template <class S>
+__global__ void __launch_bounds__(kThreads)
+    scatter_add_one_kernel(const S* base, const int64_t* index, const S* src, S* out, Dims od,
+                           Dims id, int axis, int64_t total, IndexError* rec) {
+  using C = compute_of_t<S>;
+  for (int64_t p = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; p < total;
+       p += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t t = index[p];
+    if (t < 0 || t >= od.shape[axis]) {
+      report_index(rec, kIndexScatterAdd, axis, t, p, od.shape[axis]);
+      continue;
+    }
+    int64_t rem = p, off = 0, stride = 1;
+    for (int d = id.rank - 1; d >= 0; --d) {
+      const int64_t c = rem % id.shape[d];
+      rem /= id.shape[d];
+      off += (d == axis ? t : c) * stride;
+      stride *= od.shape[d];
+    }
+    C acc = load(base[off]);
+    if constexpr (std::is_integral_v<C>)
+      acc = wrap_add(acc, load(src[p]));
+    else
+      acc += load(src[p]);
+    out[off] = store<S>(acc);
+  }
+}
+
 // Thread per Philox counter c (elements g = 4c .. 4c+3 of the stream, i = g - offset).
 template <class S>
 __global__ void __launch_bounds__(kThreads)
@@ -258,6 +291,19 @@ void launch_scatter_add(const LaunchArgs& a) {
     return;
   }
   const IndexLaunch slot(a, numel(I) != 0);
+  if (I.shape[axis] == 1) {
+    if (data_ptr<const S>(B) != data_ptr<S>(a.out[0]))  // not INPLACE
+      BP_CUDA_CHECK(cudaMemcpyAsync(data_ptr<S>(a.out[0]), data_ptr<const S>(B),
+                                    static_cast<size_t>(n) * sizeof(S), cudaMemcpyDeviceToDevice,
+                                    a.stream));
+    const int64_t m = numel(I);
+    if (m == 0) return;
+    scatter_add_one_kernel<S><<<grid_for(a, m), kThreads, 0, a.stream>>>(
+        data_ptr<const S>(B), data_ptr<const int64_t>(I), data_ptr<const S>(Src),
+        data_ptr<S>(a.out[0]), dims_of(B), dims_of(I), static_cast<int>(axis), m, slot.record());
+    BP_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   scatter_add_kernel<S><<<grid_for(a, n), kThreads, 0, a.stream>>>(
       data_ptr<const S>(B), data_ptr<const int64_t>(I), data_ptr<const S>(Src),
       data_ptr<S>(a.out[0]), dims_of(B), dims_of(I), static_cast<int>(axis), n, slot.record());

@@ -12,7 +12,11 @@
 //     coalesced scalar loads otherwise), several loads in flight, shuffle reduction;
 //   - outer reduction (a kept dim has the smallest stride, e.g. sum over dim 0 of a row-major
 //     matrix): reduce_cols, 32 consecutive outputs per block in x (coalesced), 8 rows of the
-//     reduced range in y, combined through shared memory.
+//     reduced range in y, combined through shared memory. When the input is a dense matrix
+//     summed over its rows, whose rows and base are 16-byte aligned (bias gradients),
+//     reduce_cols_wide instead: each thread takes 16 bytes of adjacent columns a row, a warp
+//     512 contiguous bytes (32 elements make short, scattered DRAM reads), its partials then
+//     combined by reduce_cols.
 //   When there are too few outputs to fill the GPU, the reduced range of each output is split
 //   into G chunks: pass 1 writes partial accumulators to scratch memory, pass 2 (the same
 //   kernels over the partials) combines them and writes the output. Results are deterministic.
@@ -291,6 +295,54 @@ __global__ void __launch_bounds__(kRedThreads)
   }
 }
 
+// Outer reduction of a dense [n_red][n_out] view (kept dim contiguous, rows `row_stride`
+// elements apart, 16-byte aligned): each thread reduces V adjacent columns with 16-byte loads,
+// so a warp reads 512 contiguous bytes of a row where reduce_cols reads 32 elements; the 8 warps
+// of a block split the rows, blockIdx.y is the chunk. Writes partial accumulators [G][n_out],
+// combined by reduce_cols (Note [CUDA reduction plan]).
+template <class X, class A, class R, bool kSq>
+__global__ void __launch_bounds__(kRedThreads)
+    reduce_cols_wide(const X* in, A* part, int64_t n_out, int64_t row_stride, int64_t n_red,
+                     int64_t chunk) {
+  constexpr int V = 16 / sizeof(X);
+  using XV = Vec<X, V>;
+  __shared__ A partial[kRedWarps][32 * V];
+  const R op;
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * 32 + tx) * V;
+  const int64_t g = blockIdx.y;
+  A acc[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) acc[k] = R::identity();
+  if (c0 < n_out) {
+    const int64_t r1 = min((g + 1) * chunk, n_red);
+    const X* col = in + c0;
+    int64_t r = g * chunk + ty;
+    for (; r + kRedWarps < r1; r += 2 * kRedWarps) {
+      const XV x0 = *reinterpret_cast<const XV*>(col + r * row_stride);
+      const XV x1 = *reinterpret_cast<const XV*>(col + (r + kRedWarps) * row_stride);
+#pragma unroll
+      for (int k = 0; k < V; ++k)
+        acc[k] = op(op(acc[k], to_acc<A, kSq>(x0.v[k])), to_acc<A, kSq>(x1.v[k]));
+    }
+    if (r < r1) {
+      const XV x0 = *reinterpret_cast<const XV*>(col + r * row_stride);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] = op(acc[k], to_acc<A, kSq>(x0.v[k]));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < V; ++k) partial[ty][tx * V + k] = acc[k];
+  __syncthreads();
+  if (ty == 0 && c0 < n_out) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      for (int w = 1; w < kRedWarps; ++w) acc[k] = op(acc[k], partial[w][tx * V + k]);
+      part[g * n_out + c0 + k] = acc[k];
+    }
+  }
+}
+
 template <class A, class S>
 __global__ void finalize_one(const A* acc, S* out, double count, int post) {
   *out = finalize<S>(*acc, count, post);
@@ -448,6 +500,34 @@ void launch_reduce(const LaunchArgs& a) {
     a.device->free_scratch(*a.s, part, bytes);
     BP_CUDA_CHECK(err);
     return;
+  }
+
+  // A dense matrix summed over its rows (bias gradients: [tokens, features] over tokens):
+  // reduce_cols_wide's 16-byte loads, then reduce_cols over its partials.
+  constexpr int64_t V = 16 / sizeof(S);
+  if constexpr (sizeof(S) >= 2) {
+    if (p.krank == 1 && p.kin[0] == 1 && p.rrank == 1 && p.n_out % V == 0 && p.rin[0] % V == 0 &&
+        reinterpret_cast<uintptr_t>(pin) % 16 == 0 &&
+        ceil_div(p.n_out, 32 * V) <= std::numeric_limits<int32_t>::max()) {
+      const int64_t wide_x = ceil_div(p.n_out, 32 * V);
+      int64_t G = std::max<int64_t>(
+          1, std::min({ceil_div(sms * 8, wide_x), ceil_div(p.n_red, 64), int64_t{65535}}));
+      const int64_t chunk = ceil_div(p.n_red, G);
+      G = ceil_div(p.n_red, chunk);
+      const uint64_t bytes = static_cast<uint64_t>(p.n_out * G) * sizeof(A);
+      A* part = static_cast<A*>(a.device->allocate_scratch(*a.s, bytes));
+      reduce_cols_wide<S, A, R, kSq>
+          <<<dim3(static_cast<unsigned>(wide_x), static_cast<unsigned>(G)), kRedThreads, 0,
+             a.stream>>>(pin, part, p.n_out, p.rin[0], p.n_red, chunk);
+      const RedPlan q = partial_plan(p, G, false);
+      reduce_cols<A, A, R, S, true, false>
+          <<<dim3(static_cast<unsigned>(ceil_div(p.n_out, 32)), 1), kRedThreads, 0, a.stream>>>(
+              part, pout, q, G, count, post);
+      const cudaError_t err = cudaGetLastError();
+      a.device->free_scratch(*a.s, part, bytes);
+      BP_CUDA_CHECK(err);
+      return;
+    }
   }
 
   const int64_t blocks_x = ceil_div(p.n_out, 32);

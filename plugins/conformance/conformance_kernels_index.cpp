@@ -258,6 +258,14 @@ void index_cases(const OpInfo& op, int32_t dt, CaseList& out) {
       {"large", {kLargeRows, kLargeCols}, {kLargeRows, 300}, 1},
       {"index_past_end", {4, 7}, {4, 5}, 1, 10},
       {"index_negative", {4, 7}, {4, 5}, 1, -2},
+      // One index along AXIS (a class per row, as cross_entropy's gather): each output element
+      // takes at most one contribution, a path of its own on some devices.
+      {"one_per_row", {64, 1000}, {64, 1}, 1},
+      {"one_axis0", {7, 9, 5}, {1, 9, 5}, 0},
+      {"one_smaller", {5, 6, 7}, {3, 4, 1}, 2},
+      {"one_inplace", {6, 9}, {6, 1}, 1, 0, true},
+      {"one_index_past_end", {4, 7}, {4, 1}, 1, 10},
+      {"one_index_negative", {5, 3}, {1, 3}, 0, -1},
   };
   for (const GatherCase& c : cases) {
     if (c.inplace && !scatter) continue;

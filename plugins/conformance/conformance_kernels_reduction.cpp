@@ -113,6 +113,10 @@ void reduction_cases(const OpInfo& op, int32_t dt, CaseList& out) {
       {"large", {kLargeRows, kLargeCols}, {kLargeRows, 1}},
       {"large_all", {(int64_t{1} << 20) + 5}, {1}},
       {"large_columns", {kLargeRows, kLargeCols}, {1, kLargeCols}},
+      // Column sums of a matrix whose rows are a multiple of 16 bytes (bias gradients; a
+      // vectorised path on some devices), a row count that leaves a remainder in every chunk.
+      {"columns_wide", {kLargeRows, 264}, {1, 264}},
+      {"columns_wide_few_rows", {3, 520}, {1, 520}},
   };
   const OpInfo* p = &op;
   for (const ReduceCase& c : cases) {

@@ -13,4 +13,7 @@ NB_MODULE(_core, m) {
   bp::python::register_graph(m);
   bp::python::register_profiler(m);
   bp::python::register_dist(m);
+  // Note [Leak reports under pytest with PyTorch] in backplane/__init__.py.
+  m.def("_set_leak_warnings", &nanobind::set_leak_warnings, nanobind::arg("enabled"),
+        "Whether nanobind reports Backplane objects still alive when the interpreter ends.");
 }

@@ -93,3 +93,30 @@ def test_nothing_leaks_at_interpreter_exit():
                        timeout=300)
     assert r.returncode == 0 and "done" in r.stdout, r.stderr[-2000:]
     assert "leak" not in r.stderr.lower(), r.stderr[-4000:]
+
+
+FORCED_LEAK = """
+import ctypes
+import sys
+import types
+import backplane as bp
+d = bp.device("cpu")
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(d))  # a reference nobody gives back: a real leak
+{setup}
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("setup, reported", [
+    ("", True),
+    ("sys.modules.setdefault('torch', types.ModuleType('torch'))", True),
+    ("import _pytest", True),
+    ("sys.modules.setdefault('torch', types.ModuleType('torch')); import _pytest", False),
+])
+def test_leak_report_is_off_only_under_pytest_with_torch(setup, reported):
+    """Note [Leak reports under pytest with PyTorch]: a leaked Device is reported at exit unless
+    both PyTorch and pytest are loaded (pytest's state then outlives the interpreter)."""
+    r = subprocess.run([sys.executable, "-c", FORCED_LEAK.format(setup=setup)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "done" in r.stdout, r.stderr[-2000:]
+    assert ("leaked 1 instances" in r.stderr) == reported, r.stderr[-2000:]

@@ -171,7 +171,12 @@ TEST_P(GradCheckTest, Matmul) {
   auto mm = [](auto& x) { return x[0].matmul(x[1]); };
   check("matmul 2d", mm, {{{3, 4}}, {{4, 2}}});
   check("matmul batched", mm, {{{2, 3, 4}}, {{2, 4, 5}}});
+  // A matrix rhs under a dense batched lhs is folded into one 2-D product (Note [Folded
+  // matmul]); a strided lhs is not.
   check("matmul broadcast rhs", mm, {{{2, 3, 4}}, {{4, 5}}});
+  check("matmul broadcast rhs 4-d", mm, {{{2, 2, 3, 4}}, {{4, 5}}});
+  check("matmul broadcast rhs strided lhs",
+        [](auto& x) { return x[0].transpose(0, 1).matmul(x[1]); }, {{{3, 2, 4}}, {{4, 5}}});
   check("matmul broadcast lhs", mm, {{{3, 4}}, {{2, 4, 5}}});
   check("matmul broadcast batch dims", mm, {{{2, 1, 3, 4}}, {{3, 4, 2}}});
   check("matmul vector-matrix", mm, {{{4}}, {{4, 3}}});

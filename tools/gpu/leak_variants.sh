@@ -31,3 +31,16 @@ run bp-to-torch-cpu 'import torch, backplane as bp; t = torch.from_dlpack(bp.one
 run torch-to-bp-cpu 'import torch, backplane as bp; x = bp.from_dlpack(torch.ones(3)); print(x.sum().item())'
 run exchange-api-query 'import torch, backplane as bp; print(bp._core._dlpack_c_exchange_api_of(torch.Tensor) is not None)'
 run torch-device-attr 'import torch, backplane as bp; d = bp.device("cuda:0"); print(torch.device(str(d)))'
+# test_interop_gpu.py leaks in every single test, test_dlpack_c_api.py in none: the former also
+# imports CuPy and lists the devices (conftest).
+run devices-list 'import backplane as bp; D = list(bp.devices()); print(D)'
+run torch-devices-list 'import torch, backplane as bp; D = list(bp.devices()); print(D)'
+run cupy-import 'import backplane as bp, cupy; print(bp.ones(2).sum().item())'
+run cupy-count 'import backplane as bp, cupy; cupy.cuda.runtime.getDeviceCount(); print(bp.ones(2).sum().item())'
+run cupy-devices-list 'import backplane as bp, cupy; D = list(bp.devices()); print(D)'
+run cupy-count-devices-list 'import backplane as bp, cupy; cupy.cuda.runtime.getDeviceCount(); D = list(bp.devices()); print(D)'
+run cupy-count-devices-del 'import backplane as bp, cupy; cupy.cuda.runtime.getDeviceCount(); D = list(bp.devices()); del D'
+run cupy-first-devices-list 'import cupy, backplane as bp; cupy.cuda.runtime.getDeviceCount(); D = list(bp.devices()); print(D)'
+run cupy-cuda-device 'import backplane as bp, cupy; cupy.cuda.runtime.getDeviceCount(); d = bp.device("cuda:0"); print(d)'
+run cupy-opencl-device 'import backplane as bp, cupy; cupy.cuda.runtime.getDeviceCount(); d = bp.device("opencl:0"); print(d)'
+run opencl-device 'import backplane as bp; d = bp.device("opencl:0"); print(d)'

@@ -66,7 +66,8 @@ for part in "$@"; do
         --plugin "$build/lib/backplane/plugins/libbackplane-cuda.so" --device cuda:0 \
         --filter 'kernels.sum*' --filter 'kernels.mean*' --filter 'kernels.max*' \
         --filter 'kernels.norm*' --filter 'kernels.sumsq*' --filter 'kernels.log_softmax*' \
-        --filter 'kernels.linear*' --seed "$(seed)"
+        --filter 'kernels.linear*' --filter 'kernels.scatter_add*' --filter 'kernels.gather*' \
+        --seed "$(seed)"
       STEP_TIMEOUT=300 STEP_TAIL=6 step nn.losses env BP_TEST_DEVICES=cuda:0 \
         "$build/bin/bp_nn_tests" --gtest_filter='*ross*:*Loss*:*Linear*:*Train*:*Gpt*' \
         --gtest_brief=1

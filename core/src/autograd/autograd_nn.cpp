@@ -79,7 +79,8 @@ std::vector<Tensor> nn_backward(GradKind kind, const Tensor& grad, const std::ve
     case GradKind::index_reduce:
     case GradKind::gather: {
       Tensor z = zeros(in_shapes[0], g.device(), g.dtype());
-      return {scatter_add_raw(z, axis, saved[0], g)};
+      scatter_add_into(z, axis, saved[0], g);
+      return {z};
     }
     case GradKind::scatter_add: {
       Tensor dsrc;

@@ -151,6 +151,13 @@ Tensor scatter_add_raw(const Tensor& base, int axis, const Tensor& index, const 
   return out;
 }
 
+void scatter_add_into(const Tensor& base, int axis, const Tensor& index, const Tensor& src) {
+  if (base.numel() == 0 || index.numel() == 0) return;
+  bp_tensor_desc in[3] = {desc(base), desc(index), desc(src)}, o = desc(base);
+  bp_attr a[2] = {attr_i(BP_ATTR_ID_AXIS, axis), attr_i(BP_ATTR_ID_INPLACE, 1)};
+  launch(base.device(), Op::scatter_add, base.dtype(), in, {&o, 1}, {a, 2});
+}
+
 }  // namespace detail
 
 // ---- reductions with indices ------------------------------------------------------------------

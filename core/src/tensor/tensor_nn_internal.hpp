@@ -35,6 +35,9 @@ Tensor dropout_raw(const Tensor& x, double p, uint64_t seed, uint64_t offset);
 Tensor softmax_backward_raw(Op op, const Tensor& y, const Tensor& dy, int axis);
 Tensor gather_raw(const Tensor& x, int axis, const Tensor& index);
 Tensor scatter_add_raw(const Tensor& base, int axis, const Tensor& index, const Tensor& src);
+// scatter_add with INPLACE into `base` (dense, owned by the caller): gather's backward, whose
+// base is a fresh zero tensor, saves scatter_add_raw's copy of it.
+void scatter_add_into(const Tensor& base, int axis, const Tensor& index, const Tensor& src);
 
 // The transformer family's backward launches (tensor_transformer_ops.cpp).
 // dx, dweight, dbias of layer_norm over x [M, N] (dweight and dbias undefined without w).

@@ -461,9 +461,19 @@ Tensor where(const Tensor& c, const Tensor& a, const Tensor& b) {
   if (autograd::needs_grad({&a, &b})) record(GradKind::where, out, {a, b}, {c, a, b});
   return out;
 }
+// Note [Folded matmul]: a [..., M, K] with batch dims, dense, times a matrix b [K, N] (x @ W.t(),
+// a tied output layer) is one [(...) M, K] x [K, N] product viewed back, as PyTorch folds it.
+// Run as a batch with b broadcast, its backward would compute b's gradient one batch entry at a
+// time, [batch, K, N], and then sum that over the batch; folded it is one GEMM over all rows.
 Tensor matmul(const Tensor& a0, const Tensor& b0) {
   AutocastArgs<2> ac(AutocastPolicy::lower, {&a0, &b0});
   const Tensor &a = ac[0], &b = ac[1];
+  if (a.rank() >= 3 && b.rank() == 2 && a.numel() != 0 && a.size(-1) == b.size(0) &&
+      a.is_contiguous() && &a.device() == &b.device() && a.dtype() == b.dtype()) {
+    Shape out_shape = a.shape();
+    out_shape.back() = b.size(1);
+    return matmul(a.reshape({-1, a.size(-1)}), b).reshape(out_shape);
+  }
   Tensor out = matmul_raw(a, b);
   if (autograd::needs_grad({&a, &b})) record(GradKind::matmul, out, {a, b}, {a, b});
   return out;
