@@ -96,6 +96,20 @@ Dims dims_of(const bp_tensor_desc& t) {
   return d;
 }
 
+// The row-major offset in a tensor of shape `xd` of position `i` of an index-shaped tensor
+// (shape `id`) with its coordinate along `axis` replaced by `j`.
+__device__ __forceinline__ int64_t offset_at(int64_t i, const Dims& id, const Dims& xd, int axis,
+                                             int64_t j) {
+  int64_t off = 0, stride = 1;
+  for (int d = id.rank - 1; d >= 0; --d) {
+    const int64_t c = i % id.shape[d];
+    i /= id.shape[d];
+    off += (d == axis ? j : c) * stride;
+    stride *= xd.shape[d];
+  }
+  return off;
+}
+
 // out[i] = x[i with i_axis = index[i]]; out and index have index's shape (`id`).
 template <class S>
 __global__ void __launch_bounds__(kThreads)
@@ -110,14 +124,7 @@ __global__ void __launch_bounds__(kThreads)
       out[o] = store<S>(compute_of_t<S>(0));
       continue;
     }
-    int64_t rem = o, off = 0, stride = 1;
-    for (int d = id.rank - 1; d >= 0; --d) {
-      const int64_t c = rem % id.shape[d];
-      rem /= id.shape[d];
-      off += (d == axis ? j : c) * stride;
-      stride *= xd.shape[d];
-    }
-    out[o] = x[off];
+    out[o] = x[offset_at(o, id, xd, axis, j)];
   }
 }
 
@@ -182,13 +189,7 @@ __global__ void __launch_bounds__(kThreads)
       report_index(rec, kIndexScatterAdd, axis, t, p, od.shape[axis]);
       continue;
     }
-    int64_t rem = p, off = 0, stride = 1;
-    for (int d = id.rank - 1; d >= 0; --d) {
-      const int64_t c = rem % id.shape[d];
-      rem /= id.shape[d];
-      off += (d == axis ? t : c) * stride;
-      stride *= od.shape[d];
-    }
+    const int64_t off = offset_at(p, id, od, axis, t);
     C acc = load(base[off]);
     if constexpr (std::is_integral_v<C>)
       acc = wrap_add(acc, load(src[p]));
