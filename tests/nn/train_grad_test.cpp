@@ -4,9 +4,11 @@
 // element carries a different weight.
 #include "nn_test_support.hpp"
 
+#include <backplane/profiler.hpp>
 #include <backplane/train.hpp>
 
 #include <functional>
+#include <map>
 
 namespace {
 
@@ -261,6 +263,67 @@ TEST_P(GradCheckTest, Views) {
         {{{3, 5}}});
   check("reshape of a transposed view (copies)", [](auto& x) { return x[0].t().reshape({-1}); },
         {{{3, 5}}});
+}
+
+// Several slices of one tensor (Note [Slice gradients]): disjoint ones are written into one
+// gradient buffer; overlapping ones, other axes or steps, and uses of the whole tensor take the
+// general path. Each order of arrival is covered by the expression's shape.
+TEST_P(GradCheckTest, SlicesOfOneTensor) {
+  const std::vector<Input> in = {{{4, 9}}};
+  auto s = [](const Tensor& x, int axis, int64_t a, int64_t b, int64_t step = 1) {
+    return x.slice(axis, a, b, step);
+  };
+  check(
+      "disjoint thirds (q, k, v)",
+      [&](auto& x) { return s(x[0], 1, 0, 3) * s(x[0], 1, 3, 6) + s(x[0], 1, 6, 9) * 3.0; }, in);
+  check(
+      "disjoint, out of order and with a gap",
+      [&](auto& x) { return s(x[0], 1, 6, 9) * s(x[0], 1, 0, 3).exp(); }, in);
+  check(
+      "overlapping", [&](auto& x) { return s(x[0], 1, 0, 5) * s(x[0], 1, 3, 8); }, in);
+  check(
+      "the same region twice", [&](auto& x) { return s(x[0], 1, 2, 5) * s(x[0], 1, 2, 5); }, in);
+  check(
+      "slices along two axes",
+      [&](auto& x) { return s(x[0], 0, 0, 2).sum() * s(x[0], 1, 4, 6).sum() + s(x[0], 0, 2, 4); },
+      in);
+  check(
+      "strided slices",
+      [&](auto& x) { return s(x[0], 1, 0, 9, 2).sum(1) * s(x[0], 1, 1, 9, 2).sum(1); }, in);
+  check(
+      "slices and the whole tensor",
+      [&](auto& x) { return (s(x[0], 1, 0, 3) * s(x[0], 1, 6, 9)).sum() + x[0] * 2.0; }, in);
+  check(
+      "the whole tensor, then slices",
+      [&](auto& x) { return x[0].exp() + (s(x[0], 1, 0, 4) * s(x[0], 1, 5, 9)).sum(); }, in);
+}
+
+// The point of Note [Slice gradients]: three disjoint slices' gradients land in one zero buffer
+// (one fill, as for a single slice) with no full-size add.
+TEST_P(GradCheckTest, DisjointSlicesShareOneGradientBuffer) {
+  auto launches = [&](int parts) {
+    Tensor x = nntest::make(nntest::random_values(8 * 12), {8, 12}, dev()).requires_grad_(true);
+    Tensor loss;
+    for (int p = 0; p < parts; ++p) {
+      Tensor part = (x.slice(1, 4 * p, 4 * p + 4) * static_cast<double>(p + 2)).sum();
+      loss = loss.defined() ? loss + part : part;
+    }
+    bp::profiler::start();
+    loss.backward();
+    dev().synchronize();
+    bp::profiler::stop();
+    std::map<std::string, int64_t> calls;
+    for (const bp::profiler::OpSummary& r : bp::profiler::key_averages()) calls[r.name] += r.calls;
+    std::vector<double> want(8 * 12);
+    for (size_t i = 0; i < want.size(); ++i)
+      want[i] = static_cast<int>(i % 12) < 4 * parts ? static_cast<double>(i % 12 / 4 + 2) : 0.0;
+    EXPECT_EQ(x.grad().to_vector<double>(), want);
+    return calls;
+  };
+  std::map<std::string, int64_t> one = launches(1), three = launches(3);
+  EXPECT_EQ(three["fill"], one["fill"]) << bp::profiler::table();
+  EXPECT_EQ(three["add"], 0) << bp::profiler::table();
+  EXPECT_EQ(three["copy"], 3) << bp::profiler::table();
 }
 
 TEST_P(GradCheckTest, DTypeAndDeviceMoves) {

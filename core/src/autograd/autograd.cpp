@@ -47,6 +47,12 @@ class OpNode final : public Node {
 
   const char* name() const override { return grad_kind_name(kind); }
 
+  bool slice_region(SliceRegion& r) const override {
+    if (kind != GradKind::slice) return false;
+    r = {static_cast<int>(extra[0]), extra[1], extra[2], extra[3], in_shapes[0]};
+    return true;
+  }
+
   std::vector<Tensor> apply(const Tensor& g) override {
     const Shape& s0 = in_shapes[0];
     auto two = [&](Tensor ga, Tensor gb) {
@@ -368,6 +374,34 @@ Tensor Tensor::detach() const {
 
 namespace {
 
+// Note [Slice gradients]
+//   A slice's gradient is zero outside its region, so materialised on its own it is a zero
+//   tensor of the input's shape with the gradient copied into the region; when several slices
+//   of one tensor all need a gradient (q, k and v cut from one fused projection), their
+//   zero-padded gradients were then added: one fill, one copy and one full-size add per slice.
+//   The backward pass instead keeps, for a pending gradient that slices alone have produced so
+//   far, the regions already written into its zero buffer (the pass made that buffer and nothing
+//   else refers to it), and copies a further slice's gradient straight into its region when it
+//   is disjoint from them (the same axis, unit steps, intervals that do not meet). Anything
+//   else (an overlap, another kind of gradient for the same tensor) takes the general path:
+//   materialise and add.
+namespace {
+struct SliceAccumulator {
+  std::vector<autograd::Node::SliceRegion> written;
+
+  bool disjoint(const autograd::Node::SliceRegion& r) const {
+    if (r.step != 1) return false;
+    for (const autograd::Node::SliceRegion& w : written)
+      if (w.axis != r.axis || w.step != 1 || !(r.end <= w.start || w.end <= r.start)) return false;
+    return true;
+  }
+};
+
+Tensor slice_view(const Tensor& full, const autograd::Node::SliceRegion& r) {
+  return full.slice(r.axis, r.start, r.end, r.step);
+}
+}  // namespace
+
 // Note [Autograd]'s backward pass from `root` seeded with `seed`. With `capture` (Node -> slot),
 // the gradient reaching a captured node is stored in its slot, and no AccumulateGrad runs (no
 // leaf's grad() changes): autograd::grad.
@@ -394,6 +428,7 @@ void run_backward(const std::shared_ptr<autograd::Node>& root, const Tensor& see
     }
   }
   std::unordered_map<autograd::Node*, Tensor> grads;
+  std::unordered_map<autograd::Node*, SliceAccumulator> slices;
   grads[root.get()] = seed;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     autograd::Node* n = *it;
@@ -406,12 +441,35 @@ void run_backward(const std::shared_ptr<autograd::Node>& root, const Tensor& see
       if (c != capture->end()) c->second = grad;
       if (dynamic_cast<autograd::AccumulateGrad*>(n)) continue;
     }
+    autograd::Node::SliceRegion region;
+    if (n->slice_region(region) && !n->next.empty() && n->next[0]) {
+      // Note [Slice gradients]
+      autograd::Node* c = n->next[0].get();
+      auto slot = grads.find(c);
+      auto acc = slices.find(c);
+      if (slot == grads.end()) {
+        Tensor z = zeros(region.input_shape, grad.device(), grad.dtype());
+        Tensor view = slice_view(z, region);
+        detail::copy_into(view, grad.reshape(view.shape()));
+        grads.emplace(c, z);
+        slices[c].written.push_back(region);
+        continue;
+      }
+      if (acc != slices.end() && acc->second.disjoint(region) &&
+          slot->second.dtype() == grad.dtype() && &slot->second.device() == &grad.device()) {
+        Tensor view = slice_view(slot->second, region);
+        detail::copy_into(view, grad.reshape(view.shape()));
+        acc->second.written.push_back(region);
+        continue;
+      }
+    }
     std::vector<Tensor> in_grads = n->apply(grad);
     for (size_t k = 0; k < n->next.size() && k < in_grads.size(); ++k) {
       autograd::Node* c = n->next[k].get();
       if (!c || !in_grads[k].defined()) continue;
       auto [slot, fresh] = grads.try_emplace(c, in_grads[k]);
       if (!fresh) slot->second = slot->second + in_grads[k];
+      slices.erase(c);  // no longer a zero buffer that only slices wrote into
     }
   }
 }
