@@ -7,12 +7,8 @@
 //   across warps), then write. inner > 1: one thread per (outer, inner) column walks the axis,
 //   so neighbouring threads read neighbouring addresses. softmax subtracts the row maximum
 //   before exp and accumulates in f32 (f64 for f64), so any finite input gives a finite
-//   result; f16/bf16 round once on store. The row kernels find the maximum and the sum of
-//   exp(x - max) in one read (MaxSum: the sum is rescaled when the maximum grows, and the
-//   threads' partial pairs merge the same way), then write in a second: two reads of the row
-//   where a pass for each took three, with the two-pass form's results for NaN and +inf.
-//   max_dim/min_dim keep the first position of the extreme, and a NaN is the extreme (its first
-//   position), as torch.max(x, dim).
+//   result; f16/bf16 round once on store. max_dim/min_dim keep the first position of the
+//   extreme, and a NaN is the extreme (its first position), as torch.max(x, dim).
 #include "cuda_common.hpp"
 #include "cuda_elementwise.cuh"
 #include "cuda_kernels.hpp"
@@ -64,89 +60,19 @@ __device__ __forceinline__ A group_reduce(A v, int width, A* sh) {
   return t;
 }
 
-// The running maximum m and sum s of exp(x - m) of a stream of values (Note [CUDA axis
-// kernels]: one read of the row for both). A NaN or +inf anywhere makes the row's result what
-// the two-pass form gives (every output NaN), so they are only flagged here; -inf adds nothing.
-template <class A>
-struct MaxSum {
-  A m = -std::numeric_limits<A>::infinity();
-  A s = 0;
-  int special = 0;  // bit 0: a NaN, bit 1: +inf
-
-  __device__ __forceinline__ void add(A x) {
-    if (x != x) {
-      special |= 1;
-    } else if (x == std::numeric_limits<A>::infinity()) {
-      special |= 2;
-    } else if (x > m) {
-      s = s * a_exp(m - x) + A(1);  // m = -inf at first: exp(-inf) = 0
-      m = x;
-    } else if (x != -std::numeric_limits<A>::infinity()) {
-      s += a_exp(x - m);
-    }
-  }
-  __device__ __forceinline__ void merge(A om, A os, int ospecial) {
-    special |= ospecial;
-    if (os == A(0)) return;  // the other part saw no finite value
-    if (s == A(0)) {
-      m = om;
-      s = os;
-    } else if (om > m) {
-      s = s * a_exp(m - om) + os;
-      m = om;
-    } else {
-      s += os * a_exp(om - m);
-    }
-  }
-  // The maximum and sum the two-pass form would give.
-  __device__ __forceinline__ void finish() {
-    if (special & 1) {
-      m = s = std::numeric_limits<A>::quiet_NaN();
-    } else if (special & 2) {
-      m = std::numeric_limits<A>::infinity();
-      s = std::numeric_limits<A>::quiet_NaN();  // exp(inf - inf) was in the sum
-    }
-  }
-};
-
-// MaxSum over `width` threads (a warp or a block of kRowThreads); every thread gets the result.
-template <class A>
-__device__ __forceinline__ MaxSum<A> group_max_sum(MaxSum<A> v, int width, A* sh_m, A* sh_s,
-                                                   int* sh_f) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const A om = __shfl_xor_sync(0xffffffffu, v.m, o);
-    const A os = __shfl_xor_sync(0xffffffffu, v.s, o);
-    const int of = __shfl_xor_sync(0xffffffffu, v.special, o);
-    v.merge(om, os, of);
-  }
-  if (width > 32) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __syncthreads();
-    if (lane == 0) {
-      sh_m[warp] = v.m;
-      sh_s[warp] = v.s;
-      sh_f[warp] = v.special;
-    }
-    __syncthreads();
-    v = MaxSum<A>{sh_m[0], sh_s[0], sh_f[0]};
-    for (int w = 1; w < width / 32; ++w) v.merge(sh_m[w], sh_s[w], sh_f[w]);
-  }
-  v.finish();
-  return v;
-}
-
 // One row of `len` elements handled by `width` threads starting at thread `t`.
 // Forward: in0 = x. Backward: in0 = y, in1 = dy.
 template <Mode M, class S>
 __device__ __forceinline__ void row(const S* in0, const S* in1, S* out, int64_t len, int t,
-                                    int width, compute_of_t<S>* sh, compute_of_t<S>* sh2,
-                                    int* shf) {
+                                    int width, compute_of_t<S>* sh) {
   using A = compute_of_t<S>;
   if constexpr (M == Mode::kSoftmax || M == Mode::kLogSoftmax) {
-    MaxSum<A> ms;
-    for (int64_t i = t; i < len; i += width) ms.add(load(in0[i]));
-    ms = group_max_sum(ms, width, sh, sh2, shf);
-    const A m = ms.m, s = ms.s;
+    A m = -std::numeric_limits<A>::infinity();
+    for (int64_t i = t; i < len; i += width) m = a_max(m, load(in0[i]));
+    m = group_reduce<true>(m, width, sh);
+    A s = 0;
+    for (int64_t i = t; i < len; i += width) s += a_exp(load(in0[i]) - m);
+    s = group_reduce<false>(s, width, sh);
     if constexpr (M == Mode::kSoftmax) {
       const A inv = A(1) / s;
       for (int64_t i = t; i < len; i += width) out[i] = store<S>(a_exp(load(in0[i]) - m) * inv);
@@ -172,17 +98,15 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
   if (r >= rows) return;  // a whole warp leaves together
   const int64_t o = r * len;
-  row<M, S>(in0 + o, in1 ? in1 + o : nullptr, out + o, len, threadIdx.x & 31, 32, nullptr, nullptr,
-            nullptr);
+  row<M, S>(in0 + o, in1 ? in1 + o : nullptr, out + o, len, threadIdx.x & 31, 32, nullptr);
 }
 
 template <Mode M, class S>
 __global__ void __launch_bounds__(kRowThreads)
     block_rows_kernel(const S* in0, const S* in1, S* out, int64_t len) {
-  __shared__ compute_of_t<S> sh[kRowThreads / 32], sh2[kRowThreads / 32];
-  __shared__ int shf[kRowThreads / 32];
+  __shared__ compute_of_t<S> sh[kRowThreads / 32];
   const int64_t o = static_cast<int64_t>(blockIdx.x) * len;
-  row<M, S>(in0 + o, in1 ? in1 + o : nullptr, out + o, len, threadIdx.x, kRowThreads, sh, sh2, shf);
+  row<M, S>(in0 + o, in1 ? in1 + o : nullptr, out + o, len, threadIdx.x, kRowThreads, sh);
 }
 
 // inner > 1: one thread per column (outer, inner).
