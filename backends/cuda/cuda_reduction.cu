@@ -262,21 +262,9 @@ __global__ void __launch_bounds__(kRedThreads)
     p.kept(o, in_base, out_off);
     const int64_t r0 = g * chunk, r1 = min(r0 + chunk, p.n_red);
     if (p.rrank == 1) {
-      // Four independent accumulators keep four loads in flight per thread (a single chain
-      // waits out each load's latency: bias gradients, [tokens, features] summed over tokens,
-      // are this path).
       const int64_t s = p.rin[0];
-      const X* col = in + in_base;
-      A a1 = R::identity(), a2 = R::identity(), a3 = R::identity();
-      int64_t r = r0 + ty;
-      for (; r + 3 * kRedWarps < r1; r += 4 * kRedWarps) {
-        acc = op(acc, to_acc<A, kSq>(col[r * s]));
-        a1 = op(a1, to_acc<A, kSq>(col[(r + kRedWarps) * s]));
-        a2 = op(a2, to_acc<A, kSq>(col[(r + 2 * kRedWarps) * s]));
-        a3 = op(a3, to_acc<A, kSq>(col[(r + 3 * kRedWarps) * s]));
-      }
-      for (; r < r1; r += kRedWarps) acc = op(acc, to_acc<A, kSq>(col[r * s]));
-      acc = op(op(acc, a1), op(a2, a3));
+      for (int64_t r = r0 + ty; r < r1; r += kRedWarps)
+        acc = op(acc, to_acc<A, kSq>(in[in_base + r * s]));
     } else {
       for (int64_t r = r0 + ty; r < r1; r += kRedWarps)
         acc = op(acc, to_acc<A, kSq>(in[in_base + p.reduced(r)]));
@@ -502,13 +490,27 @@ void launch_reduce(const LaunchArgs& a) {
     return;
   }
 
+  const int64_t blocks_x = ceil_div(p.n_out, 32);
+  if (blocks_x > std::numeric_limits<int32_t>::max())
+    invalid("reduction output too large for one launch");
+  // Pass 2 of a chunked outer reduction: reduce_cols over the partials [G][n_out] in `part`
+  // (scratch of `bytes`, handed back after).
+  auto combine_cols = [&](A* part, uint64_t bytes, int64_t G) {
+    const RedPlan q = partial_plan(p, G, false);
+    reduce_cols<A, A, R, S, true, false>
+        <<<dim3(static_cast<unsigned>(blocks_x), 1), kRedThreads, 0, a.stream>>>(part, pout, q, G,
+                                                                                 count, post);
+    const cudaError_t err = cudaGetLastError();
+    a.device->free_scratch(*a.s, part, bytes);
+    BP_CUDA_CHECK(err);
+  };
+
   // A dense matrix summed over its rows (bias gradients: [tokens, features] over tokens):
-  // reduce_cols_wide's 16-byte loads, then reduce_cols over its partials.
+  // reduce_cols_wide's 16-byte loads, then combine_cols.
   constexpr int64_t V = 16 / sizeof(S);
   if constexpr (sizeof(S) >= 2) {
     if (p.krank == 1 && p.kin[0] == 1 && p.rrank == 1 && p.n_out % V == 0 && p.rin[0] % V == 0 &&
-        reinterpret_cast<uintptr_t>(pin) % 16 == 0 &&
-        ceil_div(p.n_out, 32 * V) <= std::numeric_limits<int32_t>::max()) {
+        reinterpret_cast<uintptr_t>(pin) % 16 == 0) {
       const int64_t wide_x = ceil_div(p.n_out, 32 * V);
       int64_t G = std::max<int64_t>(
           1, std::min({ceil_div(sms * 8, wide_x), ceil_div(p.n_red, 64), int64_t{65535}}));
@@ -519,18 +521,11 @@ void launch_reduce(const LaunchArgs& a) {
       reduce_cols_wide<S, A, R, kSq>
           <<<dim3(static_cast<unsigned>(wide_x), static_cast<unsigned>(G)), kRedThreads, 0,
              a.stream>>>(pin, part, p.n_out, p.rin[0], p.n_red, chunk);
-      const RedPlan q = partial_plan(p, G, false);
-      reduce_cols<A, A, R, S, true, false>
-          <<<dim3(static_cast<unsigned>(ceil_div(p.n_out, 32)), 1), kRedThreads, 0, a.stream>>>(
-              part, pout, q, G, count, post);
-      const cudaError_t err = cudaGetLastError();
-      a.device->free_scratch(*a.s, part, bytes);
-      BP_CUDA_CHECK(err);
+      combine_cols(part, bytes, G);
       return;
     }
   }
 
-  const int64_t blocks_x = ceil_div(p.n_out, 32);
   const int64_t target_blocks = sms * 8;
   int64_t G = 1;
   if (blocks_x < target_blocks / 2)
@@ -538,8 +533,6 @@ void launch_reduce(const LaunchArgs& a) {
         1, std::min({ceil_div(target_blocks, blocks_x), ceil_div(p.n_red, 256), int64_t{65535}}));
   const int64_t chunk = ceil_div(p.n_red, G);
   G = ceil_div(p.n_red, chunk);
-  if (blocks_x > std::numeric_limits<int32_t>::max())
-    invalid("reduction output too large for one launch");
   if (G == 1) {
     reduce_cols<S, A, R, S, true, kSq>
         <<<dim3(static_cast<unsigned>(blocks_x), 1), kRedThreads, 0, a.stream>>>(
@@ -552,13 +545,7 @@ void launch_reduce(const LaunchArgs& a) {
   reduce_cols<S, A, R, A, false, kSq>
       <<<dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(G)), kRedThreads, 0,
          a.stream>>>(pin, part, p, chunk, count, post);
-  const RedPlan q = partial_plan(p, G, false);
-  reduce_cols<A, A, R, S, true, false>
-      <<<dim3(static_cast<unsigned>(blocks_x), 1), kRedThreads, 0, a.stream>>>(part, pout, q, G,
-                                                                               count, post);
-  const cudaError_t err = cudaGetLastError();
-  a.device->free_scratch(*a.s, part, bytes);
-  BP_CUDA_CHECK(err);
+  combine_cols(part, bytes, G);
 }
 
 template <Kind K>

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 32: runs each test of the given pytest files alone, in its own interpreter, and prints
 # which ones end with nanobind's leak report (the whole file reports it on the GPU machine with
-# PyTorch loaded; tools/gpu/leak_variants.sh's single steps do not). Then the whole file again,
+# PyTorch loaded; a standalone program does not). Then the whole file again,
 # with -p no:cacheprovider and -p no:faulthandler, to tell pytest's plugins apart. The single
 # tests run LEAK_JOBS (8) at a time.
 #   source .device/env.sh

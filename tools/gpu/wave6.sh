@@ -7,8 +7,6 @@
 #            PyTorch, batch 8 x 1024 bf16 training steps)
 #   startup  issue 29: bp-bench-startup on the GPU host, the first cuda op included
 #   pytest   the whole Python suite on the GPU host (as tools/gpu/python.sh runs it)
-#   variants issue 32: tools/gpu/leak_variants.sh (which step of a PyTorch + Backplane program
-#            makes nanobind report leaks)
 #   events   cuda_event_test and the async-error tests (the event-record fast path)
 #   reduce   bp-conformance on cuda:0 for every reduction and log_softmax, the nn tests of the
 #            losses and linear on cuda:0
@@ -53,9 +51,6 @@ for part in "$@"; do
     pytest)
       STEP_TIMEOUT=600 STEP_TAIL=15 step pytest "$py" -m pytest -q "$here/python/tests"
       ;;
-    variants)
-      STEP_TIMEOUT=300 STEP_TAIL=60 step leak.variants bash "$here/tools/gpu/leak_variants.sh" "$build"
-      ;;
     events)
       STEP_TIMEOUT=200 STEP_TAIL=6 step cuda_event_test "$build/bin/cuda_event_test" --gtest_brief=1
       STEP_TIMEOUT=200 STEP_TAIL=6 step async_errors env BP_TEST_DEVICES=cuda:0 \
@@ -77,7 +72,7 @@ for part in "$@"; do
         --device cuda:0 --bench --json "$out/gpt2-cuda0.json" --markdown "$out/gpt2-cuda0.md" ${GPT2_ARGS:-}
       ;;
     *)
-      echo "wave6.sh: unknown part '$part' (leak, profile, startup, pytest, variants, events, reduce or gpt2)" >&2
+      echo "wave6.sh: unknown part '$part' (leak, profile, startup, pytest, events, reduce or gpt2)" >&2
       exit 2
       ;;
   esac

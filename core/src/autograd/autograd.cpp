@@ -49,7 +49,7 @@ class OpNode final : public Node {
 
   bool slice_region(SliceRegion& r) const override {
     if (kind != GradKind::slice) return false;
-    r = {static_cast<int>(extra[0]), extra[1], extra[2], extra[3], in_shapes[0]};
+    r = {static_cast<int>(extra[0]), extra[1], extra[2], extra[3]};
     return true;
   }
 
@@ -385,7 +385,6 @@ namespace {
 //   is disjoint from them (the same axis, unit steps, intervals that do not meet). Anything
 //   else (an overlap, another kind of gradient for the same tensor) takes the general path:
 //   materialise and add.
-namespace {
 struct SliceAccumulator {
   std::vector<autograd::Node::SliceRegion> written;
 
@@ -396,11 +395,6 @@ struct SliceAccumulator {
     return true;
   }
 };
-
-Tensor slice_view(const Tensor& full, const autograd::Node::SliceRegion& r) {
-  return full.slice(r.axis, r.start, r.end, r.step);
-}
-}  // namespace
 
 // Note [Autograd]'s backward pass from `root` seeded with `seed`. With `capture` (Node -> slot),
 // the gradient reaching a captured node is stored in its slot, and no AccumulateGrad runs (no
@@ -442,22 +436,14 @@ void run_backward(const std::shared_ptr<autograd::Node>& root, const Tensor& see
       if (dynamic_cast<autograd::AccumulateGrad*>(n)) continue;
     }
     autograd::Node::SliceRegion region;
-    if (n->slice_region(region) && !n->next.empty() && n->next[0]) {
-      // Note [Slice gradients]
+    const bool slice = n->slice_region(region) && !n->next.empty() && n->next[0];
+    if (slice) {  // Note [Slice gradients]: into the pending buffer when disjoint
       autograd::Node* c = n->next[0].get();
       auto slot = grads.find(c);
       auto acc = slices.find(c);
-      if (slot == grads.end()) {
-        Tensor z = zeros(region.input_shape, grad.device(), grad.dtype());
-        Tensor view = slice_view(z, region);
-        detail::copy_into(view, grad.reshape(view.shape()));
-        grads.emplace(c, z);
-        slices[c].written.push_back(region);
-        continue;
-      }
-      if (acc != slices.end() && acc->second.disjoint(region) &&
+      if (slot != grads.end() && acc != slices.end() && acc->second.disjoint(region) &&
           slot->second.dtype() == grad.dtype() && &slot->second.device() == &grad.device()) {
-        Tensor view = slice_view(slot->second, region);
+        Tensor view = slot->second.slice(region.axis, region.start, region.end, region.step);
         detail::copy_into(view, grad.reshape(view.shape()));
         acc->second.written.push_back(region);
         continue;
@@ -469,7 +455,10 @@ void run_backward(const std::shared_ptr<autograd::Node>& root, const Tensor& see
       if (!c || !in_grads[k].defined()) continue;
       auto [slot, fresh] = grads.try_emplace(c, in_grads[k]);
       if (!fresh) slot->second = slot->second + in_grads[k];
-      slices.erase(c);  // no longer a zero buffer that only slices wrote into
+      if (fresh && slice)
+        slices[c].written = {region};  // apply's zero buffer with this region written
+      else
+        slices.erase(c);  // no longer a zero buffer that only slices wrote into
     }
   }
 }

@@ -26,11 +26,10 @@ struct Node {
   virtual std::vector<Tensor> apply(const Tensor& grad) = 0;
   virtual const char* name() const = 0;
   // A slice's node (Note [Slice gradients]): true, with the region of its one input that the
-  // output viewed (axis, start, end, step) and that input's shape.
+  // output viewed (axis, start, end, step).
   struct SliceRegion {
     int axis;
     int64_t start, end, step;
-    Shape input_shape;
   };
   virtual bool slice_region(SliceRegion&) const { return false; }
   std::vector<std::shared_ptr<Node>> next;  // per input: where its gradient goes, or null
