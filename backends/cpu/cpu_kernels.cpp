@@ -76,6 +76,9 @@ KernelFn family_kernel(Op op, bp_dtype dtype) {
       return attention_family(op, dtype);
     case Op::kAdamw:
       return optim_family(op, dtype);
+    case Op::kCrossEntropy:
+    case Op::kCrossEntropyBackward:
+      return loss_family(op, dtype);
     default:
       return elementwise_family(op, dtype);
   }

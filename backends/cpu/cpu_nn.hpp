@@ -169,6 +169,8 @@ KernelFn transformer_family(Op op, bp_dtype dtype);
 KernelFn attention_family(Op op, bp_dtype dtype);
 // The fused optimiser update (minor 7): adamw (cpu_optim.cpp).
 KernelFn optim_family(Op op, bp_dtype dtype);
+// The fused classification loss (minor 8): cross_entropy and its backward (cpu_loss.cpp).
+KernelFn loss_family(Op op, bp_dtype dtype);
 
 }  // namespace bp::cpu
 

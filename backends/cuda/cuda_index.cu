@@ -3,18 +3,18 @@
 //
 // Note [Deferred index errors]
 //   Whether an index is in range is known only on the device, and a launch must not wait for
-//   its kernel. So gather, scatter_add, embedding and embedding_backward (cuda_transformer.cu)
-//   never read or write out of range (a bad gather element or embedding row becomes 0, a bad
-//   scatter contribution or embedding gradient row is dropped), and the first bad index of a
-//   stream is written to a small record in device memory (IndexError) that the stream owns.
-//   Each launch that checks indices gets one of the stream's kIndexSlots records in turn, and
-//   the stream notes the launch's op id (Note [Asynchronous errors] in plugin_abi.h) and queue
-//   order for that slot (IndexLaunch). The launch marks the stream `index_armed`; the next
-//   stream_synchronize, or copy to the host, on that stream reads the records, clears them,
-//   and puts the first bad index in queue order into the stream's fault record (op failed,
-//   BP_ERROR_INVALID_ARGUMENT, the launch's op id, a message naming the op, the index value,
-//   its position in the index tensor and the valid range), which that call and every later
-//   one report until the host clears it (check_index_errors). Work queued after the bad
+//   its kernel. So gather, scatter_add, embedding and embedding_backward (cuda_transformer.cu),
+//   cross_entropy and its backward (cuda_loss.cu) never read or write out of range (a bad gather
+//   element or embedding row becomes 0, a bad scatter contribution or embedding gradient row is
+//   dropped), and the first bad index of a stream is written to a small record in device memory
+//   (IndexError) that the stream owns. Each launch that checks indices gets one of the stream's
+//   kIndexSlots records in turn, and the stream notes the launch's op id (Note [Asynchronous
+//   errors] in plugin_abi.h) and queue order for that slot (IndexLaunch). The launch marks the
+//   stream `index_armed`; the next stream_synchronize, or copy to the host, on that stream reads
+//   the records, clears them, and puts the first bad index in queue order into the stream's fault
+//   record (op failed, BP_ERROR_INVALID_ARGUMENT, the launch's op id, a message naming the op, the
+//   index value, its position in the index tensor and the valid range), which that call and every
+//   later one report until the host clears it (check_index_errors). Work queued after the bad
 //   launch has run by then. A slot armed twice between checks (more than kIndexSlots
 //   index-checking launches) keeps its first failure with op id 0. Inside a graph
 //   capture no record is used (a graph may be replayed on any stream, after its capture stream
@@ -406,6 +406,13 @@ IndexLaunch::IndexLaunch(const LaunchArgs& a, bool wanted) {
 namespace {
 
 std::string index_message(const IndexError& rec, int device) {
+  if (rec.flag == kIndexCrossEntropy || rec.flag == kIndexCrossEntropyBackward)
+    return bp::sdk::format(
+        "cuda:%d: op '%s': target %lld of row %lld is outside [0, %lld) and is not the "
+        "ignore_index",
+        device, rec.flag == kIndexCrossEntropy ? "cross_entropy" : "cross_entropy_backward",
+        static_cast<long long>(rec.value), static_cast<long long>(rec.position),
+        static_cast<long long>(rec.size));
   if (rec.flag == kIndexEmbedding || rec.flag == kIndexEmbeddingBackward)
     return bp::sdk::format(
         "cuda:%d: op '%s': index %lld at position %lld is out of range for a table of %lld rows "

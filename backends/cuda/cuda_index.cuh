@@ -1,5 +1,6 @@
-// The device record of out-of-range indices that gather, scatter_add, embedding and
-// embedding_backward share (Note [Deferred index errors] in cuda_index.cu).
+// The device record of out-of-range indices that gather, scatter_add, embedding,
+// embedding_backward and cross_entropy(_backward) share (Note [Deferred index errors] in
+// cuda_index.cu).
 //
 // Internal to backends/cuda; include from .cu files only.
 #ifndef BACKPLANE_CUDA_INDEX_CUH_
@@ -19,6 +20,8 @@ enum IndexErrorKind : int32_t {
   kIndexScatterAdd = 2,
   kIndexEmbedding = 3,
   kIndexEmbeddingBackward = 4,
+  kIndexCrossEntropy = 5,  // a target outside [0, C) that is not IGNORE_INDEX (cuda_loss.cu)
+  kIndexCrossEntropyBackward = 6,
 };
 
 struct IndexError {

@@ -75,12 +75,14 @@ LaunchFn activation_fn(Op op, int32_t dtype);
 LaunchFn attention_fn(Op op, int32_t dtype);
 // adamw, the fused optimiser update of minor 7 (cuda_optim.cu)
 LaunchFn optim_fn(Op op, int32_t dtype);
+// cross_entropy(_backward), the fused classification loss of minor 8 (cuda_loss.cu)
+LaunchFn loss_fn(Op op, int32_t dtype);
 
 // Puts into s's fault record (BP_ERROR_INVALID_ARGUMENT) and clears the first out-of-range
-// index that a gather, scatter_add or embedding queued on `s` met, waiting for the stream when
-// one may have, and gives the events watching those launches their verdict (Note [Deferred
-// index errors], Note [Events and deferred index errors] in cuda_index.cu). Cheap when none
-// was queued: one atomic load.
+// index that a gather, scatter_add, embedding or cross_entropy queued on `s` met, waiting for the
+// stream when one may have, and gives the events watching those launches their verdict (Note
+// [Deferred index errors], Note [Events and deferred index errors] in cuda_index.cu). Cheap when
+// none was queued: one atomic load.
 void check_index_errors(CudaStream& s);
 
 // Fills every element of `out` (any strides) with `value` converted to out.dtype per the

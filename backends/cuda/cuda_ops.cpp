@@ -117,6 +117,10 @@ LaunchFn resolve(Op op, int32_t dtype) {
     case Op::kAdamw:
       fn = optim_fn(op, dtype);
       break;
+    case Op::kCrossEntropy:
+    case Op::kCrossEntropyBackward:
+      fn = loss_fn(op, dtype);
+      break;
     case Op::kCount:
       break;
   }

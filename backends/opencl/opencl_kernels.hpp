@@ -69,6 +69,7 @@ std::string softmax_source(int32_t dtype, bool fp64);
 std::string transformer_source(int32_t dtype, bool fp64);
 std::string attention_source(int32_t dtype, bool fp64);
 std::string optim_source(int32_t dtype, bool fp64);
+std::string loss_source(int32_t dtype, bool fp64);
 // OpenCL C of bp_philox4x32_10(counter, seed) (Note [Philox stream]), shared by the random and
 // attention programs.
 const char* philox_source();
@@ -123,6 +124,7 @@ void create_softmax_kernels(bp_kernel& k, cl_program program);
 void create_transformer_kernels(bp_kernel& k, cl_program program);
 void create_attention_kernels(bp_kernel& k, cl_program program);
 void create_optim_kernels(bp_kernel& k, cl_program program);
+void create_loss_kernels(bp_kernel& k, cl_program program);
 
 // Where a launch goes: the device, the host's stream (may be NULL) and the queue to use.
 struct LaunchContext {
@@ -166,6 +168,9 @@ void launch_attention(bp_kernel& k, const LaunchContext& lc, const bp_tensor_des
 // adamw (Note [Op catalogue], minor 7): 4 N dense inputs, 3 N outputs that are 3 of them.
 void launch_optim(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
                   const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs);
+// cross_entropy and its backward (Note [Op catalogue], minor 8; Note [Loss kernels]).
+void launch_loss(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in, int32_t num_in,
+                 const bp_tensor_desc* out, int32_t num_out, const sdk::Attrs& attrs);
 
 // ---- Helpers shared by the launch code (opencl_kernels_common.cpp) ----
 

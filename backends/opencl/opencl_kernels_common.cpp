@@ -67,6 +67,9 @@ Family family_of(int32_t op) {
       return Family::kAttention;
     case BP_OP_ADAMW:
       return Family::kOptim;
+    case BP_OP_CROSS_ENTROPY:
+    case BP_OP_CROSS_ENTROPY_BACKWARD:
+      return Family::kLoss;
     default:
       return Family::kElementwise;
   }
@@ -277,6 +280,8 @@ std::string program_source(int32_t dtype, Family family, const DeviceInfo& info)
       return attention_source(dtype, info.fp64);
     case Family::kOptim:
       return optim_source(dtype, info.fp64);
+    case Family::kLoss:
+      return loss_source(dtype, info.fp64);
   }
   return "";
 }

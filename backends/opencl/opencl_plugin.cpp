@@ -356,6 +356,9 @@ class OpenclBackend final : public sdk::Backend {
       case Family::kOptim:
         create_optim_kernels(*k, program);
         break;
+      case Family::kLoss:
+        create_loss_kernels(*k, program);
+        break;
     }
     slot = std::move(k);
     return slot.get();
@@ -409,6 +412,9 @@ class OpenclBackend final : public sdk::Backend {
         break;
       case Family::kOptim:
         launch_optim(*k, lc, in, num_in, out, num_out, attrs);
+        break;
+      case Family::kLoss:
+        launch_loss(*k, lc, in, num_in, out, num_out, attrs);
         break;
     }
     if (!s) BP_CL_CHECK(clFinish(lc.queue), op_label(*k) + ": launch without a stream");

@@ -33,6 +33,8 @@ const char* family_name(Family f) {
       return "attention";
     case Family::kOptim:
       return "optim";
+    case Family::kLoss:
+      return "loss";
   }
   return "?";
 }

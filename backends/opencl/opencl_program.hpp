@@ -28,8 +28,9 @@ enum class Family : int32_t {
   kTransformer = 9,  // layer_norm, gelu, silu, embedding (and backward ops), triu, tril, cumsum
   kAttention = 10,   // scaled_dot_product_attention and its backward
   kOptim = 11,       // adamw
+  kLoss = 12,        // cross_entropy and its backward
 };
-inline constexpr int32_t kFamilyCount = 12;
+inline constexpr int32_t kFamilyCount = 13;
 const char* family_name(Family f);
 
 // Compiles `source` for device `dev` of context `ctx`. `what` names the program in messages

@@ -94,6 +94,9 @@ OpKind kind_of(int32_t op) {
       return OpKind::attention;
     case BP_OP_ADAMW:
       return OpKind::optim;
+    case BP_OP_CROSS_ENTROPY:
+    case BP_OP_CROSS_ENTROPY_BACKWARD:
+      return OpKind::loss;
     default:
       return OpKind::binary;
   }

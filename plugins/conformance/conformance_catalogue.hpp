@@ -37,6 +37,7 @@ enum class OpKind {
   transformer,
   attention,  // scaled_dot_product_attention and its backward
   optim,      // adamw (minor 7)
+  loss,       // cross_entropy and its backward (minor 8)
 };
 
 struct OpInfo {

@@ -43,6 +43,9 @@ void transformer_cases(const OpInfo& op, int32_t dt, CaseList& out);
 void attention_cases(const OpInfo& op, int32_t dt, CaseList& out);
 // The fused optimiser update (minor 7): adamw (conformance_kernels_optim.cpp).
 void optim_cases(const OpInfo& op, int32_t dt, CaseList& out);
+// The fused classification loss (minor 8): cross_entropy and its backward
+// (conformance_kernels_loss.cpp).
+void loss_cases(const OpInfo& op, int32_t dt, CaseList& out);
 // The catalogue's rules on fixed values (NaN propagation, integer wrap, cast rules): appended to
 // the pairs they concern (conformance_kernels_rules.cpp).
 void rules_cases(const OpInfo& op, int32_t dt, CaseList& out);

@@ -340,6 +340,9 @@ void build_kernels_suite(Context& ctx, std::vector<TestCase>& out) {
         case OpKind::optim:
           optim_cases(op, dt, cases);
           break;
+        case OpKind::loss:
+          loss_cases(op, dt, cases);
+          break;
         default:
           elementwise_cases(op, dt, cases);
           break;

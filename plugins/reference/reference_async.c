@@ -225,7 +225,8 @@ static bp_error* ra_event_synchronize(bp_event* e) {
 
 static int is_index_op(int32_t op) {
   return op == BP_OP_GATHER || op == BP_OP_SCATTER_ADD || op == BP_OP_EMBEDDING ||
-         op == BP_OP_EMBEDDING_BACKWARD;
+         op == BP_OP_EMBEDDING_BACKWARD || op == BP_OP_CROSS_ENTROPY ||
+         op == BP_OP_CROSS_ENTROPY_BACKWARD;
 }
 
 static bp_error* ra_launch(bp_kernel* k, bp_stream* s, const bp_tensor_desc* in, int32_t nin,

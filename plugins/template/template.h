@@ -83,10 +83,11 @@ int64_t template_numel(const bp_tensor_desc* t);
 int64_t template_offset_of(const bp_tensor_desc* t, int64_t i);
 
 /* Why every other (op, dtype) pair is BP_SUPPORT_NO. */
-#define TEMPLATE_UNSUPPORTED_REASON                                     \
-  "the " TEMPLATE_NAME                                                  \
-  " backend implements fill, copy, add, mul and sum for f32 only (and " \
-  "the convolutional and transformer families and adamw for every dtype of their domains)"
+#define TEMPLATE_UNSUPPORTED_REASON                                                         \
+  "the " TEMPLATE_NAME                                                                      \
+  " backend implements fill, copy, add, mul and sum for f32 only (and "                     \
+  "the convolutional and transformer families, adamw and cross_entropy for every dtype of " \
+  "their domains)"
 
 /* ---- The convolutional family (Note [Op catalogue], minor 4) ----
  * Every tensor of these ops is dense and every shape was checked by the host. A kernel reads
@@ -122,6 +123,11 @@ bp_error* template_attention_launch(int32_t op, const bp_tensor_desc* in, int32_
 bp_error* template_optim_launch(int32_t op, const bp_tensor_desc* in, int32_t nin,
                                 const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,
                                 int32_t nattrs); /* template_optim.c */
+/* The fused classification loss (Note [Op catalogue], minor 8): cross_entropy and its
+ * backward. */
+bp_error* template_loss_launch(int32_t op, const bp_tensor_desc* in, int32_t nin,
+                               const bp_tensor_desc* out, int32_t nout, const bp_attr* attrs,
+                               int32_t nattrs); /* template_loss.c */
 
 /* Element i of a dense tensor as a double (floating dtypes) or an int64 (integer and bool
  * dtypes), and the stores back: floats round to nearest even (f16 and bf16 through float, Note

@@ -3,8 +3,9 @@
  * (Note [Op catalogue] in plugin_abi.h), and the convolutional family of minor 4 and the
  * transformer family of minor 5 for every dtype of each op's domain (template_conv.c,
  * template_pool.c, template_norm.c, template_index.c, template_softmax.c,
- * template_transformer.c, template_attention.c, and adamw of minor 7 in template_optim.c, on
- * the element helpers at the end of this file). Every
+ * template_transformer.c, template_attention.c, adamw of minor 7 in template_optim.c and
+ * cross_entropy of minor 8 in template_loss.c, on the element helpers at the end of this
+ * file). Every
  * other (op, dtype) pair of the catalogue is declared BP_SUPPORT_NO.
  *
  * The op table (backplane/op_table.h, Note [Op tables]) is the one declaration of what exists:
@@ -64,7 +65,9 @@ static struct bp_kernel template_kernel_table[] = {{BP_OP_FILL},
                                                    {BP_OP_SIN},
                                                    {BP_OP_COS},
                                                    {BP_OP_RSQRT},
-                                                   {BP_OP_ADAMW}};
+                                                   {BP_OP_ADAMW},
+                                                   {BP_OP_CROSS_ENTROPY},
+                                                   {BP_OP_CROSS_ENTROPY_BACKWARD}};
 #define TEMPLATE_NUM_KERNELS (sizeof template_kernel_table / sizeof template_kernel_table[0])
 
 static bp_op_table template_ops;
@@ -117,6 +120,9 @@ static template_family_fn template_family(int32_t op) {
       return template_transformer_launch;
     case BP_OP_ADAMW:
       return template_optim_launch;
+    case BP_OP_CROSS_ENTROPY:
+    case BP_OP_CROSS_ENTROPY_BACKWARD:
+      return template_loss_launch;
     default:
       return NULL;
   }

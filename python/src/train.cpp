@@ -50,8 +50,16 @@ void check_params(const std::vector<Tensor>& ps, const char* what) {
 void register_train(nb::module_& m) {
   m.def("mse_loss", &nn::mse_loss, nb::arg("input"), nb::arg("target"),
         "mean((input - target)^2) as a 0-d tensor; the shapes must be equal.");
-  m.def("cross_entropy", &nn::cross_entropy, nb::arg("input"), nb::arg("target"),
-        "Mean over the batch of -log softmax(input)[target]; input [N, C], target [N] int64.");
+  m.def(
+      "cross_entropy",
+      [](const Tensor& input, const Tensor& target, const std::string& reduction,
+         int64_t ignore_index, double label_smoothing) {
+        return nn::cross_entropy(input, target, {reduction, ignore_index, label_smoothing});
+      },
+      nb::arg("input"), nb::arg("target"), nb::arg("reduction") = "mean",
+      nb::arg("ignore_index") = -100, nb::arg("label_smoothing") = 0.0,
+      "torch.nn.functional.cross_entropy over class indices: input [N, C] or [N, C, d1, ...], "
+      "target [N] or [N, d1, ...] int64/int32; one fused op where the device has it.");
   m.def(
       "clip_grad_norm_",
       [](nb::handle params, double max_norm) -> nb::object {

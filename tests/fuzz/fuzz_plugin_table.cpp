@@ -121,11 +121,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // The size fits the declared minor (Note [Plugin table checks]).
     uint32_t minor;
     std::memcpy(&minor, table + BP_OFF(abi_minor), sizeof minor);
-    // Minors 4, 5 and 7 appended ops and attributes, no slot. Written out here rather than
+    // Minors 4, 5, 7 and 8 appended ops and attributes, no slot. Written out here rather than
     // taken from the registry so that the fuzzer checks the registry's table, not itself.
-    const size_t ends[] = {BP_API_MINOR1_OFFSET,  BP_API_MINOR2_OFFSET, BP_API_MINOR3_OFFSET,
-                           BP_API_MINOR6_OFFSET,  BP_API_MINOR6_OFFSET, BP_API_MINOR6_OFFSET,
-                           sizeof(bp_plugin_api), sizeof(bp_plugin_api)};
+    const size_t ends[] = {BP_API_MINOR1_OFFSET,  BP_API_MINOR2_OFFSET,  BP_API_MINOR3_OFFSET,
+                           BP_API_MINOR6_OFFSET,  BP_API_MINOR6_OFFSET,  BP_API_MINOR6_OFFSET,
+                           sizeof(bp_plugin_api), sizeof(bp_plugin_api), sizeof(bp_plugin_api)};
     static_assert(sizeof(ends) / sizeof(ends[0]) == BP_ABI_MINOR + 1);
     const size_t least = ends[std::min<uint32_t>(minor, BP_ABI_MINOR)];
     const size_t most = minor <= BP_ABI_MINOR ? sizeof(bp_plugin_api) : size_t{64} << 10;

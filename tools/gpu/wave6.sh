@@ -11,6 +11,9 @@
 #   reduce   bp-conformance on cuda:0 for every reduction and log_softmax, the nn tests of the
 #            losses and linear on cuda:0
 #   gpt2     bench/gpt2/gpt2_compare.py --bench on cuda:0 (tokens/s against PyTorch)
+#   loss     the fused cross_entropy (ABI 1.8): bp-conformance on cuda:0 for both ops and the
+#            reductions, the nn and async-error tests of the loss on cuda:0, and bench/compare.py
+#            --only cross_entropy (Backplane against PyTorch in one command)
 # Each part logs to $OUT/<step>.log; the summary lists rc and time per step.
 #
 #   source .device/env.sh
@@ -67,12 +70,25 @@ for part in "$@"; do
         "$build/bin/bp_nn_tests" --gtest_filter='*ross*:*Loss*:*Linear*:*Train*:*Gpt*' \
         --gtest_brief=1
       ;;
+    loss)
+      STEP_TIMEOUT=300 STEP_TAIL=6 step conformance.loss "$build/bin/bp-conformance" \
+        --plugin "$build/lib/backplane/plugins/libbackplane-cuda.so" --device cuda:0 \
+        --filter 'kernels.cross_entropy*' --filter 'kernels.sum*' --filter 'kernels.mean*' \
+        --filter 'kernels.norm*' --filter 'kernels.sumsq*' --filter 'kernels.layer_norm*' \
+        --seed "$(seed)"
+      STEP_TIMEOUT=300 STEP_TAIL=8 step nn.cross_entropy env BP_TEST_DEVICES=cuda:0 \
+        "$build/bin/bp_nn_tests" --gtest_filter='*CrossEntropy*:*ross*:*ayerNorm*:*Gpt*' --gtest_brief=1
+      STEP_TIMEOUT=200 STEP_TAIL=6 step async_errors.loss env BP_TEST_DEVICES=cuda:0 \
+        "$build/bin/bp_unit_tests" --gtest_filter='*Async*' --gtest_brief=1
+      STEP_TIMEOUT=300 STEP_TAIL=14 step bench.cross_entropy "$py" "$here/bench/compare.py" \
+        --bp "$build/bin/bp-bench" --device cuda:0 --only cross_entropy --repeat 3 --json "$out/cross-entropy.json"
+      ;;
     gpt2)
       STEP_TIMEOUT=420 STEP_TAIL=24 step gpt2.bench "$py" "$here/bench/gpt2/gpt2_compare.py" \
         --device cuda:0 --bench --json "$out/gpt2-cuda0.json" --markdown "$out/gpt2-cuda0.md" ${GPT2_ARGS:-}
       ;;
     *)
-      echo "wave6.sh: unknown part '$part' (leak, profile, startup, pytest, events, reduce or gpt2)" >&2
+      echo "wave6.sh: unknown part '$part' (leak, profile, startup, pytest, events, reduce, loss or gpt2)" >&2
       exit 2
       ;;
   esac

@@ -103,7 +103,9 @@ const std::map<std::string, std::vector<bp_dtype>>& support_matrix() {
       {"sin", kFloats},
       {"cos", kFloats},
       {"rsqrt", kFloats},
-      {"adamw", kFloats}};
+      {"adamw", kFloats},
+      {"cross_entropy", kFloats},
+      {"cross_entropy_backward", kFloats}};
   return m;
 }
 

@@ -134,7 +134,9 @@ TEST(CudaPlugin, PropertiesAndListOps) {
                                                {"sin", 4},
                                                {"cos", 4},
                                                {"rsqrt", 4},
-                                               {"adamw", 4}};
+                                               {"adamw", 4},
+                                               {"cross_entropy", 4},
+                                               {"cross_entropy_backward", 4}};
   EXPECT_EQ(yes, expected);
   bp_kernel* k = nullptr;
   const Err unknown = error_of(api()->find_kernel(0, "no_such_op", BP_DTYPE_F32, &k));

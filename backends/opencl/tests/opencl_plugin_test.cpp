@@ -106,7 +106,9 @@ const std::map<std::string, std::string>& expected_matrix() {
       {"sin", "11110000"},
       {"cos", "11110000"},
       {"rsqrt", "11110000"},
-      {"adamw", "11110000"}};
+      {"adamw", "11110000"},
+      {"cross_entropy", "11110000"},
+      {"cross_entropy_backward", "11110000"}};
   return m;
 }
 

@@ -35,12 +35,35 @@ namespace nn {
 // bug); DeviceMismatch / DTypeError as for any op.
 BP_API Tensor mse_loss(const Tensor& prediction, const Tensor& target);
 
-// Mean over the batch of -log softmax(logits)[label], with the log-softmax computed stably
-// (the row maximum is subtracted before exp). logits [N, C] floating; labels [N] of i64 or
-// i32 on the same device, each in [0, C) (a label outside that range selects no class and
-// contributes log-sum-exp alone; it is not checked, which would need a host sync). ShapeError /
-// DTypeError for other shapes and dtypes.
-BP_API Tensor cross_entropy(const Tensor& logits, const Tensor& labels);
+// torch.nn.functional.cross_entropy's options for class-index targets.
+struct CrossEntropyOptions {
+  std::string reduction = "mean";  // "mean", "sum" or "none"
+  int64_t ignore_index = -100;     // rows with this target add nothing (and 'mean' skips them)
+  double label_smoothing = 0.0;    // in [0, 1]: the target is (1 - e) one-hot + e / C uniform
+};
+
+// torch.nn.functional.cross_entropy with class-index targets: per row,
+// -(1 - e) log softmax(logits)[label] - (e / C) sum_c log softmax(logits)[c], computed stably,
+// then reduced: 'mean' divides the sum by the number of rows whose label is not ignore_index
+// (NaN when there are none, as torch), 'sum', or 'none' (labels' shape). logits [N, C] or
+// [N, C, d1, ...] floating; labels [N] or [N, d1, ...] of i64 or i32 on the same device. One
+// fused op forward and one backward where the device has them (catalogue cross_entropy, Note
+// [Fused cross entropy]): the logits are read in their own dtype (under autocast no cast to f32
+// is made; the loss is f32 for f16/bf16 logits, as autocast's f32 policy gives) and their
+// gradient is written once. A label outside [0, C) that is not ignore_index is an IndexError
+// (AsyncError at the next synchronisation on devices that find it there). ShapeError /
+// DTypeError for other shapes and dtypes, bp::Error for a bad reduction or label_smoothing.
+//
+// cross_entropy is a function object, so that `bp::nn::cross_entropy` names one thing that a
+// LossFn (std::function of logits and labels) takes, as before the options came, and a call
+// with options picks the other overload.
+struct CrossEntropyFn {
+  BP_API Tensor operator()(const Tensor& logits, const Tensor& labels,
+                           const CrossEntropyOptions& options) const;
+  // The mean over the batch, as (logits, labels, {}).
+  BP_API Tensor operator()(const Tensor& logits, const Tensor& labels) const;
+};
+inline constexpr CrossEntropyFn cross_entropy{};
 
 // Scales the gradients of `parameters` in place so that their global L2 norm is at most
 // `max_norm` (like torch.nn.utils.clip_grad_norm_: coefficient min(1, max_norm / (norm +

@@ -206,7 +206,8 @@ class OpNode final : public Node {
       case GradKind::attention:
       case GradKind::triu:
       case GradKind::tril:
-      case GradKind::cumsum: {
+      case GradKind::cumsum:
+      case GradKind::cross_entropy: {
         std::vector<bool> needs(next.size());
         for (size_t k = 0; k < next.size(); ++k) needs[k] = next[k] != nullptr;
         return nn_backward(kind, g, saved, in_shapes, scalar, param, extra, needs);

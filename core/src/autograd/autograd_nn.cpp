@@ -119,6 +119,9 @@ std::vector<Tensor> nn_backward(GradKind kind, const Tensor& grad, const std::ve
     case GradKind::cumsum:
       // The gradient of a prefix sum is the suffix sum: total - prefix + own.
       return {g.sum(axis, true) - cumsum_raw(g, axis) + g};
+    case GradKind::cross_entropy:
+      // inputs x; saved x, target, lse; scalar label_smoothing, param ignore_index.
+      return {cross_entropy_backward_raw(saved[0], saved[1], saved[2], g, param, scalar)};
     case GradKind::cat: {
       std::vector<Tensor> out;
       int64_t at = 0;

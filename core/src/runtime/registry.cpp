@@ -217,11 +217,11 @@ std::string check_plugin_table(const bp_plugin_api* api, PluginReport& r) {
   if (api->struct_size < kMinor0Size)
     return "plugin table of " + std::to_string(api->struct_size) +
            " bytes is smaller than ABI 1.0 requires (" + std::to_string(kMinor0Size) + ")";
-  // Where each minor's table ends (minors 4, 5 and 7 appended ops and attributes, no slot).
-  const size_t minor_end[] = {BP_API_MINOR1_OFFSET,  BP_API_MINOR2_OFFSET, BP_API_MINOR3_OFFSET,
-                              BP_API_MINOR6_OFFSET,  BP_API_MINOR6_OFFSET, BP_API_MINOR6_OFFSET,
-                              sizeof(bp_plugin_api), sizeof(bp_plugin_api)};
-  static_assert(BP_ABI_MINOR == 7, "a new minor adds its end to minor_end");
+  // Where each minor's table ends (minors 4, 5, 7 and 8 appended ops and attributes, no slot).
+  const size_t minor_end[] = {BP_API_MINOR1_OFFSET,  BP_API_MINOR2_OFFSET,  BP_API_MINOR3_OFFSET,
+                              BP_API_MINOR6_OFFSET,  BP_API_MINOR6_OFFSET,  BP_API_MINOR6_OFFSET,
+                              sizeof(bp_plugin_api), sizeof(bp_plugin_api), sizeof(bp_plugin_api)};
+  static_assert(BP_ABI_MINOR == 8, "a new minor adds its end to minor_end");
   const uint32_t known = std::min<uint32_t>(api->abi_minor, BP_ABI_MINOR);
   const size_t most = api->abi_minor <= BP_ABI_MINOR ? sizeof(bp_plugin_api) : size_t{64} << 10;
   if (api->struct_size < minor_end[known] || api->struct_size > most)

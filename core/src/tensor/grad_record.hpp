@@ -43,7 +43,9 @@
   /* the transformer family (autograd_nn.cpp, nn_backward; sin cos rsqrt in autograd.cpp) */ \
   X(sin, Sin) X(cos, Cos) X(rsqrt, Rsqrt) X(layer_norm, NativeLayerNorm) X(gelu, Gelu)     \
   X(silu, Silu) X(embedding, Embedding) X(attention, ScaledDotProductAttention)            \
-  X(triu, Triu) X(tril, Tril) X(cumsum, Cumsum)
+  X(triu, Triu) X(tril, Tril) X(cumsum, Cumsum)                                          \
+  /* the fused classification loss (autograd_nn.cpp, nn_backward) */                      \
+  X(cross_entropy, CrossEntropy)
 // clang-format on
 
 namespace bp::autograd {

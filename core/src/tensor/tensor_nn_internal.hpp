@@ -56,4 +56,16 @@ std::array<Tensor, 3> attention_backward_raw(const Tensor& q, const Tensor& k, c
 Tensor triangle_raw(Op op, const Tensor& x, int64_t diagonal);
 Tensor cumsum_raw(const Tensor& x, int axis);
 
+// The fused classification loss (tensor_loss_ops.cpp, Note [Fused cross entropy] in
+// plugin_abi.h). x [N, C] floating, target [N] int64 on x's device, label_smoothing in [0, 1],
+// every shape checked by the caller, x's device supporting the op. The per-row losses [N] (f32
+// for f16/bf16 x), recorded for autograd; a target outside [0, C) that is not ignore_index is an
+// IndexError (or, found on the device, an AsyncError at the next synchronisation).
+Tensor cross_entropy_rows(const Tensor& x, const Tensor& target, int64_t ignore_index,
+                          double label_smoothing);
+// dx [N, C] in x's dtype from the forward's x, target and lse and the rows' gradient dloss [N].
+Tensor cross_entropy_backward_raw(const Tensor& x, const Tensor& target, const Tensor& lse,
+                                  const Tensor& dloss, int64_t ignore_index,
+                                  double label_smoothing);
+
 }  // namespace bp::detail

@@ -2,7 +2,10 @@
 #include <backplane/functions.hpp>
 #include <backplane/train.hpp>
 
+#include "runtime/fallback.hpp"
 #include "tensor/autocast_internal.hpp"
+#include "tensor/tensor_internal.hpp"
+#include "tensor/tensor_nn_internal.hpp"
 
 namespace bp::nn {
 
@@ -20,33 +23,78 @@ Tensor mse_loss(const Tensor& prediction0, const Tensor& target0) {
   return (d * d).mean();
 }
 
-Tensor cross_entropy(const Tensor& logits0, const Tensor& labels) {
-  AutocastArgs<1> ac(AutocastPolicy::fp32, {&logits0});
-  const Tensor& logits = ac[0];
-  if (logits.rank() != 2)
-    throw ShapeError("cross_entropy: logits must be [batch, classes], got shape " +
+namespace {
+
+// The per-row losses without the fused op: log_softmax and a gather (and the rows' mean of the
+// log-probabilities for label smoothing), in f32 under autocast. Gather checks the targets: an
+// ignored row's target is replaced by 0 before and its loss by 0 after.
+Tensor cross_entropy_rows_decomposed(const Tensor& x0, const Tensor& target,
+                                     const CrossEntropyOptions& o) {
+  AutocastArgs<1> ac(AutocastPolicy::fp32, {&x0});
+  const Tensor& x = ac[0];
+  detail::FallbackScope fallback(x.device(), Op::cross_entropy, x.dtype(),
+                                 "decomposition into log_softmax, gather, mean and where");
+  Tensor log_probs = bp::log_softmax(x, 1);
+  Tensor ignore = full({}, static_cast<double>(o.ignore_index), target.device(), DType::i64);
+  Tensor kept = ne(target, ignore);
+  Tensor safe = where(kept, target, zeros({}, target.device(), DType::i64));
+  Tensor rows = -bp::gather(log_probs, 1, safe.unsqueeze(1)).squeeze(1);
+  if (o.label_smoothing != 0)
+    rows = (1.0 - o.label_smoothing) * rows - o.label_smoothing * log_probs.mean(1);
+  return where(kept, rows, zeros({}, rows.device(), rows.dtype()));
+}
+
+}  // namespace
+
+Tensor CrossEntropyFn::operator()(const Tensor& logits, const Tensor& labels,
+                                  const CrossEntropyOptions& o) const {
+  const char* fn = "cross_entropy";
+  if (o.reduction != "mean" && o.reduction != "sum" && o.reduction != "none")
+    throw Error(std::string(fn) + ": reduction must be 'mean', 'sum' or 'none', got '" +
+                o.reduction + "'");
+  if (!(o.label_smoothing >= 0 && o.label_smoothing <= 1))
+    throw Error(std::string(fn) + ": label_smoothing must be in [0, 1], got " +
+                std::to_string(o.label_smoothing));
+  if (logits.rank() < 2)
+    throw ShapeError(std::string(fn) + ": logits must be [N, C] or [N, C, d1, ...], got shape " +
                      logits.dims().str());
   if (!is_floating(logits.dtype()))
-    throw DTypeError("cross_entropy: logits must be floating, got " +
+    throw DTypeError(std::string(fn) + ": logits must be floating, got " +
                      std::string(dtype_name(logits.dtype())));
-  if (labels.rank() != 1 || labels.size(0) != logits.size(0))
-    throw ShapeError("cross_entropy: labels must be [batch] = [" + std::to_string(logits.size(0)) +
-                     "], got shape " + labels.dims().str());
   if (labels.dtype() != DType::i64 && labels.dtype() != DType::i32)
-    throw DTypeError("cross_entropy: labels must be i64 or i32 class indices, got " +
+    throw DTypeError(std::string(fn) + ": labels must be i64 or i32 class indices, got " +
                      std::string(dtype_name(labels.dtype())));
-  const int64_t n = logits.size(0);
-  // One fused, numerically stable log_softmax op (its backward is one op too), as PyTorch's
-  // log_softmax + nll_loss: composed from max, sub, exp, sum and log it took four passes over
-  // the logits forward and three backward, most of a GPT-2 step's loss time over 50,257
-  // classes (docs/benchmarks.md).
-  Tensor log_probs = bp::log_softmax(logits, 1);
-  // Each row's log-probability of its label, picked with gather: a label outside [0, C) is then
-  // an index error naming the value (found by the launch, or on the device and reported by the
-  // next synchronisation: Note [Asynchronous errors] in plugin_abi.h), never a silently
-  // ignored row.
-  Tensor picked = bp::gather(log_probs, 1, labels.to(DType::i64).unsqueeze(1));
-  return -picked.sum() / static_cast<double>(n);
+  Shape want = logits.shape();
+  want.erase(want.begin() + 1);  // logits' shape without the class dimension
+  if (labels.shape() != want)
+    throw ShapeError(std::string(fn) + ": labels must have shape " + Dims(want).str() +
+                     " for logits of shape " + logits.dims().str() +
+                     " (the classes on dim 1), got " + labels.dims().str());
+  detail::check_same_device(fn, {&logits, &labels});
+  if (logits.size(1) == 0)
+    throw ShapeError(std::string(fn) + ": logits of shape " + logits.dims().str() +
+                     " have no classes (C must be >= 1)");
+  // [N, C, d1, ...] -> [N d1 ..., C]: the classes last, one row per labelled position.
+  Tensor x = logits;
+  if (logits.rank() > 2) {
+    Shape order{0};
+    for (int d = 2; d < logits.rank(); ++d) order.push_back(d);
+    order.push_back(1);
+    x = logits.permute(order).reshape({-1, logits.size(1)});
+  }
+  Tensor target = labels.reshape({-1}).to(DType::i64);
+  Tensor rows = x.device().supports(Op::cross_entropy, x.dtype())
+                    ? detail::cross_entropy_rows(x, target, o.ignore_index, o.label_smoothing)
+                    : cross_entropy_rows_decomposed(x, target, o);
+  if (o.reduction == "none") return rows.reshape(labels.shape());
+  if (o.reduction == "sum") return rows.sum();
+  // torch's mean: over the rows whose label is not ignore_index, counted on the device.
+  Tensor ignore = full({}, static_cast<double>(o.ignore_index), target.device(), DType::i64);
+  return rows.sum() / ne(target, ignore).sum().to(rows.dtype());
+}
+
+Tensor CrossEntropyFn::operator()(const Tensor& logits, const Tensor& labels) const {
+  return (*this)(logits, labels, CrossEntropyOptions{});
 }
 
 Tensor clip_grad_norm_(const std::vector<Tensor>& parameters, double max_norm) {

@@ -517,12 +517,17 @@ class MSELoss(Module):
 
 
 class CrossEntropyLoss(Module):
-    def __init__(self, reduction="mean"):
+    """torch.nn.CrossEntropyLoss over class indices (functional.cross_entropy)."""
+
+    def __init__(self, reduction="mean", *, ignore_index=-100, label_smoothing=0.0):
         super().__init__()
         self.reduction = reduction
+        self.ignore_index = ignore_index
+        self.label_smoothing = label_smoothing
 
     def forward(self, input, target):
-        return cross_entropy(input, target, self.reduction)
+        return cross_entropy(input, target, self.reduction, ignore_index=self.ignore_index,
+                             label_smoothing=self.label_smoothing)
 
 
 from ._conv import (  # noqa: E402  (they build on Module and Parameter above)

@@ -64,22 +64,21 @@ def mse_loss(input, target, reduction="mean"):
     return _reduce((input - target) ** 2, reduction, "mse_loss")
 
 
-def cross_entropy(input, target, reduction="mean"):
-    """-log softmax(input)[target] for logits [N, C] and int64 (or int32) class indices [N]:
-    averaged over the batch (reduction='mean'), summed ('sum') or per example ('none')."""
-    if reduction == "mean":
-        return _core.cross_entropy(input, target)
-    if input.ndim != 2 or target.ndim != 1 or target.shape[0] != input.shape[0]:
-        raise _core.ShapeError(f"cross_entropy: expected input [N, C] and target [N], got "
-                               f"{tuple(input.shape)} and {tuple(target.shape)}")
-    if target.dtype not in (_core.dtype.int64, _core.dtype.int32):
-        raise _core.DTypeError(f"cross_entropy: target must be int64 or int32 class indices, "
-                               f"got {target.dtype}")
-    # gather, as the 'mean' path in C++: a class index outside [0, C) is an IndexError, never a
-    # row that silently adds nothing.
-    picked = _core.gather(log_softmax(input, 1), 1, target.to(_core.dtype.int64).unsqueeze(1))
-    loss = -picked.reshape([input.shape[0]])
-    return _reduce(loss, reduction, "cross_entropy")
+def cross_entropy(input, target, reduction="mean", *, ignore_index=-100, label_smoothing=0.0):
+    """torch.nn.functional.cross_entropy over class indices: input [N, C] (or [N, C, d1, ...])
+    logits, target [N] (or [N, d1, ...]) int64/int32 classes. Per row
+    -(1 - e) log softmax(input)[target] - (e / C) sum log softmax(input) with
+    e = label_smoothing; rows whose target is ignore_index add nothing. reduction 'mean'
+    (over the rows not ignored), 'sum' or 'none'. One fused op forward and backward where the
+    device has it (the logits read in their own dtype, also under autocast); a class outside
+    [0, C) that is not ignore_index is an IndexError."""
+    if reduction not in ("mean", "sum", "none"):
+        raise ValueError(f"cross_entropy: reduction must be 'mean', 'sum' or 'none', got "
+                         f"{reduction!r}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"cross_entropy: label_smoothing must be in [0, 1], got "
+                         f"{label_smoothing!r}")
+    return _core.cross_entropy(input, target, reduction, ignore_index, label_smoothing)
 
 
 __all__ = ["Tensor", "relu", "sigmoid", "tanh", "linear", "softmax", "log_softmax", "mse_loss",

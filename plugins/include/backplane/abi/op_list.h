@@ -88,7 +88,9 @@
   X(sin, Sin, SIN, FLOAT)                                                                \
   X(cos, Cos, COS, FLOAT)                                                                \
   X(rsqrt, Rsqrt, RSQRT, FLOAT)                                                          \
-  X(adamw, Adamw, ADAMW, FLOAT)
+  X(adamw, Adamw, ADAMW, FLOAT)                                                          \
+  X(cross_entropy, CrossEntropy, CROSS_ENTROPY, FLOAT)                                   \
+  X(cross_entropy_backward, CrossEntropyBackward, CROSS_ENTROPY_BACKWARD, FLOAT)
 /* clang-format on */
 
 #endif /* BACKPLANE_OP_LIST_H_ */

@@ -49,7 +49,7 @@ extern "C" {
 
 #define BP_ABI_MAJOR 1
 /* Minor history: see plugins/CHANGELOG.md. */
-#define BP_ABI_MINOR 7
+#define BP_ABI_MINOR 8
 
 #define BP_MAX_RANK 8
 
@@ -217,7 +217,10 @@ typedef enum bp_attr_id {
   BP_ATTR_ID_WEIGHT_DECAY = 37,
   BP_ATTR_ID_STEP = 38,
   BP_ATTR_ID_DECOUPLED = 39,
-  BP_ATTR_ID_COUNT = 40
+  /* ---- minor 8: the fused classification loss ---- */
+  BP_ATTR_ID_IGNORE_INDEX = 40,
+  BP_ATTR_ID_LABEL_SMOOTHING = 41,
+  BP_ATTR_ID_COUNT = 42
 } bp_attr_id;
 
 /* Values of attribute ACTIVATION (op linear). */
@@ -266,26 +269,20 @@ typedef struct bp_attr_minor1 {
 
 /* Name of attribute id `id` ("value"), or "?" out of range. */
 static inline const char* bp_attr_name(int32_t id) {
-  static const char* const names[BP_ATTR_ID_COUNT] = {"?",           "value",
-                                                      "scalar",      "reverse",
-                                                      "inplace",     "allow_tf32",
-                                                      "seed",        "offset",
-                                                      "low",         "high",
-                                                      "mean",        "std",
-                                                      "alpha",       "activation",
-                                                      "axis",        "stride_h",
-                                                      "stride_w",    "pad_h",
-                                                      "pad_w",       "dilation_h",
-                                                      "dilation_w",  "groups",
-                                                      "kernel_h",    "kernel_w",
-                                                      "ceil_mode",   "count_include_pad",
-                                                      "training",    "momentum",
-                                                      "eps",         "p",
-                                                      "approximate", "scale",
-                                                      "causal",      "diagonal",
-                                                      "lr",          "beta1",
-                                                      "beta2",       "weight_decay",
-                                                      "step",        "decoupled"};
+  /* clang-format off */
+  static const char* const names[BP_ATTR_ID_COUNT] = {
+      "?", "value", "scalar", "reverse",
+      "inplace", "allow_tf32", "seed", "offset",
+      "low", "high", "mean", "std",
+      "alpha", "activation", "axis", "stride_h",
+      "stride_w", "pad_h", "pad_w", "dilation_h",
+      "dilation_w", "groups", "kernel_h", "kernel_w",
+      "ceil_mode", "count_include_pad", "training", "momentum",
+      "eps", "p", "approximate", "scale",
+      "causal", "diagonal", "lr", "beta1",
+      "beta2", "weight_decay", "step", "decoupled",
+      "ignore_index", "label_smoothing"};
+  /* clang-format on */
   return (id > 0 && id < BP_ATTR_ID_COUNT) ? names[id] : "?";
 }
 
@@ -623,6 +620,23 @@ typedef struct bp_stream_fault {
  *                 m = BETA1 m + (1 - BETA1) g;  v = BETA2 v + (1 - BETA2) g g;
  *                 p = p - (LR / c1) m / (sqrt(v) / sqrt(c2) + EPS);
  *               each of p, m and v rounded once on store.
+ *
+ * Minor 8, the fused classification loss (Note [Fused cross entropy]). Dense tensors, shapes
+ * checked by the host, f16 and bf16 computed in f32; loss, lse and dloss are "stats" (f32 for
+ * f16 and bf16 logits, of the logits' dtype otherwise). Resolved by the logits' dtype.
+ *   cross_entropy  x[N,C], target[N] (I64) -> loss[N], lse[N]: per row n with t = target[n],
+ *               lse_n = log sum_c exp(x_nc) computed from the row's maximum (finite for any
+ *               finite row) and, with e = LABEL_SMOOTHING (FLOAT in [0, 1], default 0),
+ *               loss_n = lse_n - (1 - e) x_nt - (e / C) sum_c x_nc (torch's
+ *               cross_entropy(reduction='none', label_smoothing=e)). A row whose t equals
+ *               IGNORE_INDEX (INT, default -100) has loss_n = 0 (lse_n is still written). Any
+ *               other t outside [0, C) is an error (BP_ERROR_INVALID_ARGUMENT naming the target,
+ *               its row and C); a device that finds it asynchronously reports it at the next
+ *               synchronisation, never a loss of another class. C >= 1.
+ *   cross_entropy_backward  x[N,C], target[N] (I64), lse[N], dloss[N] -> dx[N,C] (x's dtype):
+ *               dx_nc = dloss_n (exp(x_nc - lse_n) - (1 - e) [c = t] - e / C), and dx_n = 0 for a
+ *               row whose target is IGNORE_INDEX; the same attributes and target errors as the
+ *               forward.
  * Outputs are dense (row-major contiguous) for every op but copy, whose output may be any
  * non-overlapping strided view (writing into a slice). Outputs never alias inputs unless the
  * host says so with INPLACE (INT 1), where out and input 0 describe the same memory (adamw's
@@ -638,6 +652,17 @@ typedef struct bp_stream_fault {
  *   to the decomposition (mul_, add_, sqrt, div ...) on a plugin without the op, so results agree
  *   within the dtype's rounding either way. A plugin may split a launch into chunks as it
  *   likes: the parameters are independent.
+ */
+
+/* Note [Fused cross entropy]
+ *   torch.nn.functional.cross_entropy over class indices as one op forward and one backward. As
+ *   log_softmax and a gather, a language model's loss reads and writes its [tokens, vocabulary]
+ *   logits about six times (in f32 under autocast, plus the casts); fused, the forward reads
+ *   the logits (of any float dtype) once or twice and writes two numbers a row, and the
+ *   backward reads them once and writes the gradient once, in the logits' own dtype. The host
+ *   reduces loss[N] itself ('mean' divides by the number of rows not ignored, as torch) and
+ *   passes dloss[N] dense. A plugin without the ops gets log_softmax and a gather (the
+ *   decomposition, which has no label smoothing: the host then composes it from sums).
  */
 
 /* Note [Dtype domains]
@@ -658,6 +683,7 @@ typedef struct bp_stream_fault {
  *   embedding embedding_backward scaled_dot_product_attention
  *   scaled_dot_product_attention_backward sin cos rsqrt; ALL for triu tril; SIGNED for cumsum
  *   minor 7: FLOAT for adamw
+ *   minor 8: FLOAT for cross_entropy cross_entropy_backward
  *   A host never asks for a pair outside the domain (libbackplane raises DTypeError naming the
  *   op, the dtype and the domain); a plugin declares those pairs BP_SUPPORT_NO with
  *   bp_op_domain_reason. Inside the domain a plugin may still lack a pair (UNSUPPORTED, with
