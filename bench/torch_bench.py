@@ -123,6 +123,9 @@ def torch_bench(torch, dev):
         emit("1-element add + sync", dev, host_us(add_sync, 5, 500 if quick else 5000), "us/op",
              impl)
     conv_bench(torch, dev, cuda, time_ms)
+    cross_entropy_bench(torch, dev, cuda, time_ms, impl)
+    transpose_copy_bench(torch, dev, cuda, time_ms, impl)
+    layer_norm_bench(torch, dev, cuda, time_ms, impl)
     if cuda:
         attention_bench(torch, dev, time_ms, impl)
 
@@ -205,6 +208,63 @@ def conv_bench(torch, dev, cuda, time_ms):
                 ms = time_ms(lambda: F.adaptive_avg_pool2d(x4, 1), reps)
                 emit(f"adaptive_avg_pool2d 512x4x4 {mname}", dev,
                      x4.numel() * esize * (1 + 1 / 16) / ms / 1e6, "GB/s", impl)
+
+
+# bp-bench's bench_layer_norm: GPT-2's [8192, 768] (GPU) or [512, 768] activations, weight and
+# bias, forward and forward + backward.
+def layer_norm_bench(torch, dev, cuda, time_ms, impl):
+    F = torch.nn.functional
+    rows, cols = (8192 if cuda else 512), 768
+    for name, dt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        tail = f" [{rows},768] {name}"
+        x = torch.randn(rows, cols, device=dev, dtype=dt, requires_grad=True)
+        w = torch.rand(cols, device=dev, dtype=dt, requires_grad=True)
+        b = torch.randn(cols, device=dev, dtype=dt, requires_grad=True)
+        dy = torch.randn(rows, cols, device=dev, dtype=dt)
+        nbytes = rows * cols * x.element_size()
+        reps = 3 if quick else 20
+        if wanted("layer_norm fwd" + tail):
+            with torch.no_grad():
+                ms = time_ms(lambda: F.layer_norm(x, (cols,), w, b), reps)
+            emit("layer_norm fwd" + tail, dev, 2 * nbytes / ms / 1e6, "GB/s", impl)
+        if wanted("layer_norm fwd+bwd" + tail):
+            ms = time_ms(lambda: F.layer_norm(x, (cols,), w, b).backward(dy), reps)
+            emit("layer_norm fwd+bwd" + tail, dev, 5 * nbytes / ms / 1e6, "GB/s", impl)
+
+
+# bp-bench's bench_transpose_copy: [B, T, H, D] read as [B, H, T, D] and made dense.
+def transpose_copy_bench(torch, dev, cuda, time_ms, impl):
+    b = 8 if cuda else 1
+    for name, dt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        metric = f"copy heads transpose [{b},1024,12,64] {name}"
+        if not wanted(metric):
+            continue
+        x = torch.randn(b, 1024, 12, 64, device=dev, dtype=dt)
+        ms = time_ms(lambda: x.transpose(1, 2).contiguous(), 3 if quick else 20)
+        emit(metric, dev, 2.0 * x.numel() * x.element_size() / ms / 1e6, "GB/s", impl)
+
+
+# bp-bench's Note [Cross-entropy rows]: 8192 (GPU) or 512 rows of 50,257 classes, the mean loss
+# and its backward into the logits, same dtype, no autocast.
+def cross_entropy_bench(torch, dev, cuda, time_ms, impl):
+    F = torch.nn.functional
+    rows, classes = (8192 if cuda else 512), 50257
+    reps = 3 if quick else (20 if cuda else 5)
+    for mname, dt in [("f32", torch.float32), ("bf16", torch.bfloat16)]:
+        tail = f" {rows}x50257 {mname}"
+        nbytes = rows * classes * torch.tensor([], dtype=dt).element_size()
+        x = torch.randn(rows, classes, device=dev, dtype=dt).requires_grad_()
+        t = torch.randint(0, classes, (rows,), device=dev)
+        if wanted("cross_entropy fwd" + tail):
+            with torch.no_grad():
+                ms = time_ms(lambda: F.cross_entropy(x, t), reps)
+            emit("cross_entropy fwd" + tail, dev, nbytes / ms / 1e6, "GB/s", impl)
+        if wanted("cross_entropy fwd+bwd" + tail):
+            def step():
+                x.grad = None
+                F.cross_entropy(x, t).backward()
+            ms = time_ms(step, reps)
+            emit("cross_entropy fwd+bwd" + tail, dev, 3 * nbytes / ms / 1e6, "GB/s", impl)
 
 
 # bp-bench's Note [Attention rows]: GPT-2 heads (E = 64, 12 heads), batch 8 at L = 1024 and

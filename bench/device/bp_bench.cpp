@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,50 @@ void bench_copies(bp::Device& d) {
   run("d2h pageable", [&] { d.copy_to_host(s, pageable.data(), *buf, 0, bytes); });
   d.synchronize();
   d.host_free(pinned);
+}
+
+// layer_norm over GPT-2 small's activations ([8192, 768] on GPUs, [512, 768] elsewhere) with
+// weight and bias, forward and forward + backward (dx, dweight, dbias); GB/s count the least
+// bytes moved: x read and y written forward, then dy and x read and dx written backward.
+void bench_layer_norm(bp::Device& d, bool gpu) {
+  namespace F = bp::nn::functional;
+  const int64_t rows = gpu ? 8192 : 512, cols = 768;
+  for (bp::DType dt : {bp::DType::f32, bp::DType::bf16}) {
+    const std::string tail =
+        " [" + std::to_string(rows) + ",768] " + (dt == bp::DType::f32 ? "f32" : "bf16");
+    const double bytes = static_cast<double>(rows * cols) * bp::dtype_size(dt);
+    auto x = bp::randn({rows, cols}, d, dt).requires_grad_();
+    auto w = bp::rand({cols}, d, dt).requires_grad_();
+    auto b = bp::randn({cols}, d, dt).requires_grad_();
+    auto dy = bp::randn({rows, cols}, d, dt);
+    if (wanted("layer_norm fwd" + tail)) {
+      bp::NoGradGuard no_grad;
+      const double ms = time_ms(
+          d, [&] { auto y = F::layer_norm(x, {cols}, w, b); }, g_quick ? 3 : 20);
+      emit("layer_norm fwd" + tail, d, 2 * bytes / ms / 1e6, "GB/s");
+    }
+    if (wanted("layer_norm fwd+bwd" + tail)) {
+      const double ms = time_ms(
+          d, [&] { F::layer_norm(x, {cols}, w, b).backward(dy); }, g_quick ? 3 : 20);
+      emit("layer_norm fwd+bwd" + tail, d, 5 * bytes / ms / 1e6, "GB/s");
+    }
+  }
+}
+
+// Attention's layout change (Note [Wide strided copies] in the CUDA plugin): [B, T, H, D] storage
+// read as [B, H, T, D] and made dense, as GPT-2 small's q, k and v at batch 8 x 1024 (H 12, D 64)
+// on GPUs, batch 1 elsewhere; GB/s count bytes read plus written.
+void bench_transpose_copy(bp::Device& d, bool gpu) {
+  const int64_t B = gpu ? 8 : 1, T = 1024, H = 12, D = 64;
+  for (bp::DType dt : {bp::DType::f32, bp::DType::bf16}) {
+    const std::string metric = std::string("copy heads transpose [") + std::to_string(B) +
+                               ",1024,12,64] " + (dt == bp::DType::f32 ? "f32" : "bf16");
+    if (!wanted(metric)) continue;
+    auto x = bp::randn({B, T, H, D}, d, dt);
+    const double ms = time_ms(
+        d, [&] { auto y = x.transpose(1, 2).contiguous(); }, g_quick ? 3 : 20);
+    emit(metric, d, 2.0 * static_cast<double>(x.numel() * bp::dtype_size(dt)) / ms / 1e6, "GB/s");
+  }
 }
 
 // --only matches these names as printed (issue 17: it used to match "alloc", "queued" and
@@ -360,6 +405,47 @@ void bench_attention(bp::Device& d, bool gpu) {
   }
 }
 
+// Note [Cross-entropy rows]
+//   nn::cross_entropy (the mean over the rows) of a language model's logits: GPT-2's 50,257
+//   classes over 8192 rows (batch 8 x 1024 tokens) on GPUs, 512 rows elsewhere, f32 and bf16.
+//   "fwd" times the loss alone; "fwd+bwd" the loss and backward into the logits (a leaf: its
+//   gradient is written, not accumulated, after the first call zeroes it). GB/s count the logits'
+//   bytes once forward and three times forward and backward (read, read, write), the least any
+//   implementation moves. bench/torch_bench.py times torch.nn.functional.cross_entropy the same
+//   way, on logits of the same dtype and no autocast (its bf16 log_softmax reads and writes
+//   bf16).
+void bench_cross_entropy(bp::Device& d, bool gpu) {
+  const int64_t rows = gpu ? 8192 : 512, classes = 50257;
+  const int reps = g_quick ? 3 : (gpu ? 20 : 5);
+  for (bp::DType dt : {bp::DType::f32, bp::DType::bf16}) {
+    const std::string tail =
+        " " + std::to_string(rows) + "x50257 " + (dt == bp::DType::f32 ? "f32" : "bf16");
+    const double bytes = static_cast<double>(rows * classes) * bp::dtype_size(dt);
+    auto x = bp::randn({rows, classes}, d, dt).requires_grad_();
+    std::mt19937_64 gen(static_cast<uint64_t>(rows));
+    std::uniform_int_distribution<int64_t> cls(0, classes - 1);
+    std::vector<int64_t> tv(static_cast<size_t>(rows));
+    for (int64_t& v : tv) v = cls(gen);
+    auto t = bp::from_vector(tv, {rows}, d);
+    if (wanted("cross_entropy fwd" + tail)) {
+      bp::NoGradGuard no_grad;
+      const double ms = time_ms(
+          d, [&] { auto l = bp::nn::cross_entropy(x, t); }, reps);
+      emit("cross_entropy fwd" + tail, d, bytes / ms / 1e6, "GB/s");
+    }
+    if (wanted("cross_entropy fwd+bwd" + tail)) {
+      const double ms = time_ms(
+          d,
+          [&] {
+            x.zero_grad();
+            bp::nn::cross_entropy(x, t).backward();
+          },
+          reps);
+      emit("cross_entropy fwd+bwd" + tail, d, 3 * bytes / ms / 1e6, "GB/s");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -392,6 +478,9 @@ int main(int argc, char** argv) try {
                    e.what());
     }
     try {  // likewise the transformer family
+      bench_cross_entropy(*d, gpu);
+      bench_transpose_copy(*d, gpu);
+      bench_layer_norm(*d, gpu);
       bench_attention(*d, gpu);
     } catch (const bp::Error& e) {
       std::fprintf(stderr, "bp-bench: attention rows on %s skipped: %s\n", d->str().c_str(),

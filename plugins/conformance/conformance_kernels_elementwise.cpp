@@ -13,6 +13,7 @@ namespace {
 const std::vector<int64_t> kShape = {3, 5, 7};       // odd sizes, rank 3
 const std::vector<int64_t> kBcastShape = {4, 6, 5};  // broadcast / permuted views
 const std::vector<int64_t> kEmptyShape = {3, 0, 4};
+const std::vector<int64_t> kHeadsShape = {2, 3, 5, 16};  // [B, H, T, D] of copy's heads cases
 const std::vector<int64_t> kLargeShape = {kLargeRows, kLargeCols};
 
 enum class Variant {
@@ -362,14 +363,17 @@ void run_fill(Context& ctx, const OpInfo& op, int32_t dt, const std::vector<int6
 
 // A strided output view of `shape` for copy (Note [Op catalogue]: copy may write into any
 // non-overlapping strided view): "strided_output" is a slice of padded rows starting 3 elements
-// into its storage, "transposed_output" a permuted view. Storage outside the view must keep
-// its guard pattern.
+// into its storage, "transposed_output" a permuted view, "heads_output" [B, H, T, D] written
+// into [B, T, H, D] storage (attention's output, last dimension dense). Storage outside the view
+// must keep its guard pattern.
 DeviceTensor strided_output(Context& ctx, int32_t dt, const std::vector<int64_t>& shape,
-                            bool transposed, std::vector<int64_t>* offsets) {
+                            const std::string& variant, std::vector<int64_t>* offsets) {
   HostTensor layout;
   Rng unused(0);
-  if (transposed)
+  if (variant == "transposed_output")
     layout = random_permuted(unused, dt, shape, {2, 0, 1}, Range{});
+  else if (variant == "heads_output")
+    layout = random_permuted(unused, dt, shape, {0, 2, 1, 3}, Range{});
   else
     layout = random_padded(unused, dt, shape, 4, 3, Range{});
   *offsets = view_offsets(layout);
@@ -392,24 +396,35 @@ void run_copy(Context& ctx, const OpInfo& op, int32_t dt, const std::string& var
   HostTensor in;
   if (variant == "contiguous" || variant == "strided_output" || variant == "transposed_output")
     in = random_dense(rng, dt, kShape, r);
+  else if (variant == "heads_output")
+    in = random_dense(rng, dt, kHeadsShape, r);
   else if (variant == "strided")
     in = random_permuted(rng, dt, kBcastShape, {2, 0, 1}, r);
   else if (variant == "broadcast")
     in = random_broadcast(rng, dt, kBcastShape, {false, true, false}, r);
   else if (variant == "offset")
     in = random_padded(rng, dt, kShape, 2, 3, r);
-  else if (variant == "rank0")
+  else if (variant == "heads" || variant == "heads_offset") {
+    // Attention's [B, T, H, D] storage read as [B, H, T, D]: the last dimension dense, so a
+    // backend may move several elements as one word (Note [Wide strided copies] in the CUDA
+    // plugin); offset by one element, no word wider than an element is aligned.
+    in = random_permuted(rng, dt, kHeadsShape, {0, 2, 1, 3}, r);
+    if (variant == "heads_offset") {
+      in.storage.insert(in.storage.begin(), random_dense(rng, dt, {1}, r).storage[0]);
+      in.offset = 1;
+    }
+  } else if (variant == "rank0")
     in = random_dense(rng, dt, {}, r);
   else if (variant == "empty")
     in = random_dense(rng, dt, kEmptyShape, r);
   else
     in = random_permuted(rng, dt, kLargeShape, {1, 0}, r);
   DeviceTensor din = upload(ctx, in);
-  const bool strided_out = variant == "strided_output" || variant == "transposed_output";
+  const bool strided_out =
+      variant == "strided_output" || variant == "transposed_output" || variant == "heads_output";
   std::vector<int64_t> offsets;
-  DeviceTensor out =
-      strided_out ? strided_output(ctx, dt, in.shape, variant == "transposed_output", &offsets)
-                  : make_output(ctx, dt, in.shape);
+  DeviceTensor out = strided_out ? strided_output(ctx, dt, in.shape, variant, &offsets)
+                                 : make_output(ctx, dt, in.shape);
   std::string full =
       what + ": " +
       describe_launch(
@@ -537,8 +552,9 @@ void elementwise_cases(const OpInfo& op, int32_t dt, CaseList& out) {
           {"large", [p, dt](Context& c) { run_fill(c, *p, dt, kLargeShape, false, "large"); }});
       break;
     case OpKind::copy:
-      for (const char* v : {"contiguous", "strided", "broadcast", "offset", "strided_output",
-                            "transposed_output", "rank0", "empty", "large"})
+      for (const char* v :
+           {"contiguous", "strided", "broadcast", "offset", "strided_output", "transposed_output",
+            "heads", "heads_offset", "heads_output", "rank0", "empty", "large"})
         out.push_back({v, [p, dt, v](Context& c) { run_copy(c, *p, dt, v); }});
       break;
     case OpKind::cast: {
