@@ -11,6 +11,8 @@
 #   gpt2         bench/gpt2/gpt2_compare.py --bench on cuda:0 (logits, a bf16 step, tokens/s;
 #                GPT2_ARGS adds options, e.g. --no-compile)
 #   profile      bench/gpt2/gpt2_profile.py on cuda:0 (device time per op, both libraries)
+#   resnet       where a ResNet-18 bf16 training step's device time goes, Backplane (its trace)
+#                and PyTorch (channels-last autocast), bench/resnet/trace_top.py
 # Each part logs to $OUT/<step>.log; the summary lists rc and time per step.
 #
 #   source .device/env.sh
@@ -50,7 +52,7 @@ for part in "$@"; do
         "$build/bin/bp_unit_tests" --gtest_filter='*Async*' --gtest_brief=1
       ;;
     bench)
-      for only in cross_entropy "copy heads"; do
+      for only in cross_entropy "copy heads" layer_norm; do
         STEP_TIMEOUT=300 STEP_TAIL=10 step "bench.${only// /_}" "$py" "$here/bench/compare.py" \
           --bp "$build/bin/bp-bench" --device cuda:0 --only "$only" --repeat 3 \
           --json "$out/bench-${only// /_}.json"
@@ -65,8 +67,17 @@ for part in "$@"; do
       STEP_TIMEOUT=400 STEP_TAIL=60 step gpt2.profile "$py" "$here/bench/gpt2/gpt2_profile.py" \
         --device cuda:0 --out "$out/gpt2-profile"
       ;;
+    resnet)
+      STEP_TIMEOUT=300 STEP_TAIL=3 step resnet.bp env BACKPLANE_TRACE="$out/resnet-bf16-trace.json" \
+        "$build/bin/bp-bench-resnet" --device cuda:0 --only resnet18_train_bf16_b256 --iters 5
+      STEP_TIMEOUT=120 STEP_TAIL=28 step resnet.bp.top "$py" "$here/bench/resnet/trace_top.py" \
+        "$out/resnet-bf16-trace.json" --top 25
+      STEP_TIMEOUT=300 STEP_TAIL=34 step resnet.torch.top "$py" "$here/bench/resnet/trace_top.py" \
+        --torch --dtype bf16 --top 25
+      rm -f "$out/resnet-bf16-trace.json"
+      ;;
     *)
-      echo "wave7.sh: unknown part '$part' (conformance, nn, bench, gpt2 or profile)" >&2
+      echo "wave7.sh: unknown part '$part' (conformance, nn, bench, gpt2, profile or resnet)" >&2
       exit 2
       ;;
   esac
