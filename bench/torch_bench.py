@@ -126,6 +126,7 @@ def torch_bench(torch, dev):
     cross_entropy_bench(torch, dev, cuda, time_ms, impl)
     transpose_copy_bench(torch, dev, cuda, time_ms, impl)
     layer_norm_bench(torch, dev, cuda, time_ms, impl)
+    batch_norm_bench(torch, dev, cuda, time_ms, impl)
     if cuda:
         attention_bench(torch, dev, time_ms, impl)
 
@@ -230,6 +231,29 @@ def layer_norm_bench(torch, dev, cuda, time_ms, impl):
         if wanted("layer_norm fwd+bwd" + tail):
             ms = time_ms(lambda: F.layer_norm(x, (cols,), w, b).backward(dy), reps)
             emit("layer_norm fwd+bwd" + tail, dev, 5 * nbytes / ms / 1e6, "GB/s", impl)
+
+
+# bp-bench's bench_batch_norm: training-mode batch norm of [256, 64, 32, 32] (GPU) or
+# [32, 64, 32, 32], forward and forward + backward, contiguous (NCHW) as Backplane's.
+def batch_norm_bench(torch, dev, cuda, time_ms, impl):
+    F = torch.nn.functional
+    n, c = (256 if cuda else 32), 64
+    for name, dt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+        tail = f" [{n},64,32,32] {name}"
+        x = torch.randn(n, c, 32, 32, device=dev, dtype=dt, requires_grad=True)
+        w = torch.rand(c, device=dev, requires_grad=True)
+        b = torch.randn(c, device=dev, requires_grad=True)
+        rm, rv = torch.zeros(c, device=dev), torch.ones(c, device=dev)
+        dy = torch.randn(n, c, 32, 32, device=dev, dtype=dt)
+        nbytes = x.numel() * x.element_size()
+        reps = 3 if quick else 20
+        if wanted("batch_norm fwd" + tail):
+            with torch.no_grad():
+                ms = time_ms(lambda: F.batch_norm(x, rm, rv, w, b, True), reps)
+            emit("batch_norm fwd" + tail, dev, 2 * nbytes / ms / 1e6, "GB/s", impl)
+        if wanted("batch_norm fwd+bwd" + tail):
+            ms = time_ms(lambda: F.batch_norm(x, rm, rv, w, b, True).backward(dy), reps)
+            emit("batch_norm fwd+bwd" + tail, dev, 5 * nbytes / ms / 1e6, "GB/s", impl)
 
 
 # bp-bench's bench_transpose_copy: [B, T, H, D] read as [B, H, T, D] and made dense.

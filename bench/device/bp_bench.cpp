@@ -178,6 +178,35 @@ void bench_layer_norm(bp::Device& d, bool gpu) {
   }
 }
 
+// batch_norm in training at ResNet-18's widest CIFAR activation ([256, 64, 32, 32] on GPUs,
+// [32, 64, 32, 32] elsewhere), forward and forward + backward; GB/s count x read and y written
+// forward, and dy and x read and dx written backward.
+void bench_batch_norm(bp::Device& d, bool gpu) {
+  namespace F = bp::nn::functional;
+  const int64_t n = gpu ? 256 : 32, c = 64;
+  for (bp::DType dt : {bp::DType::f32, bp::DType::bf16}) {
+    const std::string tail =
+        " [" + std::to_string(n) + ",64,32,32] " + (dt == bp::DType::f32 ? "f32" : "bf16");
+    auto x = bp::randn({n, c, 32, 32}, d, dt).requires_grad_();
+    auto w = bp::rand({c}, d).requires_grad_();
+    auto b = bp::randn({c}, d).requires_grad_();
+    auto rm = bp::zeros({c}, d), rv = bp::ones({c}, d);
+    auto dy = bp::randn({n, c, 32, 32}, d, dt);
+    const double bytes = static_cast<double>(x.numel() * bp::dtype_size(dt));
+    if (wanted("batch_norm fwd" + tail)) {
+      bp::NoGradGuard no_grad;
+      const double ms = time_ms(
+          d, [&] { auto y = F::batch_norm(x, rm, rv, w, b, true); }, g_quick ? 3 : 20);
+      emit("batch_norm fwd" + tail, d, 2 * bytes / ms / 1e6, "GB/s");
+    }
+    if (wanted("batch_norm fwd+bwd" + tail)) {
+      const double ms = time_ms(
+          d, [&] { F::batch_norm(x, rm, rv, w, b, true).backward(dy); }, g_quick ? 3 : 20);
+      emit("batch_norm fwd+bwd" + tail, d, 5 * bytes / ms / 1e6, "GB/s");
+    }
+  }
+}
+
 // Attention's layout change (Note [Wide strided copies] in the CUDA plugin): [B, T, H, D] storage
 // read as [B, H, T, D] and made dense, as GPT-2 small's q, k and v at batch 8 x 1024 (H 12, D 64)
 // on GPUs, batch 1 elsewhere; GB/s count bytes read plus written.
@@ -481,6 +510,7 @@ int main(int argc, char** argv) try {
       bench_cross_entropy(*d, gpu);
       bench_transpose_copy(*d, gpu);
       bench_layer_norm(*d, gpu);
+      bench_batch_norm(*d, gpu);
       bench_attention(*d, gpu);
     } catch (const bp::Error& e) {
       std::fprintf(stderr, "bp-bench: attention rows on %s skipped: %s\n", d->str().c_str(),

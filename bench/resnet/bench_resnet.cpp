@@ -1,8 +1,8 @@
 // ResNet-18 (CIFAR shape, 3x32x32, 10 classes) on each device: training images/s of one SGD
-// step with momentum (zero_grad, forward, cross entropy, backward, update) in f32 and with
-// bf16 weights and activations, eager and captured in a bp::Graph and replayed; inference
-// latency at batch 1 and throughput at batch 256. One JSON line per result, as bp-bench prints,
-// so bench/compare.py puts it beside bench/resnet/torch_resnet.py (PyTorch: eager f32 with
+// step with momentum (zero_grad, forward, cross entropy, backward, update) of the f32 model, and
+// of the same model under bp::autocast bf16, eager and captured in a bp::Graph and replayed;
+// inference latency at batch 1 and throughput at batch 256. One JSON line per result, as bp-bench
+// prints, so bench/compare.py puts it beside bench/resnet/torch_resnet.py (PyTorch: eager f32 with
 // TF32 off, autocast bf16 with channels-last) in one table:
 //
 //   python3 bench/compare.py --bp build/bin/bp-bench-resnet
@@ -14,10 +14,13 @@
 // Timing: after warm-up, `iters` steps each followed by Device::synchronize(); the median.
 #include "resnet/resnet.hpp"
 
+#include <backplane/autocast.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,18 +58,27 @@ void emit(const std::string& metric, bp::Device& dev, double value, const char* 
   std::fflush(stdout);
 }
 
+// One SGD step of an f32 model; with `autocast` set, forward and loss under
+// bp::autocast(device type, that dtype), as PyTorch's torch.autocast row runs.
 struct Trainer {
   resnet::ResNet18 net;
   bp::Tensor x, y, loss;
   bp::optim::SGD opt;
-  Trainer(bp::Device& d, bp::DType dt, int64_t batch)
-      : net(10, 64, d, dt),
-        x(bp::randn({batch, 3, 32, 32}, d, dt)),
+  std::string type;
+  std::optional<bp::DType> autocast;
+  Trainer(bp::Device& d, std::optional<bp::DType> low, int64_t batch)
+      : net(10, 64, d, bp::DType::f32),
+        x(bp::randn({batch, 3, 32, 32}, d)),
         y(bp::argmax(bp::rand({batch, 10}, d), 1)),
-        opt(net.parameters(), {.lr = 0.01, .momentum = 0.9}) {}
+        opt(net.parameters(), {.lr = 0.01, .momentum = 0.9}),
+        type(d.type()),
+        autocast(low) {}
   void step() {
     opt.zero_grad();
-    loss = bp::nn::cross_entropy(net(x), y);
+    {
+      bp::autocast scope(type, autocast, autocast.has_value());
+      loss = bp::nn::cross_entropy(net(x), y);
+    }
     loss.backward();
     opt.step();
   }
@@ -88,15 +100,17 @@ void bench_device(bp::Device& dev, const Options& o) {
       continue;
     }
     bp::manual_seed(0);
-    Trainer t(dev, dt, o.batch);
+    Trainer t(dev, dt == bp::DType::f32 ? std::nullopt : std::optional<bp::DType>(dt), o.batch);
     const double us = median_us(
         dev, [&] { t.step(); }, o.iters, o.warmup);
-    if (wanted(eager)) emit(eager, dev, o.batch / (us * 1e-6), "img/s", "SGD momentum, eager");
+    const std::string how = dt == bp::DType::f32 ? "" : ", autocast bf16";
+    if (wanted(eager))
+      emit(eager, dev, o.batch / (us * 1e-6), "img/s", "SGD momentum, eager" + how);
     if (wanted(graph)) {
       bp::Graph g = bp::capture(dev, [&] { t.step(); });
       const double gus = median_us(
           dev, [&] { g.replay(); }, o.iters, o.warmup);
-      emit(graph, dev, o.batch / (gus * 1e-6), "img/s", "SGD momentum, bp::Graph replay");
+      emit(graph, dev, o.batch / (gus * 1e-6), "img/s", "SGD momentum, bp::Graph replay" + how);
     }
   }
   bp::manual_seed(0);

@@ -3,7 +3,7 @@
 Backplane's profiler wrote (BACKPLANE_TRACE=path.json) by op name, or of PyTorch's profiler for
 the same model (--torch), and prints the largest.
 
-    python3 bench/resnet/trace_top.py trace.json [--top 25]
+    python3 bench/resnet/trace_top.py trace.json [--top 25] [--last 0.5]
     python3 bench/resnet/trace_top.py --torch [--dtype f32|bf16] [--batch 256] [--top 25]
 """
 import argparse
@@ -13,14 +13,20 @@ import os
 import sys
 
 
-def backplane(path, top):
+def backplane(path, top, last):
     events = json.load(open(path))
     events = events["traceEvents"] if isinstance(events, dict) else events
     by, n = collections.Counter(), collections.Counter()
-    for e in events:
-        if e.get("ph") == "X" and e.get("cat") in ("kernel", "memcpy"):
-            by[e["name"]] += e.get("dur", 0)
-            n[e["name"]] += 1
+    device = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "memcpy")]
+    # --last F: only the intervals in the last F of the trace's time span (steady state, past
+    # the warm-up's first launches, which include module loads and library set-up).
+    if device and last < 1:
+        t0 = min(e["ts"] for e in device)
+        t1 = max(e["ts"] for e in device)
+        device = [e for e in device if e["ts"] >= t1 - last * (t1 - t0)]
+    for e in device:
+        by[e["name"]] += e.get("dur", 0)
+        n[e["name"]] += 1
     total = sum(by.values())
     print(f"backplane device time {total / 1e3:.2f} ms over {sum(n.values())} intervals")
     for name, us in by.most_common(top):
@@ -65,11 +71,13 @@ def main():
     ap.add_argument("--dtype", default="f32")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--last", type=float, default=1.0,
+                    help="only the last fraction of the trace's span (Backplane traces)")
     a = ap.parse_args()
     if a.torch:
         torch_profile(a.dtype, a.batch, a.top)
     else:
-        backplane(a.trace, a.top)
+        backplane(a.trace, a.top, a.last)
 
 
 if __name__ == "__main__":

@@ -285,6 +285,10 @@ void norm_cases(const OpInfo& op, int32_t dt, CaseList& out) {
       {"eval_odd", 3, 7, 9, false, 0.1, 1e-2},
       {"eval_empty", 0, 3, 5, false},
       {"train_large", 16, 64, 1024, true},
+      // Many short rows and a few long ones: a backend that splits a channel over blocks walks
+      // (n, l) across row ends at every step.
+      {"train_many_rows", 300, 5, 3, true},
+      {"train_long_rows", 2, 3, 5000, true},
       {"eval_large", 16, 64, 1024, false},
   };
   const bool backward = name == "batch_norm_backward";

@@ -11,13 +11,14 @@
 //       its backward follows the forward's dtype), scaled_dot_product_attention, and through
 //       them nn::Linear, nn::Conv2d, nn::MultiheadAttention and the GPT blocks;
 //     f32 (f16 and bf16 operands cast to f32): exp, log, rsqrt, pow, sum, cumsum, norm, sumsq,
-//       softmax, log_softmax, layer_norm, batch_norm (PyTorch leaves it to cuDNN's f32
-//       statistics; here the input is cast, so its output is f32 too), mse_loss, cross_entropy
-//       (where the device has the fused op, f16/bf16 logits are read as they are and the loss is
-//       f32: the same result without the cast);
+//       softmax, log_softmax, layer_norm, mse_loss, cross_entropy (where the device has the
+//       fused op, f16/bf16 logits are read as they are and the loss is f32: the same result
+//       without the cast);
 //     promote (run in the widest floating dtype of the operands, as outside autocast): the
 //       binary elementwise ops, where, cat and stack.
-//   Every other op runs in its input's dtype. f64 operands are never cast. A cast is an ordinary
+//   Every other op runs in its input's dtype; batch_norm among them, as in PyTorch (its
+//   statistics, weight and bias are f32 for f16/bf16 inputs anyway, so a bf16 activation is
+//   normalised without a cast and stays bf16). f64 operands are never cast. A cast is an ordinary
 //   differentiable op, so gradients flow back through it and arrive in each leaf's own dtype
 //   (an f32 parameter gets an f32 gradient). Backward passes run with autocast off: their ops
 //   follow the dtypes the forward pass recorded.

@@ -407,8 +407,9 @@ Tensor adaptive_avg_pool2d(const Tensor& input, Pair2 output_size) {
 Tensor batch_norm(const Tensor& input0, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight0, const Tensor& bias0, bool training, double momentum,
                   double eps) {
-  AutocastArgs<3> ac(AutocastPolicy::fp32, {&input0, &weight0, &bias0});
-  const Tensor &input = ac[0], &weight = ac[1], &bias = ac[2];
+  // Not on an autocast list (as in PyTorch): an f16/bf16 input stays in its dtype, since the op
+  // keeps its statistics, weight and bias in f32 for them (Note [Autocast op lists]).
+  const Tensor &input = input0, &weight = weight0, &bias = bias0;
   const char* op = "batch_norm";
   check_same_device(op, {&input});
   check_domain(Op::batch_norm, input.dtype());
