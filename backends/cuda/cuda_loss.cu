@@ -30,21 +30,6 @@ namespace {
 constexpr int64_t kWarpRow = 1024;
 constexpr int kRowThreads = 512;
 
-template <class A>
-__device__ __forceinline__ A c_exp(A v) {
-  if constexpr (std::is_same_v<A, double>)
-    return exp(v);
-  else
-    return expf(v);
-}
-template <class A>
-__device__ __forceinline__ A c_log(A v) {
-  if constexpr (std::is_same_v<A, double>)
-    return log(v);
-  else
-    return logf(v);
-}
-
 // A running maximum and sum of exp(x - m); m == -inf means nothing was added yet (s == 0).
 template <class A>
 struct MaxSum {
@@ -54,13 +39,13 @@ struct MaxSum {
 template <class A>
 __device__ __forceinline__ void add_element(MaxSum<A>& r, A x) {
   if (x > r.m) {  // false for NaN and -inf
-    r.s = r.s * c_exp(r.m - x) + A(1);
+    r.s = r.s * m_exp(r.m - x) + A(1);
     r.m = x;
   } else if (x != x) {
     r.m = x;  // a NaN row stays NaN: m - anything is NaN
     r.s = x;
   } else if (x != -std::numeric_limits<A>::infinity()) {
-    r.s += c_exp(x - r.m);
+    r.s += m_exp(x - r.m);
   }
 }
 
@@ -69,8 +54,8 @@ __device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, MaxSum<A> b) {
   if (a.m != a.m || b.m != b.m) return {a.m != a.m ? a.m : b.m, a.m != a.m ? a.s : b.s};
   if (b.m == -std::numeric_limits<A>::infinity()) return a;
   if (a.m == -std::numeric_limits<A>::infinity()) return b;
-  if (a.m >= b.m) return {a.m, a.s + b.s * c_exp(b.m - a.m)};
-  return {b.m, b.s + a.s * c_exp(a.m - b.m)};
+  if (a.m >= b.m) return {a.m, a.s + b.s * m_exp(b.m - a.m)};
+  return {b.m, b.s + a.s * m_exp(a.m - b.m)};
 }
 
 // Merges r (and the sum `sx`) over `width` threads (a warp, or a block with shared memory).
@@ -150,7 +135,7 @@ __device__ __forceinline__ void forward_row(const S* x, const int64_t* target,
   });
   group_merge(r, sx, width, sh);
   if (t != 0) return;
-  const A l = r.m + c_log(r.s);
+  const A l = r.m + m_log(r.s);
   lse[n] = l;
   const int64_t tg = target[n];
   if (tg == p.ignore_index) {
@@ -200,7 +185,7 @@ __device__ __forceinline__ void backward_row(const S* x, const int64_t* target,
   const A e = static_cast<A>(p.smoothing);
   const A off = e / static_cast<A>(p.classes), hit = A(1) - e;
   auto grad = [&](int64_t c, A v) {
-    return store<S>(g * (c_exp(v - l) - off - (c == tg ? hit : A(0))));
+    return store<S>(g * (m_exp(v - l) - off - (c == tg ? hit : A(0))));
   };
   constexpr int kVec = 16 / sizeof(S);
   using V = Vec<S, kVec>;

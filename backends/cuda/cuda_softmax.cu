@@ -25,20 +25,6 @@ constexpr int kRowThreads = 512;
 enum class Mode { kSoftmax, kLogSoftmax, kSoftmaxBackward, kLogSoftmaxBackward };
 
 template <class A>
-__device__ __forceinline__ A a_exp(A v) {
-  if constexpr (std::is_same_v<A, double>)
-    return exp(v);
-  else
-    return expf(v);
-}
-template <class A>
-__device__ __forceinline__ A a_log(A v) {
-  if constexpr (std::is_same_v<A, double>)
-    return log(v);
-  else
-    return logf(v);
-}
-template <class A>
 __device__ __forceinline__ A a_max(A a, A b) {
   return (a != a || a > b) ? a : b;  // a NaN on either side wins
 }
@@ -71,13 +57,13 @@ __device__ __forceinline__ void row(const S* in0, const S* in1, S* out, int64_t 
     for (int64_t i = t; i < len; i += width) m = a_max(m, load(in0[i]));
     m = group_reduce<true>(m, width, sh);
     A s = 0;
-    for (int64_t i = t; i < len; i += width) s += a_exp(load(in0[i]) - m);
+    for (int64_t i = t; i < len; i += width) s += m_exp(load(in0[i]) - m);
     s = group_reduce<false>(s, width, sh);
     if constexpr (M == Mode::kSoftmax) {
       const A inv = A(1) / s;
-      for (int64_t i = t; i < len; i += width) out[i] = store<S>(a_exp(load(in0[i]) - m) * inv);
+      for (int64_t i = t; i < len; i += width) out[i] = store<S>(m_exp(load(in0[i]) - m) * inv);
     } else {
-      const A ls = a_log(s);
+      const A ls = m_log(s);
       for (int64_t i = t; i < len; i += width) out[i] = store<S>(load(in0[i]) - m - ls);
     }
   } else {
@@ -87,7 +73,7 @@ __device__ __forceinline__ void row(const S* in0, const S* in1, S* out, int64_t 
     s = group_reduce<false>(s, width, sh);
     for (int64_t i = t; i < len; i += width) {
       const A y = load(in0[i]), g = load(in1[i]);
-      out[i] = store<S>(M == Mode::kSoftmaxBackward ? y * (g - s) : g - a_exp(y) * s);
+      out[i] = store<S>(M == Mode::kSoftmaxBackward ? y * (g - s) : g - m_exp(y) * s);
     }
   }
 }
@@ -125,13 +111,13 @@ __global__ void __launch_bounds__(kThreads)
       A m = -std::numeric_limits<A>::infinity();
       for (int64_t i = 0; i < len; ++i) m = a_max(m, load(x[i * inner]));
       A s = 0;
-      for (int64_t i = 0; i < len; ++i) s += a_exp(load(x[i * inner]) - m);
+      for (int64_t i = 0; i < len; ++i) s += m_exp(load(x[i * inner]) - m);
       if constexpr (M == Mode::kSoftmax) {
         const A inv = A(1) / s;
         for (int64_t i = 0; i < len; ++i)
-          y[i * inner] = store<S>(a_exp(load(x[i * inner]) - m) * inv);
+          y[i * inner] = store<S>(m_exp(load(x[i * inner]) - m) * inv);
       } else {
-        const A ls = a_log(s);
+        const A ls = m_log(s);
         for (int64_t i = 0; i < len; ++i) y[i * inner] = store<S>(load(x[i * inner]) - m - ls);
       }
     } else {
@@ -141,7 +127,7 @@ __global__ void __launch_bounds__(kThreads)
                                          : load(g[i * inner]);
       for (int64_t i = 0; i < len; ++i) {
         const A yv = load(x[i * inner]), gv = load(g[i * inner]);
-        y[i * inner] = store<S>(M == Mode::kSoftmaxBackward ? yv * (gv - s) : gv - a_exp(yv) * s);
+        y[i * inner] = store<S>(M == Mode::kSoftmaxBackward ? yv * (gv - s) : gv - m_exp(yv) * s);
       }
     }
   }

@@ -53,6 +53,9 @@ std::string program_source(int32_t dtype, Family family, const DeviceInfo& info)
 // struct bp_ix and its offset function, and the per-dtype macros T (storage), C (compute type),
 // LD (storage -> C) and ST (C -> storage).
 std::string kernel_prelude(int32_t dtype, bool fp64);
+// OpenCL C of BP_MAX (NaN wins) and bp_group_reduce(ACC v, int is_max, __local ACC* scratch), the
+// work-group tree sum or maximum (every work-item gets it); ACC must be defined before it.
+std::string group_reduce_source();
 // OpenCL C type storing a dtype ("float", "ushort" for f16/bf16, "uchar" for u8/bool).
 const char* cl_storage_type(int32_t dtype);
 

@@ -210,6 +210,28 @@ const char* cl_storage_type(int32_t dtype) {
   }
 }
 
+std::string group_reduce_source() {
+  return R"CLC(
+#define BP_MAX(a, b) ((isnan(a) || (a) > (b)) ? (a) : (b))
+
+/* Tree combine of the work-group's values (max when is_max, else sum); all work-items get it. */
+ACC bp_group_reduce(ACC v, int is_max, __local ACC* scratch) {
+  int lid = (int)get_local_id(0), L = (int)get_local_size(0);
+  barrier(CLK_LOCAL_MEM_FENCE);
+  scratch[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int w = L >> 1; w > 0; w >>= 1) {
+    if (lid < w) {
+      ACC o = scratch[lid + w];
+      scratch[lid] = is_max ? BP_MAX(scratch[lid], o) : scratch[lid] + o;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  return scratch[0];
+}
+)CLC";
+}
+
 std::string kernel_prelude(int32_t dtype, bool fp64) {
   std::string s;
   if (fp64) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#define BP_FP64 1\n";

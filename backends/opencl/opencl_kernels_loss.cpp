@@ -21,24 +21,6 @@ namespace bp::opencl {
 namespace {
 
 constexpr const char* kLossSource = R"CLC(
-#define BP_MAX(a, b) ((isnan(a) || (a) > (b)) ? (a) : (b))
-
-/* Tree combine of the work-group's values (max when is_max, else sum); all work-items get it. */
-C bp_ce_reduce(C v, int is_max, __local C* scratch) {
-  int lid = (int)get_local_id(0), L = (int)get_local_size(0);
-  barrier(CLK_LOCAL_MEM_FENCE);
-  scratch[lid] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int w = L >> 1; w > 0; w >>= 1) {
-    if (lid < w) {
-      C o = scratch[lid + w];
-      scratch[lid] = is_max ? BP_MAX(scratch[lid], o) : scratch[lid] + o;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  return scratch[0];
-}
-
 __kernel void bp_cross_entropy(__global C* loss, __global C* lse, __global const T* x,
                                __global const long* tg, __global int* flag, long ncls,
                                long loss_off, long lse_off, long x_off, long t_off, long ignore,
@@ -48,7 +30,7 @@ __kernel void bp_cross_entropy(__global C* loss, __global C* lse, __global const
   __global const T* row = x + x_off + r * ncls;
   C m = (C)(-INFINITY);
   for (long j = lid; j < ncls; j += L) m = BP_MAX(LD(row[j]), m);
-  m = bp_ce_reduce(m, 1, scratch);
+  m = bp_group_reduce(m, 1, scratch);
   C shift = isinf(m) ? (C)0 : m; /* an infinite maximum: -inf or +inf as torch's logsumexp */
   C s = (C)0, sx = (C)0;
   for (long j = lid; j < ncls; j += L) {
@@ -56,9 +38,9 @@ __kernel void bp_cross_entropy(__global C* loss, __global C* lse, __global const
     s += exp(v - shift);
     if (smooth) sx += v;
   }
-  s = bp_ce_reduce(s, 0, scratch);
+  s = bp_group_reduce(s, 0, scratch);
   /* Without smoothing the row's sum is no term of the loss (a -inf logit leaves it finite). */
-  if (smooth) sx = bp_ce_reduce(sx, 0, scratch);
+  if (smooth) sx = bp_group_reduce(sx, 0, scratch);
   if (lid == 0) {
     C l = shift + log(s);
     long t = tg[t_off + r];
@@ -188,7 +170,7 @@ void launch_loss_as(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc*
 }  // namespace
 
 std::string loss_source(int32_t dtype, bool fp64) {
-  return kernel_prelude(dtype, fp64) + kLossSource;
+  return kernel_prelude(dtype, fp64) + "#define ACC C\n" + group_reduce_source() + kLossSource;
 }
 
 void create_loss_kernels(bp_kernel& k, cl_program program) {

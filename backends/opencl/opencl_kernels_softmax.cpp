@@ -18,8 +18,6 @@ namespace bp::opencl {
 namespace {
 
 constexpr const char* kSoftmaxSource = R"CLC(
-#define BP_MAX(a, b) ((isnan(a) || (a) > (b)) ? (a) : (b))
-
 __kernel void bp_softmax_rows(__global T* out, __global const T* a, __global const T* b,
                               long outer, long len, long inner, long o_off, long a_off,
                               long b_off, int mode) {
@@ -56,22 +54,6 @@ __kernel void bp_softmax_rows(__global T* out, __global const T* a, __global con
         y[j * inner] = ST((ACC)LD(g[j * inner]) - exp((ACC)LD(x[j * inner])) * s);
     }
   }
-}
-
-/* Tree combine of the work-group's values (max when is_max, else sum); all work-items get it. */
-ACC bp_group_reduce(ACC v, int is_max, __local ACC* scratch) {
-  int lid = (int)get_local_id(0), L = (int)get_local_size(0);
-  barrier(CLK_LOCAL_MEM_FENCE);
-  scratch[lid] = v;
-  barrier(CLK_LOCAL_MEM_FENCE);
-  for (int w = L >> 1; w > 0; w >>= 1) {
-    if (lid < w) {
-      ACC o = scratch[lid + w];
-      scratch[lid] = is_max ? BP_MAX(scratch[lid], o) : scratch[lid] + o;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-  }
-  return scratch[0];
 }
 
 __kernel void bp_softmax_tree(__global T* out, __global const T* a, __global const T* b,
@@ -129,6 +111,7 @@ int mode_of(Op op) {
 std::string softmax_source(int32_t dtype, bool fp64) {
   std::string s = kernel_prelude(dtype, fp64);
   s += sdk::format("#define ACC %s\n", dtype == BP_DTYPE_F64 ? "double" : "float");
+  s += group_reduce_source();
   s += kSoftmaxSource;
   return s;
 }
