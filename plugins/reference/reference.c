@@ -64,7 +64,8 @@ enum {
   F_BAD_NAME = 1 << 20,      /* the device name is not UTF-8 and holds a terminal escape */
   F_INIT_EXIT = 1 << 21,     /* init calls exit(3) */
   F_SIDE_SYNC = 1 << 22,     /* stream_synchronize fails on every stream but the first one */
-  F_NO_CONV = 1 << 23,       /* conv2d and its backward ops are not implemented (UNSUPPORTED) */
+  F_NO_CONV = 1 << 23,       /* conv2d, its backward ops and the fused cross_entropy pair are
+                                not implemented (UNSUPPORTED): the host decomposes them */
   F_ASYNC_FAIL = 1 << 24,    /* mul f32 fails "on the device": op failed (reference_async.c) */
   F_ASYNC_INDEX = 1 << 25,   /* an out-of-range index is found "on the device": op failed */
   F_ASYNC_POISON = 1 << 26,  /* ... and poisons its stream */
@@ -591,12 +592,14 @@ static bp_error* ref_init_xfail(void) {
   return err;
 }
 
-/* no_conv: the template's op table without the convolutions, so that a host has to decompose
- * them (im2col and matmul); the template has no matmul either. */
+/* no_conv: the template's op table without the convolutions and the fused loss, so that a host
+ * has to decompose them (im2col and matmul; log_softmax and a gather); the template has no
+ * matmul either. */
 static bp_op_table g_no_conv_ops;
 static int is_conv(int32_t op) {
   return op == BP_OP_CONV2D || op == BP_OP_CONV2D_BACKWARD_INPUT ||
-         op == BP_OP_CONV2D_BACKWARD_WEIGHT;
+         op == BP_OP_CONV2D_BACKWARD_WEIGHT || op == BP_OP_CROSS_ENTROPY ||
+         op == BP_OP_CROSS_ENTROPY_BACKWARD;
 }
 static void no_conv_resolve(void* user, int32_t op, int32_t dtype, bp_op_decl* d) {
   bp_kernel* k = NULL;

@@ -172,6 +172,39 @@ TEST(Fallback, CnnWithoutConvolutionMatchesCpu) {
                                                                << bp::fallback_table();
 }
 
+// cross_entropy without the fused op (log_softmax, a gather and where) against cpu:0's fused op,
+// loss and logits gradient, for every reduction with ignore_index and label smoothing.
+TEST(Fallback, CrossEntropyDecompositionMatchesTheFusedOp) {
+  ASSERT_FALSE(ref().supports(bp::Op::cross_entropy, bp::DType::f32));
+  ASSERT_TRUE(cpu().supports(bp::Op::cross_entropy, bp::DType::f32));
+  PolicyGuard allow(bp::FallbackPolicy::allow);
+  bp::reset_fallback_stats();
+  const int64_t n = 7, c = 9;
+  const std::vector<float> xv = random_values(static_cast<size_t>(n * c));
+  std::vector<int64_t> tv(static_cast<size_t>(n));
+  std::uniform_int_distribution<int64_t> label(0, c - 1);
+  for (auto& t : tv) t = label(bp_test::rng("bp_unit_tests"));
+  tv[3] = 2;  // ignore_index 2 below: this row adds nothing
+  for (const char* reduction : {"mean", "sum", "none"})
+    for (double smoothing : {0.0, 0.2}) {
+      const bp::nn::CrossEntropyOptions o{reduction, 2, smoothing};
+      auto loss = [&](bp::Device& d, bp::Tensor& x) {
+        x = bp::from_vector<float>(xv, {n, c}, d).requires_grad_();
+        bp::Tensor l = bp::nn::cross_entropy(x, bp::from_vector<int64_t>(tv, {n}, d), o);
+        (l * l).sum().backward();
+        return l;
+      };
+      bp::Tensor xc, xr;
+      bp::Tensor want = loss(cpu(), xc), got = loss(ref(), xr);
+      const std::string what =
+          std::string("reduction ") + reduction + ", label_smoothing " + std::to_string(smoothing);
+      EXPECT_TRUE(same(got, want, bp_test::OpClass::reduction)) << what;
+      EXPECT_TRUE(same(xr.grad(), xc.grad(), bp_test::OpClass::reduction)) << what;
+    }
+  EXPECT_NE(stats_for(bp::fallback_stats(), "cross_entropy", "decomposition into"), nullptr)
+      << bp::fallback_table();
+}
+
 // Each decomposition alone against cpu:0 on odd sizes: strides, padding, dilation, groups.
 TEST(Fallback, ConvolutionDecompositionCoversTheWindowAttributes) {
   PolicyGuard allow(bp::FallbackPolicy::allow);
