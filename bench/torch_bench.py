@@ -211,6 +211,22 @@ def conv_bench(torch, dev, cuda, time_ms):
                      x4.numel() * esize * (1 + 1 / 16) / ms / 1e6, "GB/s", impl)
 
 
+def fwd_bwd_rows(dev, impl, time_ms, op, tail, reps, fwd_work, step_work, scale, unit, forward,
+                 step, torch):
+    """bp-bench's FwdBwdRows: "<op> fwd<tail>" times `forward` under no_grad, "<op>
+    fwd+bwd<tail>" times `step`, each as work per ms over `scale`."""
+    if wanted(op + " fwd" + tail):
+        with torch.no_grad():
+            ms = time_ms(forward, reps)
+        emit(op + " fwd" + tail, dev, fwd_work / ms / scale, unit, impl)
+    if wanted(op + " fwd+bwd" + tail):
+        emit(op + " fwd+bwd" + tail, dev, step_work / time_ms(step, reps) / scale, unit, impl)
+
+
+def wants_rows(op, tail):
+    return wanted(op + " fwd" + tail) or wanted(op + " fwd+bwd" + tail)
+
+
 # bp-bench's bench_layer_norm: GPT-2's [8192, 768] (GPU) or [512, 768] activations, weight and
 # bias, forward and forward + backward.
 def layer_norm_bench(torch, dev, cuda, time_ms, impl):
@@ -218,19 +234,16 @@ def layer_norm_bench(torch, dev, cuda, time_ms, impl):
     rows, cols = (8192 if cuda else 512), 768
     for name, dt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
         tail = f" [{rows},768] {name}"
+        if not wants_rows("layer_norm", tail):
+            continue
         x = torch.randn(rows, cols, device=dev, dtype=dt, requires_grad=True)
         w = torch.rand(cols, device=dev, dtype=dt, requires_grad=True)
         b = torch.randn(cols, device=dev, dtype=dt, requires_grad=True)
         dy = torch.randn(rows, cols, device=dev, dtype=dt)
         nbytes = rows * cols * x.element_size()
-        reps = 3 if quick else 20
-        if wanted("layer_norm fwd" + tail):
-            with torch.no_grad():
-                ms = time_ms(lambda: F.layer_norm(x, (cols,), w, b), reps)
-            emit("layer_norm fwd" + tail, dev, 2 * nbytes / ms / 1e6, "GB/s", impl)
-        if wanted("layer_norm fwd+bwd" + tail):
-            ms = time_ms(lambda: F.layer_norm(x, (cols,), w, b).backward(dy), reps)
-            emit("layer_norm fwd+bwd" + tail, dev, 5 * nbytes / ms / 1e6, "GB/s", impl)
+        fwd_bwd_rows(dev, impl, time_ms, "layer_norm", tail, 3 if quick else 20, 2 * nbytes,
+                     5 * nbytes, 1e6, "GB/s", lambda: F.layer_norm(x, (cols,), w, b),
+                     lambda: F.layer_norm(x, (cols,), w, b).backward(dy), torch)
 
 
 # bp-bench's bench_batch_norm: training-mode batch norm of [256, 64, 32, 32] (GPU) or
@@ -240,20 +253,17 @@ def batch_norm_bench(torch, dev, cuda, time_ms, impl):
     n, c = (256 if cuda else 32), 64
     for name, dt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
         tail = f" [{n},64,32,32] {name}"
+        if not wants_rows("batch_norm", tail):
+            continue
         x = torch.randn(n, c, 32, 32, device=dev, dtype=dt, requires_grad=True)
         w = torch.rand(c, device=dev, requires_grad=True)
         b = torch.randn(c, device=dev, requires_grad=True)
         rm, rv = torch.zeros(c, device=dev), torch.ones(c, device=dev)
         dy = torch.randn(n, c, 32, 32, device=dev, dtype=dt)
         nbytes = x.numel() * x.element_size()
-        reps = 3 if quick else 20
-        if wanted("batch_norm fwd" + tail):
-            with torch.no_grad():
-                ms = time_ms(lambda: F.batch_norm(x, rm, rv, w, b, True), reps)
-            emit("batch_norm fwd" + tail, dev, 2 * nbytes / ms / 1e6, "GB/s", impl)
-        if wanted("batch_norm fwd+bwd" + tail):
-            ms = time_ms(lambda: F.batch_norm(x, rm, rv, w, b, True).backward(dy), reps)
-            emit("batch_norm fwd+bwd" + tail, dev, 5 * nbytes / ms / 1e6, "GB/s", impl)
+        fwd_bwd_rows(dev, impl, time_ms, "batch_norm", tail, 3 if quick else 20, 2 * nbytes,
+                     5 * nbytes, 1e6, "GB/s", lambda: F.batch_norm(x, rm, rv, w, b, True),
+                     lambda: F.batch_norm(x, rm, rv, w, b, True).backward(dy), torch)
 
 
 # bp-bench's bench_transpose_copy: [B, T, H, D] read as [B, H, T, D] and made dense.
@@ -276,19 +286,17 @@ def cross_entropy_bench(torch, dev, cuda, time_ms, impl):
     reps = 3 if quick else (20 if cuda else 5)
     for mname, dt in [("f32", torch.float32), ("bf16", torch.bfloat16)]:
         tail = f" {rows}x50257 {mname}"
-        nbytes = rows * classes * torch.tensor([], dtype=dt).element_size()
+        if not wants_rows("cross_entropy", tail):
+            continue
         x = torch.randn(rows, classes, device=dev, dtype=dt).requires_grad_()
         t = torch.randint(0, classes, (rows,), device=dev)
-        if wanted("cross_entropy fwd" + tail):
-            with torch.no_grad():
-                ms = time_ms(lambda: F.cross_entropy(x, t), reps)
-            emit("cross_entropy fwd" + tail, dev, nbytes / ms / 1e6, "GB/s", impl)
-        if wanted("cross_entropy fwd+bwd" + tail):
-            def step():
-                x.grad = None
-                F.cross_entropy(x, t).backward()
-            ms = time_ms(step, reps)
-            emit("cross_entropy fwd+bwd" + tail, dev, 3 * nbytes / ms / 1e6, "GB/s", impl)
+        nbytes = x.numel() * x.element_size()
+
+        def step():
+            x.grad = None
+            F.cross_entropy(x, t).backward()
+        fwd_bwd_rows(dev, impl, time_ms, "cross_entropy", tail, reps, nbytes, 3 * nbytes, 1e6,
+                     "GB/s", lambda: F.cross_entropy(x, t), step, torch)
 
 
 # bp-bench's Note [Attention rows]: GPT-2 heads (E = 64, 12 heads), batch 8 at L = 1024 and
@@ -301,20 +309,17 @@ def attention_bench(torch, dev, time_ms, impl):
         for b, h, n in [(8, 12, 1024), (2, 12, 4096), (1, 12, 16384)]:
             for causal in (False, True):
                 tail = f" L={n}{' causal ' if causal else ' '}{mname}"
+                if not wants_rows("sdpa", tail):
+                    continue
                 fwd = 4.0 * b * h * n * n * 64 * (0.5 if causal else 1.0)
                 q, k, v = (torch.randn(b, h, n, 64, device=dev, dtype=dt).requires_grad_()
                            for _ in range(3))
                 dy = torch.randn(b, h, n, 64, device=dev, dtype=dt)
-                if wanted("sdpa fwd" + tail):
-                    with torch.no_grad():
-                        ms = time_ms(lambda: F.scaled_dot_product_attention(
-                            q, k, v, is_causal=causal), reps)
-                    emit("sdpa fwd" + tail, dev, fwd / ms / 1e9, "TFLOP/s", impl)
-                if wanted("sdpa fwd+bwd" + tail):
-                    def step():
-                        F.scaled_dot_product_attention(q, k, v, is_causal=causal).backward(dy)
-                    ms = time_ms(step, reps)
-                    emit("sdpa fwd+bwd" + tail, dev, 3.5 * fwd / ms / 1e9, "TFLOP/s", impl)
+
+                def attend():
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                fwd_bwd_rows(dev, impl, time_ms, "sdpa", tail, reps, fwd, 3.5 * fwd, 1e9,
+                             "TFLOP/s", attend, lambda: attend().backward(dy), torch)
 
 
 def numpy_bench(np):

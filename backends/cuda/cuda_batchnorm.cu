@@ -223,23 +223,24 @@ int64_t bn_groups(const LaunchArgs& a, int64_t C, int64_t M) {
   return std::clamp<int64_t>(want, 1, std::min<int64_t>(most, 65535));
 }
 
-// Scratch of the three launches: the partials (2 C G doubles) and the coefficients.
+// Scratch of the three launches: `partials` doubles, then `coefs` coefficients of type A.
+template <class A>
 struct BnScratch {
   const LaunchArgs& a;
   uint64_t bytes;
   void* p;
-  BnScratch(const LaunchArgs& args, int64_t C, int64_t G, size_t coef_bytes)
+  double* part;
+  A* coef;
+  BnScratch(const LaunchArgs& args, int64_t partials, int64_t coefs)
       : a(args),
-        bytes(static_cast<uint64_t>(2 * C * G) * sizeof(double) + coef_bytes),
-        p(args.device->allocate_scratch(*args.s, bytes)) {}
+        bytes(static_cast<uint64_t>(partials) * sizeof(double) +
+              static_cast<uint64_t>(coefs) * sizeof(A)),
+        p(args.device->allocate_scratch(*args.s, bytes)),
+        part(static_cast<double*>(p)),
+        coef(reinterpret_cast<A*>(part + partials)) {}
   ~BnScratch() { a.device->free_scratch(*a.s, p, bytes); }
   BnScratch(const BnScratch&) = delete;
   BnScratch& operator=(const BnScratch&) = delete;
-  double* part() const { return static_cast<double*>(p); }
-  template <class A>
-  A* coef(int64_t C, int64_t G) const {
-    return reinterpret_cast<A*>(static_cast<char*>(p) + 2 * C * G * sizeof(double));
-  }
 };
 
 // BACKPLANE_CUDNN_BATCH_NORM, read once: unset or 0, our kernels; 1, cuDNN first.
@@ -359,24 +360,20 @@ void launch_batch_norm(const LaunchArgs& a) {
           }))
     return;
   using A = compute_of_t<S>;
-  const int64_t M = N * L, G = training ? bn_groups(a, C, M) : 1;
-  const BnScratch scratch(a, C, G, static_cast<size_t>(2 * C) * sizeof(A));
-  A* coef = scratch.coef<A>(C, G);
+  const int64_t M = N * L, G = bn_groups(a, C, M);
+  const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(G));
   const unsigned per_channel = static_cast<unsigned>(ceil_div(C, int64_t{kThreads}));
+  const BnScratch<A> scratch(a, training ? 2 * C * G : 0, 2 * C);
   if (training) {
-    bn_stats_partial_kernel<S>
-        <<<dim3(static_cast<unsigned>(C), static_cast<unsigned>(G)), kBnThreads, 0, a.stream>>>(
-            x, scratch.part(), N, C, L);
+    bn_stats_partial_kernel<S><<<grid, kBnThreads, 0, a.stream>>>(x, scratch.part, N, C, L);
     bn_stats_final_kernel<S, P><<<per_channel, kThreads, 0, a.stream>>>(
-        x, scratch.part(), G, w, b, rm, rv, data_ptr<P>(a.out[1]), data_ptr<P>(a.out[2]), coef, C,
-        L, M, eps, momentum);
+        x, scratch.part, G, w, b, rm, rv, data_ptr<P>(a.out[1]), data_ptr<P>(a.out[2]),
+        scratch.coef, C, L, M, eps, momentum);
   } else {
-    bn_eval_coef_kernel<S, P><<<per_channel, kThreads, 0, a.stream>>>(w, b, rm, rv, coef, C, eps);
+    bn_eval_coef_kernel<S, P>
+        <<<per_channel, kThreads, 0, a.stream>>>(w, b, rm, rv, scratch.coef, C, eps);
   }
-  const int64_t GA = bn_groups(a, C, M);
-  bn_apply_kernel<S>
-      <<<dim3(static_cast<unsigned>(C), static_cast<unsigned>(GA)), kBnThreads, 0, a.stream>>>(
-          x, y, coef, N, C, L);
+  bn_apply_kernel<S><<<grid, kBnThreads, 0, a.stream>>>(x, y, scratch.coef, N, C, L);
   BP_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -426,15 +423,13 @@ void launch_batch_norm_backward(const LaunchArgs& a) {
     return;
   using A = compute_of_t<S>;
   const int64_t M = N * L, G = bn_groups(a, C, M);
-  const BnScratch scratch(a, C, G, static_cast<size_t>(3 * C) * sizeof(A));
-  A* coef = scratch.coef<A>(C, G);
   const dim3 grid(static_cast<unsigned>(C), static_cast<unsigned>(G));
-  bn_grad_partial_kernel<S, P>
-      <<<grid, kBnThreads, 0, a.stream>>>(dy, x, sm, scratch.part(), N, C, L);
+  const BnScratch<A> scratch(a, 2 * C * G, 3 * C);
+  bn_grad_partial_kernel<S, P><<<grid, kBnThreads, 0, a.stream>>>(dy, x, sm, scratch.part, N, C, L);
   bn_grad_final_kernel<S, P>
       <<<static_cast<unsigned>(ceil_div(C, int64_t{kThreads})), kThreads, 0, a.stream>>>(
-          scratch.part(), G, w, sm, si, dw, db, coef, C, M);
-  bn_grad_apply_kernel<S><<<grid, kBnThreads, 0, a.stream>>>(dy, x, dx, coef, N, C, L);
+          scratch.part, G, w, sm, si, dw, db, scratch.coef, C, M);
+  bn_grad_apply_kernel<S><<<grid, kBnThreads, 0, a.stream>>>(dy, x, dx, scratch.coef, N, C, L);
   BP_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -87,35 +87,47 @@ struct LossArgs {
   double smoothing;
 };
 
+// A row of c elements of S at p split at its first 16-byte boundary: `head` elements before it,
+// then `nv` 16-byte vectors, then the elements from tail() on. A row of a wide vocabulary starts
+// at any element offset (rows of 50,257 bf16), so the vectors begin at the boundary, not at the
+// row.
+template <class S>
+struct RowSplit {
+  static constexpr int kVec = 16 / sizeof(S);
+  using V = Vec<S, kVec>;
+  int64_t head, nv;
+  __device__ __forceinline__ RowSplit(const S* p, int64_t c) {
+    const uintptr_t mis = reinterpret_cast<uintptr_t>(p) % 16;
+    head = mis == 0 ? 0 : static_cast<int64_t>((16 - mis) / sizeof(S));
+    if (head > c) head = c;
+    nv = (c - head) / kVec;
+  }
+  __device__ __forceinline__ int64_t tail() const { return head + nv * kVec; }
+};
+
 // Visits the elements of row `xr` (c elements) that thread t of `width` owns, as f(index, value
-// in the compute type): the elements before the row's first 16-byte boundary one by one, then
-// 16-byte vectors (the row's bulk, strided over the threads, two vectors in flight a thread),
-// then the tail. A row of a wide vocabulary starts at any element offset (rows of 50,257 bf16),
-// so the vectors begin at the boundary, not at the row.
+// in the compute type): RowSplit's head one by one, its vectors strided over the threads (two in
+// flight a thread), then the tail.
 template <class S, class F>
 __device__ __forceinline__ void for_row(const S* xr, int64_t c, int t, int width, F&& f) {
-  constexpr int kVec = 16 / sizeof(S);
-  using V = Vec<S, kVec>;
-  const uintptr_t mis = reinterpret_cast<uintptr_t>(xr) % 16;
-  int64_t head = mis == 0 ? 0 : static_cast<int64_t>((16 - mis) / sizeof(S));
-  if (head > c) head = c;
-  for (int64_t i = t; i < head; i += width) f(i, load(xr[i]));
-  const V* xv = reinterpret_cast<const V*>(xr + head);
-  const int64_t nv = (c - head) / kVec;
+  using R = RowSplit<S>;
+  const R r(xr, c);
+  for (int64_t i = t; i < r.head; i += width) f(i, load(xr[i]));
+  const typename R::V* xv = reinterpret_cast<const typename R::V*>(xr + r.head);
   int64_t i = t;
-  for (; i + width < nv; i += 2 * width) {
-    const V a = xv[i], b = xv[i + width];
+  for (; i + width < r.nv; i += 2 * width) {
+    const typename R::V a = xv[i], b = xv[i + width];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) f(head + i * kVec + k, load(a.v[k]));
+    for (int k = 0; k < R::kVec; ++k) f(r.head + i * R::kVec + k, load(a.v[k]));
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) f(head + (i + width) * kVec + k, load(b.v[k]));
+    for (int k = 0; k < R::kVec; ++k) f(r.head + (i + width) * R::kVec + k, load(b.v[k]));
   }
-  for (; i < nv; i += width) {
-    const V a = xv[i];
+  for (; i < r.nv; i += width) {
+    const typename R::V a = xv[i];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) f(head + i * kVec + k, load(a.v[k]));
+    for (int k = 0; k < R::kVec; ++k) f(r.head + i * R::kVec + k, load(a.v[k]));
   }
-  for (int64_t j = head + nv * kVec + t; j < c; j += width) f(j, load(xr[j]));
+  for (int64_t j = r.tail() + t; j < c; j += width) f(j, load(xr[j]));
 }
 
 // One row handled by `width` threads starting at thread `t`.
@@ -187,28 +199,24 @@ __device__ __forceinline__ void backward_row(const S* x, const int64_t* target,
   auto grad = [&](int64_t c, A v) {
     return store<S>(g * (m_exp(v - l) - off - (c == tg ? hit : A(0))));
   };
-  constexpr int kVec = 16 / sizeof(S);
-  using V = Vec<S, kVec>;
-  const uintptr_t mis = reinterpret_cast<uintptr_t>(xr) % 16;
-  if (mis != reinterpret_cast<uintptr_t>(dr) % 16) {  // no common 16-byte phase: elements
-    for (int64_t c = t; c < p.classes; c += width) dr[c] = grad(c, load(xr[c]));
+  if (reinterpret_cast<uintptr_t>(xr) % 16 != reinterpret_cast<uintptr_t>(dr) % 16) {
+    for (int64_t c = t; c < p.classes; c += width) dr[c] = grad(c, load(xr[c]));  // no common phase
     return;
   }
-  // As for_row, with x and dx sharing the phase: vectors read and vectors written.
-  int64_t head = mis == 0 ? 0 : static_cast<int64_t>((16 - mis) / sizeof(S));
-  if (head > p.classes) head = p.classes;
-  for (int64_t c = t; c < head; c += width) dr[c] = grad(c, load(xr[c]));
-  const V* xv = reinterpret_cast<const V*>(xr + head);
-  V* dv = reinterpret_cast<V*>(dr + head);
-  const int64_t nv = (p.classes - head) / kVec;
-  for (int64_t i = t; i < nv; i += width) {
-    const V a = xv[i];
-    V o;
+  // x and dx share their 16-byte phase: one RowSplit, vectors read and vectors written.
+  using R = RowSplit<S>;
+  const R r(xr, p.classes);
+  for (int64_t c = t; c < r.head; c += width) dr[c] = grad(c, load(xr[c]));
+  const typename R::V* xv = reinterpret_cast<const typename R::V*>(xr + r.head);
+  typename R::V* dv = reinterpret_cast<typename R::V*>(dr + r.head);
+  for (int64_t i = t; i < r.nv; i += width) {
+    const typename R::V a = xv[i];
+    typename R::V o;
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) o.v[k] = grad(head + i * kVec + k, load(a.v[k]));
+    for (int k = 0; k < R::kVec; ++k) o.v[k] = grad(r.head + i * R::kVec + k, load(a.v[k]));
     dv[i] = o;
   }
-  for (int64_t c = head + nv * kVec + t; c < p.classes; c += width) dr[c] = grad(c, load(xr[c]));
+  for (int64_t c = r.tail() + t; c < p.classes; c += width) dr[c] = grad(c, load(xr[c]));
 }
 
 template <class S>

@@ -270,6 +270,20 @@ struct TempBuffer {
   TempBuffer& operator=(const TempBuffer&) = delete;
 };
 
+// A one-int device flag that kernels raise when they meet a bad index or target (gather,
+// scatter_add, embedding, cross_entropy), cleared on lc's queue when made. raised() reads it
+// back: a blocking read, so it waits for the kernels queued before it.
+struct ErrorFlag {
+  TempBuffer flag;
+  ErrorFlag(const bp_kernel& k, const LaunchContext& lc);
+  bp_buffer* buf() const { return flag.buf; }
+  bool raised(const bp_kernel& k) const;
+};
+
+// The n int64 values of `t` from element offset `off`, read back (a blocking read).
+std::vector<int64_t> read_indices(const bp_kernel& k, const LaunchContext& lc,
+                                  const bp_tensor_desc& t, int64_t off, int64_t n);
+
 // Saturating double -> int64 (NaN -> 0), for scalars and fill values of integer dtypes.
 int64_t saturate_to_i64(double v);
 

@@ -539,6 +539,31 @@ TempBuffer::~TempBuffer() {
   lc.device.allocator().release(buf, lc.stream);
 }
 
+ErrorFlag::ErrorFlag(const bp_kernel& k, const LaunchContext& lc) : flag(lc, sizeof(cl_int)) {
+  const cl_int zero = 0;
+  BP_CL_CHECK(clEnqueueFillBuffer(lc.queue, flag.buf->mem, &zero, sizeof zero, 0, sizeof zero, 0,
+                                  nullptr, nullptr),
+              op_label(k) + ": clearing the error flag");
+}
+
+bool ErrorFlag::raised(const bp_kernel& k) const {
+  cl_int r = 0;
+  BP_CL_CHECK(clEnqueueReadBuffer(flag.lc.queue, flag.buf->mem, CL_TRUE, 0, sizeof r, &r, 0,
+                                  nullptr, nullptr),
+              op_label(k) + ": reading the error flag");
+  return r != 0;
+}
+
+std::vector<int64_t> read_indices(const bp_kernel& k, const LaunchContext& lc,
+                                  const bp_tensor_desc& t, int64_t off, int64_t n) {
+  std::vector<int64_t> host(static_cast<size_t>(n));
+  if (n > 0)
+    BP_CL_CHECK(clEnqueueReadBuffer(lc.queue, t.buffer->mem, CL_TRUE, static_cast<size_t>(off) * 8,
+                                    static_cast<size_t>(n) * 8, host.data(), 0, nullptr, nullptr),
+                op_label(k) + ": reading the indices");
+  return host;
+}
+
 int64_t saturate_to_i64(double v) {
   if (std::isnan(v)) return 0;
   if (v >= 9223372036854775807.0) return INT64_MAX;

@@ -169,19 +169,11 @@ std::string position(const bp_tensor_desc& t, int64_t i) {
 
 // Reads the flag the kernel raised; when raised, finds the first index outside [0, size) and
 // fails naming it (Note [Index kernels]).
-void check_flag(const bp_kernel& k, const LaunchContext& lc, const TempBuffer& flag,
+void check_flag(const bp_kernel& k, const LaunchContext& lc, const ErrorFlag& flag,
                 const bp_tensor_desc& index, int64_t i_off, int64_t size) {
-  cl_int raised = 0;
-  BP_CL_CHECK(clEnqueueReadBuffer(lc.queue, flag.buf->mem, CL_TRUE, 0, sizeof raised, &raised, 0,
-                                  nullptr, nullptr),
-              op_label(k) + ": reading the index-error flag");
-  if (!raised) return;
+  if (!flag.raised(k)) return;
   const int64_t n = sdk::numel(index);
-  std::vector<int64_t> host(static_cast<size_t>(n));
-  BP_CL_CHECK(
-      clEnqueueReadBuffer(lc.queue, index.buffer->mem, CL_TRUE, static_cast<size_t>(i_off) * 8,
-                          static_cast<size_t>(n) * 8, host.data(), 0, nullptr, nullptr),
-      op_label(k) + ": reading the index tensor");
+  const std::vector<int64_t> host = read_indices(k, lc, index, i_off, n);
   for (int64_t i = 0; i < n; ++i) {
     int64_t v = host[static_cast<size_t>(i)];
     if (v < 0 || v >= size)
@@ -190,10 +182,6 @@ void check_flag(const bp_kernel& k, const LaunchContext& lc, const TempBuffer& f
                                  shape_string(index).c_str(), static_cast<long long>(size)));
   }
   fail_launch(k, "the kernel reported an index out of range but none was found on re-reading");
-}
-
-TempBuffer make_flag(const LaunchContext& lc) {
-  return TempBuffer(lc, sizeof(cl_int));
 }
 
 void launch_minmax(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in,
@@ -256,16 +244,12 @@ void launch_gather(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* 
   g.xlen = x.shape[g.axis];
   g.n = sdk::numel(o);
   if (g.n == 0) return;
-  TempBuffer flag = make_flag(lc);
-  const cl_int zero = 0;
+  const ErrorFlag flag(k, lc);
   size_t local = k.local_size[0];
   size_t global = grid_size(static_cast<uint64_t>(g.n), local);
   {
     std::lock_guard<std::mutex> lock(k.mutex);
-    BP_CL_CHECK(clEnqueueFillBuffer(lc.queue, flag.buf->mem, &zero, sizeof zero, 0, sizeof zero, 0,
-                                    nullptr, nullptr),
-                op_label(k) + ": clearing the index-error flag");
-    KernelArgs(k.kernels[0]).mem(o.buffer).mem(x.buffer).mem(index.buffer).mem(flag.buf).value(g);
+    KernelArgs(k.kernels[0]).mem(o.buffer).mem(x.buffer).mem(index.buffer).mem(flag.buf()).value(g);
     enqueue_kernel(lc, k, 0, 1, &global, &local);
   }
   check_flag(k, lc, flag, index, g.i_off, g.xlen);
@@ -303,8 +287,7 @@ void launch_scatter_add(bp_kernel& k, const LaunchContext& lc, const bp_tensor_d
   const size_t es = bp_dtype_size(k.dtype);
   const bool wide = narrow(k.dtype);
   TempBuffer acc(lc, wide && n_src ? static_cast<uint64_t>(n_out) * 4 : 0);
-  TempBuffer flag = make_flag(lc);
-  const cl_int zero = 0;
+  const ErrorFlag flag(k, lc);
   {
     std::lock_guard<std::mutex> lock(k.mutex);
     if (wide && n_src) {
@@ -324,16 +307,13 @@ void launch_scatter_add(bp_kernel& k, const LaunchContext& lc, const bp_tensor_d
           op_label(k) + ": copying base to out");
     }
     if (n_src == 0) return;
-    BP_CL_CHECK(clEnqueueFillBuffer(lc.queue, flag.buf->mem, &zero, sizeof zero, 0, sizeof zero, 0,
-                                    nullptr, nullptr),
-                op_label(k) + ": clearing the index-error flag");
     size_t local = k.local_size[0];
     size_t global = grid_size(static_cast<uint64_t>(g.nlines), local);
     KernelArgs(k.kernels[0])
         .mem(wide ? acc.buf : o.buffer)
         .mem(src.buffer)
         .mem(index.buffer)
-        .mem(flag.buf)
+        .mem(flag.buf())
         .value(g)
         .value(static_cast<cl_long>(wide ? 0 : g.o_off));
     enqueue_kernel(lc, k, 0, 1, &global, &local);

@@ -125,37 +125,26 @@ void launch_loss_as(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc*
     check_rows(k, out[1], N, "output 1 (lse)");
   }
   if (N == 0) return;
-  TempBuffer flag(lc, sizeof(cl_int));
+  const ErrorFlag flag(k, lc);
   std::lock_guard<std::mutex> lock(k.mutex);
-  const cl_int zero = 0;
-  BP_CL_CHECK(clEnqueueFillBuffer(lc.queue, flag.buf->mem, &zero, sizeof zero, 0, sizeof zero, 0,
-                                  nullptr, nullptr),
-              op_label(k) + ": clearing the target-error flag");
   size_t local = row_local(k, K);
   size_t global = static_cast<size_t>(N) * local;
   KernelArgs a(k.kernels[0]);
   if (backward) {
     a.mem(out[0].buffer).mem(x.buffer).mem(tg.buffer).mem(in[2].buffer).mem(in[3].buffer);
-    a.mem(flag.buf);
+    a.mem(flag.buf());
     for (int64_t v : {K, offs[0], x_off, t_off, offs[1], offs[2], ignore})
       a.value(static_cast<cl_long>(v));
     a.value(keep).value(spread);
   } else {
-    a.mem(out[0].buffer).mem(out[1].buffer).mem(x.buffer).mem(tg.buffer).mem(flag.buf);
+    a.mem(out[0].buffer).mem(out[1].buffer).mem(x.buffer).mem(tg.buffer).mem(flag.buf());
     for (int64_t v : {K, offs[0], offs[1], x_off, t_off, ignore}) a.value(static_cast<cl_long>(v));
     a.value(keep).value(spread).value(static_cast<cl_int>(e > 0 ? 1 : 0));
     a.local(local * sizeof(CT));
   }
   enqueue_kernel(lc, k, 0, 1, &global, &local);
-  cl_int raised = 0;
-  BP_CL_CHECK(clEnqueueReadBuffer(lc.queue, flag.buf->mem, CL_TRUE, 0, sizeof raised, &raised, 0,
-                                  nullptr, nullptr),
-              op_label(k) + ": reading the target-error flag");
-  if (!raised) return;
-  std::vector<int64_t> host(static_cast<size_t>(N));
-  BP_CL_CHECK(clEnqueueReadBuffer(lc.queue, tg.buffer->mem, CL_TRUE, static_cast<size_t>(t_off) * 8,
-                                  static_cast<size_t>(N) * 8, host.data(), 0, nullptr, nullptr),
-              op_label(k) + ": reading the targets");
+  if (!flag.raised(k)) return;
+  const std::vector<int64_t> host = read_indices(k, lc, tg, t_off, N);
   for (int64_t n = 0; n < N; ++n) {
     const int64_t t = host[static_cast<size_t>(n)];
     if (t != ignore && (t < 0 || t >= K))

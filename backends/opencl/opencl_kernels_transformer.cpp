@@ -446,18 +446,6 @@ void launch_activation(bp_kernel& k, const LaunchContext& lc, const bp_tensor_de
                              static_cast<long long>(V), static_cast<long long>(V - 1)));
 }
 
-// The M indices, read back (a blocking read: it waits for the work that made them).
-std::vector<int64_t> read_indices(const bp_kernel& k, const LaunchContext& lc,
-                                  const bp_tensor_desc& idx, int64_t i_off, int64_t M) {
-  std::vector<int64_t> host(static_cast<size_t>(M));
-  if (M > 0)
-    BP_CL_CHECK(
-        clEnqueueReadBuffer(lc.queue, idx.buffer->mem, CL_TRUE, static_cast<size_t>(i_off) * 8,
-                            static_cast<size_t>(M) * 8, host.data(), 0, nullptr, nullptr),
-        op_label(k) + ": reading the indices");
-  return host;
-}
-
 void launch_embedding(bp_kernel& k, const LaunchContext& lc, const bp_tensor_desc* in,
                       int32_t num_in, const bp_tensor_desc* out, int32_t num_out) {
   check_counts(k, num_in, num_out, 2, 2, 1, 1);
@@ -476,23 +464,15 @@ void launch_embedding(bp_kernel& k, const LaunchContext& lc, const bp_tensor_des
   check_shape(k, rows, {M, D}, rows_role, dims({M, D}));
   if (!backward) {
     if (M == 0 || D == 0) return;
-    TempBuffer flag(lc, sizeof(cl_int));
+    const ErrorFlag flag(k, lc);
     std::lock_guard<std::mutex> lock(k.mutex);
-    const cl_int zero = 0;
-    BP_CL_CHECK(clEnqueueFillBuffer(lc.queue, flag.buf->mem, &zero, sizeof zero, 0, sizeof zero, 0,
-                                    nullptr, nullptr),
-                op_label(k) + ": clearing the index-error flag");
     size_t local = k.local_size[kMain];
     size_t global = grid_size(static_cast<uint64_t>(M * D), local);
     KernelArgs a(k.kernels[kMain]);
-    a.mem(out[0].buffer).mem(in[0].buffer).mem(idx.buffer).mem(flag.buf);
+    a.mem(out[0].buffer).mem(in[0].buffer).mem(idx.buffer).mem(flag.buf());
     for (int64_t v : {M, D, V, r_off, t_off, i_off}) a.value(static_cast<cl_long>(v));
     enqueue_kernel(lc, k, kMain, 1, &global, &local);
-    cl_int raised = 0;
-    BP_CL_CHECK(clEnqueueReadBuffer(lc.queue, flag.buf->mem, CL_TRUE, 0, sizeof raised, &raised, 0,
-                                    nullptr, nullptr),
-                op_label(k) + ": reading the index-error flag");
-    if (!raised) return;
+    if (!flag.raised(k)) return;
     const std::vector<int64_t> host = read_indices(k, lc, idx, i_off, M);
     for (int64_t m = 0; m < M; ++m)
       if (host[static_cast<size_t>(m)] < 0 || host[static_cast<size_t>(m)] >= V)

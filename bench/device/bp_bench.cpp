@@ -150,6 +150,29 @@ void bench_copies(bp::Device& d) {
   d.host_free(pinned);
 }
 
+// The rows "<op> fwd<tail>" (`forward`, no gradient recorded) and "<op> fwd+bwd<tail>" (`step`,
+// forward and backward), each as its work (bytes or flops) per millisecond over `scale`, in
+// `unit`. `wants` tells whether --only asks for either, so a caller can skip making inputs.
+struct FwdBwdRows {
+  bp::Device& d;
+  std::string op, tail;
+  int reps;
+  bool wants() const { return wanted(op + " fwd" + tail) || wanted(op + " fwd+bwd" + tail); }
+  void run(double fwd_work, double step_work, double scale, const char* unit,
+           const std::function<void()>& forward, const std::function<void()>& step) const {
+    if (wanted(op + " fwd" + tail)) {
+      bp::NoGradGuard no_grad;
+      emit(op + " fwd" + tail, d, fwd_work / time_ms(d, forward, reps) / scale, unit);
+    }
+    if (wanted(op + " fwd+bwd" + tail))
+      emit(op + " fwd+bwd" + tail, d, step_work / time_ms(d, step, reps) / scale, unit);
+  }
+};
+
+const char* dtype_tail(bp::DType dt) {
+  return dt == bp::DType::f32 ? "f32" : "bf16";
+}
+
 // layer_norm over GPT-2 small's activations ([8192, 768] on GPUs, [512, 768] elsewhere) with
 // weight and bias, forward and forward + backward (dx, dweight, dbias); GB/s count the least
 // bytes moved: x read and y written forward, then dy and x read and dx written backward.
@@ -157,24 +180,17 @@ void bench_layer_norm(bp::Device& d, bool gpu) {
   namespace F = bp::nn::functional;
   const int64_t rows = gpu ? 8192 : 512, cols = 768;
   for (bp::DType dt : {bp::DType::f32, bp::DType::bf16}) {
-    const std::string tail =
-        " [" + std::to_string(rows) + ",768] " + (dt == bp::DType::f32 ? "f32" : "bf16");
+    const FwdBwdRows r{d, "layer_norm", " [" + std::to_string(rows) + ",768] " + dtype_tail(dt),
+                       g_quick ? 3 : 20};
+    if (!r.wants()) continue;
     const double bytes = static_cast<double>(rows * cols) * bp::dtype_size(dt);
     auto x = bp::randn({rows, cols}, d, dt).requires_grad_();
     auto w = bp::rand({cols}, d, dt).requires_grad_();
     auto b = bp::randn({cols}, d, dt).requires_grad_();
     auto dy = bp::randn({rows, cols}, d, dt);
-    if (wanted("layer_norm fwd" + tail)) {
-      bp::NoGradGuard no_grad;
-      const double ms = time_ms(
-          d, [&] { auto y = F::layer_norm(x, {cols}, w, b); }, g_quick ? 3 : 20);
-      emit("layer_norm fwd" + tail, d, 2 * bytes / ms / 1e6, "GB/s");
-    }
-    if (wanted("layer_norm fwd+bwd" + tail)) {
-      const double ms = time_ms(
-          d, [&] { F::layer_norm(x, {cols}, w, b).backward(dy); }, g_quick ? 3 : 20);
-      emit("layer_norm fwd+bwd" + tail, d, 5 * bytes / ms / 1e6, "GB/s");
-    }
+    r.run(
+        2 * bytes, 5 * bytes, 1e6, "GB/s", [&] { auto y = F::layer_norm(x, {cols}, w, b); },
+        [&] { F::layer_norm(x, {cols}, w, b).backward(dy); });
   }
 }
 
@@ -185,25 +201,18 @@ void bench_batch_norm(bp::Device& d, bool gpu) {
   namespace F = bp::nn::functional;
   const int64_t n = gpu ? 256 : 32, c = 64;
   for (bp::DType dt : {bp::DType::f32, bp::DType::bf16}) {
-    const std::string tail =
-        " [" + std::to_string(n) + ",64,32,32] " + (dt == bp::DType::f32 ? "f32" : "bf16");
+    const FwdBwdRows r{d, "batch_norm", " [" + std::to_string(n) + ",64,32,32] " + dtype_tail(dt),
+                       g_quick ? 3 : 20};
+    if (!r.wants()) continue;
     auto x = bp::randn({n, c, 32, 32}, d, dt).requires_grad_();
     auto w = bp::rand({c}, d).requires_grad_();
     auto b = bp::randn({c}, d).requires_grad_();
     auto rm = bp::zeros({c}, d), rv = bp::ones({c}, d);
     auto dy = bp::randn({n, c, 32, 32}, d, dt);
     const double bytes = static_cast<double>(x.numel() * bp::dtype_size(dt));
-    if (wanted("batch_norm fwd" + tail)) {
-      bp::NoGradGuard no_grad;
-      const double ms = time_ms(
-          d, [&] { auto y = F::batch_norm(x, rm, rv, w, b, true); }, g_quick ? 3 : 20);
-      emit("batch_norm fwd" + tail, d, 2 * bytes / ms / 1e6, "GB/s");
-    }
-    if (wanted("batch_norm fwd+bwd" + tail)) {
-      const double ms = time_ms(
-          d, [&] { F::batch_norm(x, rm, rv, w, b, true).backward(dy); }, g_quick ? 3 : 20);
-      emit("batch_norm fwd+bwd" + tail, d, 5 * bytes / ms / 1e6, "GB/s");
-    }
+    r.run(
+        2 * bytes, 5 * bytes, 1e6, "GB/s", [&] { auto y = F::batch_norm(x, rm, rv, w, b, true); },
+        [&] { F::batch_norm(x, rm, rv, w, b, true).backward(dy); });
   }
 }
 
@@ -213,8 +222,8 @@ void bench_batch_norm(bp::Device& d, bool gpu) {
 void bench_transpose_copy(bp::Device& d, bool gpu) {
   const int64_t B = gpu ? 8 : 1, T = 1024, H = 12, D = 64;
   for (bp::DType dt : {bp::DType::f32, bp::DType::bf16}) {
-    const std::string metric = std::string("copy heads transpose [") + std::to_string(B) +
-                               ",1024,12,64] " + (dt == bp::DType::f32 ? "f32" : "bf16");
+    const std::string metric =
+        "copy heads transpose [" + std::to_string(B) + ",1024,12,64] " + dtype_tail(dt);
     if (!wanted(metric)) continue;
     auto x = bp::randn({B, T, H, D}, d, dt);
     const double ms = time_ms(
@@ -404,31 +413,21 @@ void bench_attention(bp::Device& d, bool gpu) {
   for (bp::DType dt : {bp::DType::f32, bp::DType::bf16}) {
     for (const Shape& s : kShapes) {
       for (bool causal : {false, true}) {
-        const std::string tail = " L=" + std::to_string(s.l) + (causal ? " causal " : " ") +
-                                 (dt == bp::DType::f32 ? "f32" : "bf16");
+        const FwdBwdRows r{
+            d, "sdpa", " L=" + std::to_string(s.l) + (causal ? " causal " : " ") + dtype_tail(dt),
+            reps};
+        if (!r.wants()) continue;
         const double fwd = 4.0 * s.b * s.h * s.l * s.l * kE * (causal ? 0.5 : 1.0);
         auto q = bp::randn({s.b, s.h, s.l, kE}, d, dt).requires_grad_();
         auto k = bp::randn({s.b, s.h, s.l, kE}, d, dt).requires_grad_();
         auto v = bp::randn({s.b, s.h, s.l, kE}, d, dt).requires_grad_();
         auto dy = bp::randn({s.b, s.h, s.l, kE}, d, dt);
-        if (wanted("sdpa fwd" + tail)) {
-          bp::NoGradGuard no_grad;
-          const double ms = time_ms(
-              d,
-              [&] { auto y = F::scaled_dot_product_attention(q, k, v, bp::Tensor(), 0.0, causal); },
-              reps);
-          emit("sdpa fwd" + tail, d, fwd / ms / 1e9, "TFLOP/s");
-        }
-        if (wanted("sdpa fwd+bwd" + tail)) {
-          const double ms = time_ms(
-              d,
-              [&] {
-                auto y = F::scaled_dot_product_attention(q, k, v, bp::Tensor(), 0.0, causal);
-                y.backward(dy);
-              },
-              reps);
-          emit("sdpa fwd+bwd" + tail, d, 3.5 * fwd / ms / 1e9, "TFLOP/s");
-        }
+        auto attend = [&] {
+          return F::scaled_dot_product_attention(q, k, v, bp::Tensor(), 0.0, causal);
+        };
+        r.run(
+            fwd, 3.5 * fwd, 1e9, "TFLOP/s", [&] { auto y = attend(); },
+            [&] { attend().backward(dy); });
       }
     }
   }
@@ -447,8 +446,9 @@ void bench_cross_entropy(bp::Device& d, bool gpu) {
   const int64_t rows = gpu ? 8192 : 512, classes = 50257;
   const int reps = g_quick ? 3 : (gpu ? 20 : 5);
   for (bp::DType dt : {bp::DType::f32, bp::DType::bf16}) {
-    const std::string tail =
-        " " + std::to_string(rows) + "x50257 " + (dt == bp::DType::f32 ? "f32" : "bf16");
+    const FwdBwdRows r{d, "cross_entropy", " " + std::to_string(rows) + "x50257 " + dtype_tail(dt),
+                       reps};
+    if (!r.wants()) continue;
     const double bytes = static_cast<double>(rows * classes) * bp::dtype_size(dt);
     auto x = bp::randn({rows, classes}, d, dt).requires_grad_();
     std::mt19937_64 gen(static_cast<uint64_t>(rows));
@@ -456,22 +456,12 @@ void bench_cross_entropy(bp::Device& d, bool gpu) {
     std::vector<int64_t> tv(static_cast<size_t>(rows));
     for (int64_t& v : tv) v = cls(gen);
     auto t = bp::from_vector(tv, {rows}, d);
-    if (wanted("cross_entropy fwd" + tail)) {
-      bp::NoGradGuard no_grad;
-      const double ms = time_ms(
-          d, [&] { auto l = bp::nn::cross_entropy(x, t); }, reps);
-      emit("cross_entropy fwd" + tail, d, bytes / ms / 1e6, "GB/s");
-    }
-    if (wanted("cross_entropy fwd+bwd" + tail)) {
-      const double ms = time_ms(
-          d,
-          [&] {
-            x.zero_grad();
-            bp::nn::cross_entropy(x, t).backward();
-          },
-          reps);
-      emit("cross_entropy fwd+bwd" + tail, d, 3 * bytes / ms / 1e6, "GB/s");
-    }
+    r.run(
+        bytes, 3 * bytes, 1e6, "GB/s", [&] { auto l = bp::nn::cross_entropy(x, t); },
+        [&] {
+          x.zero_grad();
+          bp::nn::cross_entropy(x, t).backward();
+        });
   }
 }
 

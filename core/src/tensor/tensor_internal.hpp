@@ -61,6 +61,31 @@ void check_same_dtype(const char* op, const Tensor& a, const Tensor& b);
 // Normalises a possibly negative axis; ShapeError naming the op otherwise.
 int normalize_axis(int axis, int rank, const char* op);
 
+// The dtype of the "stats" tensors of the normalisation, attention and loss ops (layer_norm's
+// mean and rstd, batch_norm's per-channel tensors, attention's and cross_entropy's lse): f32 for
+// f16/bf16 inputs, the input's dtype otherwise (Note [Op catalogue]).
+inline DType stat_dtype(DType t) {
+  return t == DType::f16 || t == DType::bf16 ? DType::f32 : t;
+}
+
+// launch() of an op whose one argument the host cannot check is an index (embedding's indices,
+// cross_entropy's targets: Note [Op catalogue]): every shape, dtype and attribute was checked by
+// the caller, so a plugin's refusal (PluginError) is that index, an IndexError with what()
+// appended to the plugin's message. An AsyncError (an earlier op's failure, or this one's found
+// on the device) passes unchanged.
+template <class What>
+void launch_indexed(Device& dev, Op op, DType dtype, std::span<const bp_tensor_desc> in,
+                    std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs,
+                    const What& what) {
+  try {
+    launch(dev, op, dtype, in, out, attrs);
+  } catch (const AsyncError&) {
+    throw;
+  } catch (const PluginError& e) {
+    throw IndexError(std::string(e.what()) + what());
+  }
+}
+
 // Launch attributes, named by id and by name (Note [Attribute ids] in plugin_abi.h).
 inline bp_attr attr_f(bp_attr_id id, double v) {
   return bp_attr{sizeof(bp_attr), bp_attr_name(id), BP_ATTR_FLOAT, 0, v, id};

@@ -16,27 +16,13 @@ using autograd::GradKind;
 
 namespace {
 
-// The dtype of loss, lse and dloss: f32 for f16 and bf16 logits, the logits' otherwise.
-DType stats_dtype(DType logits) {
-  return logits == DType::f16 || logits == DType::bf16 ? DType::f32 : logits;
-}
-
-// Launches `op`, turning a plugin's refusal into an IndexError: every shape, dtype and attribute
-// was checked by the caller, so the one argument a conforming plugin can still refuse is a
-// target (Note [Op catalogue], cross_entropy). A failure found later on the device is an
-// AsyncError at the next synchronisation, as for embedding.
-void launch_checked(Device& dev, Op op, DType dtype, std::span<const bp_tensor_desc> in,
-                    std::span<const bp_tensor_desc> out, std::span<const bp_attr> attrs,
-                    int64_t classes, int64_t ignore_index) {
-  try {
-    launch(dev, op, dtype, in, out, attrs);
-  } catch (const AsyncError&) {
-    throw;
-  } catch (const PluginError& e) {
-    throw IndexError(std::string(e.what()) + " (cross_entropy over " + std::to_string(classes) +
-                     " classes: targets must be in [0, " + std::to_string(classes - 1) +
-                     "] or equal ignore_index " + std::to_string(ignore_index) + ")");
-  }
+// The refusal of a conforming plugin is a target (launch_indexed).
+auto target_rule(int64_t classes, int64_t ignore_index) {
+  return [=] {
+    return " (cross_entropy over " + std::to_string(classes) + " classes: targets must be in [0, " +
+           std::to_string(classes - 1) + "] or equal ignore_index " + std::to_string(ignore_index) +
+           ")";
+  };
 }
 
 }  // namespace
@@ -46,14 +32,14 @@ Tensor cross_entropy_rows(const Tensor& x0, const Tensor& target0, int64_t ignor
   Tensor x = x0.contiguous(), target = target0.contiguous();
   Device& dev = x.device();
   const int64_t n = x.size(0), c = x.size(1);
-  const DType st = stats_dtype(x.dtype());
+  const DType st = stat_dtype(x.dtype());
   Tensor loss = make_empty(dev, Dims{n}, st);
   Tensor lse = make_empty(dev, Dims{n}, st);
   if (n != 0) {
     bp_tensor_desc in[2] = {desc(x), desc(target)}, out[2] = {desc(loss), desc(lse)};
     bp_attr a[2] = {attr_i(BP_ATTR_ID_IGNORE_INDEX, ignore_index),
                     attr_f(BP_ATTR_ID_LABEL_SMOOTHING, label_smoothing)};
-    launch_checked(dev, Op::cross_entropy, x.dtype(), in, out, a, c, ignore_index);
+    launch_indexed(dev, Op::cross_entropy, x.dtype(), in, out, a, target_rule(c, ignore_index));
   }
   if (autograd::needs_grad({&x}))
     autograd::record(GradKind::cross_entropy, loss, {x}, {x, target, lse}, label_smoothing,
@@ -71,8 +57,8 @@ Tensor cross_entropy_backward_raw(const Tensor& x, const Tensor& target, const T
   bp_tensor_desc in[4] = {desc(x), desc(target), desc(lse), desc(dloss)}, out = desc(dx);
   bp_attr a[2] = {attr_i(BP_ATTR_ID_IGNORE_INDEX, ignore_index),
                   attr_f(BP_ATTR_ID_LABEL_SMOOTHING, label_smoothing)};
-  launch_checked(dev, Op::cross_entropy_backward, x.dtype(), in, {&out, 1}, a, x.size(1),
-                 ignore_index);
+  launch_indexed(dev, Op::cross_entropy_backward, x.dtype(), in, {&out, 1}, a,
+                 target_rule(x.size(1), ignore_index));
   return dx;
 }
 

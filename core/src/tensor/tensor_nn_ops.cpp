@@ -418,8 +418,7 @@ Tensor batch_norm(const Tensor& input0, const Tensor& running_mean, const Tensor
                      shape_of(input));
   const int64_t N = input.size(0), C = input.size(1);
   const int64_t L = C == 0 || N == 0 ? 0 : input.numel() / (N * C);
-  const DType st =
-      input.dtype() == DType::f16 || input.dtype() == DType::bf16 ? DType::f32 : input.dtype();
+  const DType st = stat_dtype(input.dtype());
   auto check_channel = [&](const Tensor& t, const char* what) {
     if (!t.defined()) return;
     check_same_device(op, {&input, &t});

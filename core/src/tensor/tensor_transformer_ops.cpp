@@ -29,11 +29,6 @@ std::string shape_of(const Tensor& t) {
   return "[" + impl(t).shape.str() + "]";
 }
 
-// The statistics dtype of layer_norm and attention: f32 for f16/bf16, else the input's.
-DType stat_dtype(DType t) {
-  return t == DType::f16 || t == DType::bf16 ? DType::f32 : t;
-}
-
 void check_floating_operand(const char* op, const Tensor& input, const Tensor& t,
                             const char* what) {
   if (!t.defined()) return;
@@ -323,17 +318,10 @@ Tensor embedding(const Tensor& input, const Tensor& weight) {
   Tensor out = make_empty(weight.device(), Dims{M, D}, weight.dtype());
   if (M != 0) {
     bp_tensor_desc in[2] = {desc(w), desc(idx)}, o = desc(out);
-    try {
-      launch(weight.device(), Op::embedding, w.dtype(), in, {&o, 1}, {});
-    } catch (const AsyncError&) {  // an earlier op's failure, or this one's found on the device
-      throw;
-    } catch (const PluginError& e) {
-      // Every shape and dtype was checked above: the one argument a conforming plugin can still
-      // refuse is an index (Note [Op catalogue], embedding).
-      throw IndexError(std::string(e.what()) + " (embedding of a [" + std::to_string(V) + ", " +
-                       std::to_string(D) + "] table; valid indices are 0 to " +
-                       std::to_string(V - 1) + ")");
-    }
+    launch_indexed(weight.device(), Op::embedding, w.dtype(), in, {&o, 1}, {}, [&] {
+      return " (embedding of a [" + std::to_string(V) + ", " + std::to_string(D) +
+             "] table; valid indices are 0 to " + std::to_string(V - 1) + ")";
+    });
   }
   if (autograd::needs_grad({&w})) record(GradKind::embedding, out, {w}, {idx});
   return out.reshape(out_shape);
