@@ -16,6 +16,11 @@ reference column is PyTorch's own table on a torch tensor):
   C managed export    managed_tensor_from_py_object_no_sync + deleter
   C dltensor view     dltensor_from_py_object_no_sync
   C work stream       current_work_stream of the tensor's device
+  C import torch->backplane (C++)
+                      what a C++ consumer pays per tensor: torch's managed_tensor_from_py_object,
+                      our import into a bp::Tensor (from_dlpack's path, stream check included),
+                      the tensor dropped and torch's deleter run (no reference: PyTorch's C++
+                      has no Python-free consumer of a table; goal: at most 0.2 us)
   C torch->backplane  torch's managed_tensor_from_py_object + our managed_tensor_to_py_object
                       + the new tensor dropped           vs torch's from + torch's to_py_object
   C backplane->torch  our managed_tensor_from_py_object + torch's managed_tensor_to_py_object
@@ -55,7 +60,9 @@ def c_api_rows(ours, theirs, torch, args):
         same = lambda: ns(theirs, torch.Tensor, args.n, "exchange")  # noqa: E731
         cases["C torch->backplane"] = (lambda: ns(theirs, bp.Tensor, args.n, "exchange"), same)
         cases["C backplane->torch"] = (lambda: ns(ours, torch.Tensor, args.n, "exchange"), same)
+        cases["C import torch->backplane (C++)"] = (lambda: ns(theirs, None, n, "import"), None)
     else:
+        cases["C import backplane->backplane (C++)"] = (lambda: ns(ours, None, n, "import"), None)
         cases["C backplane->backplane"] = (lambda: ns(ours, bp.Tensor, args.n, "exchange"),
                                            None)
     for a, b in cases.values():  # warm-up

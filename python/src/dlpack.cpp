@@ -420,8 +420,13 @@ Tensor import_managed(M* m, bool read_only, std::optional<bool> copy,
     if (m->deleter) m->deleter(m);
     throw;
   }
-  Shape shape(dl.shape, dl.shape + dl.ndim), strides;
-  if (dl.strides) strides.assign(dl.strides, dl.strides + dl.ndim);
+  // This thread's scratch vectors: from_blob reads them, so an import allocates none of its own.
+  thread_local Shape shape, strides;
+  shape.assign(dl.shape, dl.shape + dl.ndim);
+  if (dl.strides)
+    strides.assign(dl.strides, dl.strides + dl.ndim);
+  else
+    strides.clear();
   for (size_t k = 0; k < strides.size(); ++k)
     if (strides[k] < 0) {
       if (m->deleter) m->deleter(m);
@@ -442,7 +447,7 @@ Tensor import_managed(M* m, bool read_only, std::optional<bool> copy,
   std::function<void()> release = releaser(m);
   Tensor t;
   try {
-    t = from_blob(*dev, data, std::move(shape), std::move(strides), dtype, std::move(release));
+    t = from_blob(*dev, data, shape, strides, dtype, std::move(release));
   } catch (...) {
     --dl::live_imports;
     if (m->deleter) m->deleter(m);

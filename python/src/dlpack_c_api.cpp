@@ -330,6 +330,9 @@ namespace {
 // For bench/python/dlpack_roundtrip.py: nanoseconds per call of `src`'s type's table in a C++
 // loop of n calls, without Python in between. mode "managed": managed_tensor_from_py_object +
 // deleter; "dltensor": dltensor_from_py_object; "stream": current_work_stream of src's device;
+// "import": from_dlpack's C++ path without Python, what a C++ consumer pays: src's type's
+// managed_tensor_from_py_object, Backplane's import into a bp::Tensor (with the stream check of
+// a device with streams), then the tensor dropped and the producer's deleter called;
 // "exchange": managed_tensor_from_py_object of src's type, then managed_tensor_to_py_object of
 // dst_type's table, then the new object released (a full exchange into dst_type).
 double exchange_loop_ns(nb::handle src, nb::handle dst_type, int64_t n, const std::string& mode) {
@@ -344,9 +347,9 @@ double exchange_loop_ns(nb::handle src, nb::handle dst_type, int64_t n, const st
     to = dl::exchange_api_of(reinterpret_cast<PyTypeObject*>(dst_type.ptr()));
     if (!to || !to->managed_tensor_to_py_object_no_sync)
       throw nb::type_error("_dlpack_c_exchange_ns: dst_type has no managed_tensor_to_py_object");
-  } else if (mode != "managed" && mode != "dltensor" && mode != "stream") {
+  } else if (mode != "managed" && mode != "dltensor" && mode != "stream" && mode != "import") {
     throw nb::value_error(("_dlpack_c_exchange_ns: mode '" + mode +
-                           "'; expected 'managed', 'dltensor', 'stream' or 'exchange'")
+                           "'; expected 'managed', 'dltensor', 'stream', 'import' or 'exchange'")
                               .c_str());
   }
   if (mode == "dltensor" && !api->dltensor_from_py_object_no_sync)
@@ -358,7 +361,11 @@ double exchange_loop_ns(nb::handle src, nb::handle dst_type, int64_t n, const st
   m->deleter(m);
   void* obj = nullptr;
   void* stream = nullptr;
-  const int kind = mode == "managed" ? 0 : mode == "dltensor" ? 1 : mode == "stream" ? 2 : 3;
+  const int kind = mode == "managed"    ? 0
+                   : mode == "dltensor" ? 1
+                   : mode == "stream"   ? 2
+                   : mode == "import"   ? 3
+                                        : 4;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < n; ++i) {
     int rc = 0;
@@ -372,6 +379,9 @@ double exchange_loop_ns(nb::handle src, nb::handle dst_type, int64_t n, const st
         break;
       case 2:
         rc = api->current_work_stream(device.device_type, device.device_id, &stream);
+        break;
+      case 3:
+        (void)dl::import_through(*api, src, std::nullopt);  // throws on failure
         break;
       default:
         rc = api->managed_tensor_from_py_object_no_sync(src.ptr(), &m);

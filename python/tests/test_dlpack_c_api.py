@@ -271,9 +271,10 @@ def test_round_trip_through_to_py_object_shares_memory(rng, dtype):
         assert live()[0] >= 1 and u[0, 1].item() == 123.5  # u keeps the export alive
 
 
-def foreign_managed(array, flags=0, version=(1, 3)):
+def foreign_managed(array, flags=0, version=(1, 3), null_strides=False):
     """A DLManagedTensorVersioned over a NumPy array, made as another framework would: its
-    deleter counts its calls (the ctypes objects stay referenced by the returned holder)."""
+    deleter counts its calls (the ctypes objects stay referenced by the returned holder).
+    null_strides: strides NULL, which DLPack reads as row-major (the array must be C-contiguous)."""
     holder = {"deleted": 0, "array": array}
     shape = (c_int64 * array.ndim)(*array.shape)
     strides = (c_int64 * array.ndim)(*[s // array.itemsize for s in array.strides])
@@ -287,7 +288,7 @@ def foreign_managed(array, flags=0, version=(1, 3)):
     m = DLManagedTensorVersioned(
         DLPackVersion(*version), None, holder["deleter"], flags,
         DLTensor(array.ctypes.data, DLDevice(1, 0), array.ndim, DLDataType(*code, 1), shape,
-                 strides, 0))
+                 None if null_strides else strides, 0))
     holder.update(m=m, shape=shape, strides=strides)
     return ctypes.pointer(m), holder
 
@@ -304,6 +305,41 @@ def test_to_py_object_of_foreign_memory_zero_copy_then_the_deleter_once(rng):
     del u
     gc.collect()
     assert h["deleted"] == 1
+
+
+def test_imports_one_after_another_keep_their_own_shape_and_strides(rng):
+    # An import reads the shape and strides into reused per-thread vectors: each import must
+    # see only its own, including NULL strides (row-major) after a strided one and a rank
+    # change either way.
+    arrays = [rng.uniform(-1, 1, (4, 6, 5)).astype(np.float32)[::2, :, 1::2],
+              rng.uniform(-1, 1, (7, 3)).astype(np.float32),
+              rng.uniform(-1, 1, (9,)).astype(np.float32)[::3],
+              rng.uniform(-1, 1, (2, 3, 4, 5)).astype(np.float32)]
+    null = [False, True, False, True]
+    for _ in range(2):
+        kept = []
+        for a, n in zip(arrays, null):
+            m, h = foreign_managed(a, null_strides=n)
+            u = to_object(m)
+            assert u.shape == a.shape
+            assert u.stride() == tuple(s // a.itemsize for s in a.strides)
+            np.testing.assert_array_equal(u.numpy(), a)
+            kept.append((u, h))
+        del u
+        for _, h in kept:
+            assert h["deleted"] == 0
+        kept.clear()
+        gc.collect()
+
+
+def test_the_benchmark_loop_imports_and_releases_every_tensor(rng):
+    # bench/python/dlpack_roundtrip.py's "import" rows: from_dlpack's C++ path in a loop; the
+    # autouse fixture checks that every import and export was released.
+    t = random_tensor(rng, bp.float32, (8, 16))
+    ns = bp._core._dlpack_c_exchange_ns(t.t(), None, 200, "import")
+    assert 0 < ns < 1e8
+    with pytest.raises(ValueError, match="expected 'managed', 'dltensor', 'stream', 'import'"):
+        bp._core._dlpack_c_exchange_ns(t, None, 1, "imports")
 
 
 def test_to_py_object_copies_a_read_only_tensor(rng):

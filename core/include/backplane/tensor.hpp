@@ -247,8 +247,10 @@ BP_API Tensor from_bytes(const void* data, size_t nbytes, const Shape& shape, DT
 // address), DeviceError (a NULL address for a non-empty tensor, memory of another device) and
 // UnsupportedError (a backend that cannot import memory, with the reason); when it throws,
 // release is not called.
-BP_API Tensor from_blob(Device& dev, void* address, Shape shape, Shape strides, DType dtype,
-                        std::function<void()> release = {});
+// The shape and strides are read, not kept (no allocation of its own for them: a caller that
+// imports often may pass reused vectors).
+BP_API Tensor from_blob(Device& dev, void* address, const Shape& shape, const Shape& strides,
+                        DType dtype, std::function<void()> release = {});
 
 BP_API Tensor empty(const Shape& shape, Device& device, DType dtype = DType::f32);
 BP_API Tensor empty(const Shape& shape, DType dtype = DType::f32);

@@ -31,7 +31,7 @@ std::string dims_text(const Shape& s) {
 
 }  // namespace
 
-Tensor from_blob(Device& dev, void* address, Shape shape, Shape strides, DType dtype,
+Tensor from_blob(Device& dev, void* address, const Shape& shape, const Shape& strides, DType dtype,
                  std::function<void()> release) {
   const int code = static_cast<int>(dtype);
   if (code < 0 || code >= kNumDTypes)
