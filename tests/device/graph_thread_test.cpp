@@ -2,7 +2,8 @@
 // capture belongs to the thread that began it, other threads' work runs eagerly meanwhile, a
 // thread queuing ops and allocations races one beginning and ending captures (run under
 // ThreadSanitizer by tools/setup.sh), concurrent replays of one graph, a graph destroyed while
-// another capture is open, and page-locked memory a graph copies from freed while it lives.
+// another capture is open, page-locked memory a graph copies from freed while it lives, and an
+// allocation that runs out of memory inside a capture.
 #include "device_params.hpp"
 
 #include <backplane/graph.hpp>
@@ -243,6 +244,49 @@ TEST_P(GraphThreadTest, PinnedMemoryAGraphCopiesFromOutlivesHostFree) {
   std::vector<double> ref(n);
   for (int64_t i = 0; i < n; ++i) ref[i] = v[i] + 1.0;
   EXPECT_TRUE(bptest::close(bp::DType::f32, y.to_vector<double>(), ref));
+}
+
+// Review F14: an allocation that runs out of memory inside a capture. The CUDA plugin's retry
+// empties every stream's block cache and waits for those frees; it used to drain the capturing
+// stream too (a stream-ordered free there is captured, not run) and to synchronise the whole
+// device while a stream captured, which breaks the capture. Now the refusal is an OutOfMemory,
+// and the capture goes on, ends and replays the right values on every device.
+TEST_P(GraphThreadTest, OutOfMemoryInsideACaptureLeavesTheCaptureUsable) {
+  const int64_t n = 4096;
+  bp::Device& d = dev();
+  auto xv = as_f32(bptest::random_values(n));
+  bp::Tensor x = make(xv);
+  for (int i = 0; i < 8; ++i) (void)((x * 3.0).exp() + x);  // blocks parked in the caches
+  d.synchronize();
+  // On cuda the device's whole memory: a size the plugin tries (and retries after draining its
+  // caches) before refusing, since the context holds some; larger ones are refused at once.
+  // Elsewhere 4 EiB, which no host grants.
+  const bool cuda = d.type() == "cuda";
+  const int64_t count =
+      cuda ? static_cast<int64_t>(d.properties().total_memory / sizeof(float)) : int64_t(1) << 60;
+  bp::Graph g;
+  g.begin_capture(d, mode());
+  bp::Tensor y = x * 2.0 + 1.0;
+  try {
+    bp::Tensor t = bp::empty({count}, d);
+    ADD_FAILURE() << "allocating " << count << " floats on " << d.str()
+                  << " inside a capture succeeded";
+  } catch (const bp::OutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos) << e.what();
+  }
+  bp::Tensor z = (y * x).relu() - 0.5;
+  g.end_capture();
+  std::vector<double> ref(n), twice(n);
+  for (int64_t i = 0; i < n; ++i) {
+    ref[i] = std::max(0.0, (xv[i] * 2.0 + 1.0) * xv[i]) - 0.5;
+    twice[i] = xv[i] * 2.0;
+  }
+  for (int r = 0; r < 3; ++r) {
+    g.replay();
+    EXPECT_TRUE(bptest::close(bp::DType::f32, z.to_vector<double>(), ref)) << "replay " << r;
+  }
+  // And the device is eager again.
+  EXPECT_TRUE(bptest::close(bp::DType::f32, (x * 2.0).to_vector<double>(), twice));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllDevices, GraphThreadTest, ::testing::ValuesIn(thread_params()),
