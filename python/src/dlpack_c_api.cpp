@@ -340,19 +340,23 @@ double exchange_loop_ns(nb::handle src, nb::handle dst_type, int64_t n, const st
   if (!api)
     throw nb::type_error(
         (std::string(Py_TYPE(src.ptr())->tp_name) + " has no " + kApiAttr).c_str());
+  enum Kind { kManaged, kDLTensor, kStream, kImport, kExchange };
+  static constexpr const char* kNames[] = {"managed", "dltensor", "stream", "import", "exchange"};
+  int kind = 0;
+  while (kind <= kExchange && mode != kNames[kind]) ++kind;
+  if (kind > kExchange)
+    throw nb::value_error(("_dlpack_c_exchange_ns: mode '" + mode +
+                           "'; expected 'managed', 'dltensor', 'stream', 'import' or 'exchange'")
+                              .c_str());
   const DLPackExchangeAPI* to = nullptr;
-  if (mode == "exchange") {
+  if (kind == kExchange) {
     if (!PyType_Check(dst_type.ptr()))
       throw nb::type_error("_dlpack_c_exchange_ns: dst_type must be a type for mode 'exchange'");
     to = dl::exchange_api_of(reinterpret_cast<PyTypeObject*>(dst_type.ptr()));
     if (!to || !to->managed_tensor_to_py_object_no_sync)
       throw nb::type_error("_dlpack_c_exchange_ns: dst_type has no managed_tensor_to_py_object");
-  } else if (mode != "managed" && mode != "dltensor" && mode != "stream" && mode != "import") {
-    throw nb::value_error(("_dlpack_c_exchange_ns: mode '" + mode +
-                           "'; expected 'managed', 'dltensor', 'stream', 'import' or 'exchange'")
-                              .c_str());
   }
-  if (mode == "dltensor" && !api->dltensor_from_py_object_no_sync)
+  if (kind == kDLTensor && !api->dltensor_from_py_object_no_sync)
     throw nb::type_error("_dlpack_c_exchange_ns: the source type has no dltensor_from_py_object");
   DLTensor probe{};
   DLManagedTensorVersioned* m = nullptr;
@@ -361,29 +365,24 @@ double exchange_loop_ns(nb::handle src, nb::handle dst_type, int64_t n, const st
   m->deleter(m);
   void* obj = nullptr;
   void* stream = nullptr;
-  const int kind = mode == "managed"    ? 0
-                   : mode == "dltensor" ? 1
-                   : mode == "stream"   ? 2
-                   : mode == "import"   ? 3
-                                        : 4;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t i = 0; i < n; ++i) {
     int rc = 0;
     switch (kind) {
-      case 0:
+      case kManaged:
         rc = api->managed_tensor_from_py_object_no_sync(src.ptr(), &m);
         if (rc == 0) m->deleter(m);
         break;
-      case 1:
+      case kDLTensor:
         rc = api->dltensor_from_py_object_no_sync(src.ptr(), &probe);
         break;
-      case 2:
+      case kStream:
         rc = api->current_work_stream(device.device_type, device.device_id, &stream);
         break;
-      case 3:
+      case kImport:
         (void)dl::import_through(*api, src, std::nullopt);  // throws on failure
         break;
-      default:
+      case kExchange:
         rc = api->managed_tensor_from_py_object_no_sync(src.ptr(), &m);
         if (rc == 0) rc = to->managed_tensor_to_py_object_no_sync(m, &obj);
         if (rc == 0) Py_DECREF(static_cast<PyObject*>(obj));
