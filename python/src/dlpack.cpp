@@ -121,7 +121,7 @@ Device& dl::host_device() {
 }
 
 bool dl::is_host(Device& dev) {
-  return dev.type() == "cpu" || dev.properties().unified_memory;
+  return &dev == &host_device() || dev.type() == "cpu" || dev.properties().unified_memory;
 }
 
 Device& dl::device_of(int32_t type, int32_t id) {
@@ -392,17 +392,16 @@ bool finalizing() {
 #endif
 }
 
-// Note [DLPack lifetimes], import side: the producer's deleter, once, under the GIL.
+// Note [DLPack lifetimes], import side: the producer's deleter, once, under the GIL; the C
+// release function of bp::from_blob (no allocation of its own: `m` is its context).
 template <typename M>
-std::function<void()> releaser(M* m) {
-  ++dl::live_imports;
-  return [m]() {
-    --dl::live_imports;
-    if (!m->deleter || !Py_IsInitialized() || finalizing()) return;  // at exit: let it go
-    PyGILState_STATE g = PyGILState_Ensure();
-    m->deleter(m);
-    PyGILState_Release(g);
-  };
+void release_managed(void* ctx) noexcept {
+  auto* m = static_cast<M*>(ctx);
+  --dl::live_imports;
+  if (!m->deleter || !Py_IsInitialized() || finalizing()) return;  // at exit: let it go
+  PyGILState_STATE g = PyGILState_Ensure();
+  m->deleter(m);
+  PyGILState_Release(g);
 }
 
 template <typename M>
@@ -444,10 +443,10 @@ Tensor import_managed(M* m, bool read_only, std::optional<bool> copy,
   }
   void* data = static_cast<char*>(dl.data) + dl.byte_offset;
   // from_blob calls the release function only on success; on failure the deleter is ours.
-  std::function<void()> release = releaser(m);
+  ++dl::live_imports;
   Tensor t;
   try {
-    t = from_blob(*dev, data, shape, strides, dtype, std::move(release));
+    t = from_blob(*dev, data, shape, strides, dtype, &release_managed<M>, m);
   } catch (...) {
     --dl::live_imports;
     if (m->deleter) m->deleter(m);

@@ -104,6 +104,58 @@ TEST_P(NativeTest, FromBlobOnHostMemoryIsZeroCopyBothWaysAndReleasesOnce) {
   EXPECT_EQ(released, 1);
 }
 
+// The C release-function form (what DLPack's import uses: no allocation for the release):
+// `release(ctx)` runs exactly once, with the context given, after the last view is gone.
+struct ReleaseCount {
+  int calls = 0;
+  void* last_ctx = nullptr;
+};
+void count_release(void* ctx) {
+  auto* c = static_cast<ReleaseCount*>(ctx);
+  ++c->calls;
+  c->last_ctx = ctx;
+}
+
+TEST_P(NativeTest, FromBlobWithACReleaseFunctionReleasesOnceWithItsContext) {
+  if (!kind()) GTEST_SKIP() << dev().str() << " has no native buffer addresses";
+  std::vector<float> values = random_floats(24);
+  bp::Tensor owner = bp::from_vector(values, {24}, dev());
+  ReleaseCount count;
+  bp::Tensor view;
+  {
+    bp::Tensor t =
+        bp::from_blob(dev(), owner.data_ptr(), {4, 6}, {}, bp::DType::f32, &count_release, &count);
+    EXPECT_EQ(t.data_ptr(), owner.data_ptr());
+    EXPECT_TRUE(t.storage()->imported());
+    EXPECT_EQ(t.storage()->size(), 24u * 4);
+    EXPECT_EQ(t.to_vector<float>(), values);
+    view = t.select(0, 3);
+  }
+  dev().synchronize();
+  EXPECT_EQ(count.calls, 0) << "released while a view was alive";
+  std::vector<float> row = view.to_vector<float>();
+  EXPECT_EQ(row, std::vector<float>(values.begin() + 18, values.end()));
+  view = bp::Tensor();
+  dev().synchronize();  // a backend may release once the stream's work is done
+  EXPECT_EQ(count.calls, 1);
+  EXPECT_EQ(count.last_ctx, &count);
+  // Device::import_buffer's C form the same; a NULL function runs nothing.
+  {
+    auto buf = dev().import_buffer(owner.data_ptr(), 96, &count_release, &count);
+    EXPECT_TRUE(buf->imported());
+    EXPECT_EQ(buf->size(), 96u);
+  }
+  dev().synchronize();
+  EXPECT_EQ(count.calls, 2);
+  { auto buf = dev().import_buffer(owner.data_ptr(), 96, nullptr, &count); }
+  {
+    bp::Tensor t =
+        bp::from_blob(dev(), owner.data_ptr(), {24}, {}, bp::DType::f32, nullptr, nullptr);
+  }
+  dev().synchronize();
+  EXPECT_EQ(count.calls, 2);
+}
+
 TEST_P(NativeTest, FromBlobStridesAndBroadcast) {
   if (!host_memory()) GTEST_SKIP() << dev().str() << " does not use host memory";
   std::vector<float> mem = random_floats(12);  // a 4x3 row-major matrix
@@ -214,6 +266,21 @@ TEST_P(NativeTest, FromBlobBadArgumentsAreTypedAndNeverRelease) {
   msg = expect_throw<bp::DeviceError>([&] { dev().import_buffer(nullptr, 16, rel); });
   EXPECT_HAS(msg, "NULL for 16 bytes");
   EXPECT_EQ(released, 0);
+  // The C release-function form checks the same and never releases on a throw either.
+  ReleaseCount count;
+  msg = expect_throw<bp::ShapeError>([&] {
+    bp::from_blob(dev(), mem, {2, 2}, {2, -1}, bp::DType::f32, &count_release, &count);
+  });
+  EXPECT_HAS(msg, "stride -1 of dimension 1 is negative");
+  msg = expect_throw<bp::DTypeError>([&] {
+    bp::from_blob(dev(), reinterpret_cast<char*>(mem) + 2, {4}, {}, bp::DType::f32, &count_release,
+                  &count);
+  });
+  EXPECT_HAS(msg, "not aligned to the 4-byte size of f32");
+  msg = expect_throw<bp::DeviceError>(
+      [&] { dev().import_buffer(nullptr, 16, &count_release, &count); });
+  EXPECT_HAS(msg, "NULL for 16 bytes");
+  EXPECT_EQ(count.calls, 0);
 }
 
 TEST_P(NativeTest, ImportWithoutAddressableMemoryIsUnsupported) {
@@ -232,6 +299,11 @@ TEST_P(NativeTest, ImportWithoutAddressableMemoryIsUnsupported) {
       [&] { bp::from_blob(dev(), mem, {16}, {}, bp::DType::f32, [&] { ++released; }); });
   EXPECT_HAS(msg, dev().str());
   EXPECT_EQ(released, 0);
+  ReleaseCount count;
+  msg = expect_throw<bp::UnsupportedError>(
+      [&] { bp::from_blob(dev(), mem, {16}, {}, bp::DType::f32, &count_release, &count); });
+  EXPECT_HAS(msg, "buffer_import");
+  EXPECT_EQ(count.calls, 0);
 }
 
 TEST_P(NativeTest, StreamNativeHandlesAndImport) {

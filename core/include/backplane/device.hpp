@@ -280,6 +280,12 @@ class BP_API Device {
   // non-zero size or memory that is not this device's (the backend's message says whose).
   std::shared_ptr<Buffer> import_buffer(void* address, uint64_t size,
                                         std::function<void()> release);
+  // The same with a C release function: `release(release_ctx)` runs once as above (NULL:
+  // nothing runs), and must not throw. Nothing is allocated for it, which makes this the form
+  // for importers that wrap memory often (DLPack's from_dlpack).
+  using ReleaseFn = void (*)(void* release_ctx);
+  std::shared_ptr<Buffer> import_buffer(void* address, uint64_t size, ReleaseFn release,
+                                        void* release_ctx);
   // Wraps a native queue of this device (a cudaStream_t, including the legacy default stream
   // nullptr, on cuda; a cl_command_queue of the device's context on opencl; nullptr on cpu) as
   // a Stream that does not own it: destroying the Stream leaves the native queue alive, and

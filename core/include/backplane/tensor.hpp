@@ -251,6 +251,11 @@ BP_API Tensor from_bytes(const void* data, size_t nbytes, const Shape& shape, DT
 // imports often may pass reused vectors).
 BP_API Tensor from_blob(Device& dev, void* address, const Shape& shape, const Shape& strides,
                         DType dtype, std::function<void()> release = {});
+// The same with a C release function (Device::import_buffer's ReleaseFn form): `release`
+// (may be NULL) runs once as `release(release_ctx)` and must not throw; nothing is allocated
+// for it. The form for importers that wrap memory often (DLPack).
+BP_API Tensor from_blob(Device& dev, void* address, const Shape& shape, const Shape& strides,
+                        DType dtype, Device::ReleaseFn release, void* release_ctx);
 
 BP_API Tensor empty(const Shape& shape, Device& device, DType dtype = DType::f32);
 BP_API Tensor empty(const Shape& shape, DType dtype = DType::f32);

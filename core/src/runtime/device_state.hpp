@@ -245,6 +245,19 @@ struct Access {
                                              std::shared_ptr<StreamState> stream, bool imported) {
     return std::make_shared<Buffer>(Key{}, d, h, size, std::move(stream), imported);
   }
+  // Device::import_buffer allocates its Buffer before the plugin takes the memory, so that
+  // nothing can fail after it has: an unarmed Buffer (no device) frees nothing when dropped;
+  // arm_import gives it the plugin's handle.
+  static std::shared_ptr<Buffer> unarmed_import(Device& d) {
+    auto b = std::make_shared<Buffer>(Key{}, d, nullptr, 0, nullptr, /*imported=*/true);
+    b->device_ = nullptr;
+    return b;
+  }
+  static void arm_import(Buffer& b, Device& d, bp_buffer* h, uint64_t size) noexcept {
+    b.device_ = &d;
+    b.handle_ = h;
+    b.size_ = size;
+  }
 
   // Stream
   static bp_stream* handle(const Stream& s) { return s.state_->s; }

@@ -370,6 +370,8 @@ void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> 
 // ---- Buffer ----------------------------------------------------------------------------------
 
 Buffer::~Buffer() {
+  if (!device_) [[unlikely]]  // Access::unarmed_import: the plugin never took the memory
+    return;
   if (detail::observing() && !imported_) [[unlikely]] {
     try {
       detail::observer_hooks().free(*device_, static_cast<bp_buffer*>(handle_), size_);

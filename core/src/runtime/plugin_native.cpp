@@ -91,6 +91,15 @@ using detail::DeviceState;
 
 std::shared_ptr<Buffer> Device::import_buffer(void* address, uint64_t size,
                                               std::function<void()> release) {
+  if (!release) return import_buffer(address, size, nullptr, nullptr);
+  auto ctx = std::make_unique<std::function<void()>>(std::move(release));
+  std::shared_ptr<Buffer> buf = import_buffer(address, size, &detail::run_release, ctx.get());
+  (void)ctx.release();  // the plugin calls run_release, which frees it
+  return buf;
+}
+
+std::shared_ptr<Buffer> Device::import_buffer(void* address, uint64_t size, ReleaseFn release,
+                                              void* release_ctx) {
   DeviceState& st = *state_;
   auto fn = st.plugin.native.buffer_import;
   if (!fn)
@@ -99,22 +108,18 @@ std::shared_ptr<Buffer> Device::import_buffer(void* address, uint64_t size,
   if (!address && size != 0)
     throw DeviceError(str() + ": import_buffer: the address is NULL for " + std::to_string(size) +
                       " bytes (only an empty buffer may have a NULL address)");
-  std::unique_ptr<std::function<void()>> ctx;
-  if (release) ctx = std::make_unique<std::function<void()>>(std::move(release));
+  // Allocated first: once the plugin holds the release, nothing here may throw (the contract
+  // is that a throw leaves the memory, and the release, with the caller).
+  std::shared_ptr<Buffer> buf = Access::unarmed_import(*this);
   bp_buffer* h = nullptr;
-  bp_error* err = fn(index(), address, size, ctx ? &detail::run_release : nullptr, ctx.get(), &h);
+  bp_error* err = fn(index(), address, size, release, release ? release_ctx : nullptr, &h);
   if (err)
     detail::throw_plugin_error(
         st.api, err,
         str() + ": import_buffer of " + std::to_string(size) + " bytes at " + detail::hex(address),
         /*invalid_is_device_error=*/true);
-  (void)ctx.release();  // the plugin calls run_release, which frees it
-  try {
-    return Access::make_buffer(*this, h, size, nullptr, /*imported=*/true);
-  } catch (...) {
-    st.release(h, size, nullptr, false);  // out of host memory: hand the memory straight back
-    throw;
-  }
+  Access::arm_import(*buf, *this, h, size);
+  return buf;
 }
 
 std::unique_ptr<Stream> Device::import_stream(void* native_stream) {

@@ -29,10 +29,12 @@ std::string dims_text(const Shape& s) {
   return out + "]";
 }
 
-}  // namespace
-
-Tensor from_blob(Device& dev, void* address, const Shape& shape, const Shape& strides, DType dtype,
-                 std::function<void()> release) {
+// from_blob's checks, then `import(bytes)`, the Device::import_buffer call of one of its two
+// forms. The tensor's record is allocated before it, so that nothing throws once the plugin
+// holds the release (a throw leaves the memory, and the release, with the caller).
+template <typename Import>
+Tensor blob_tensor(Device& dev, void* address, const Shape& shape, const Shape& strides,
+                   DType dtype, Import&& import) {
   const int code = static_cast<int>(dtype);
   if (code < 0 || code >= kNumDTypes)
     throw DTypeError("from_blob: dtype value " + std::to_string(code) +
@@ -94,14 +96,29 @@ Tensor from_blob(Device& dev, void* address, const Shape& shape, const Shape& st
                      std::to_string(esize) + "-byte size of " + std::string(dtype_name(dtype)) +
                      " elements");
   }
-  std::shared_ptr<Buffer> buf = dev.import_buffer(address, bytes, std::move(release));
   auto ti = std::make_shared<detail::TensorImpl>();
-  ti->storage = std::move(buf);
   ti->device = &dev;
   ti->dtype = dtype;
   ti->shape = s;
   ti->strides = st;
+  ti->storage = import(bytes);
   return detail::make_tensor(std::move(ti));
+}
+
+}  // namespace
+
+Tensor from_blob(Device& dev, void* address, const Shape& shape, const Shape& strides, DType dtype,
+                 std::function<void()> release) {
+  return blob_tensor(dev, address, shape, strides, dtype, [&](uint64_t bytes) {
+    return dev.import_buffer(address, bytes, std::move(release));
+  });
+}
+
+Tensor from_blob(Device& dev, void* address, const Shape& shape, const Shape& strides, DType dtype,
+                 Device::ReleaseFn release, void* release_ctx) {
+  return blob_tensor(dev, address, shape, strides, dtype, [&](uint64_t bytes) {
+    return dev.import_buffer(address, bytes, release, release_ctx);
+  });
 }
 
 }  // namespace bp
