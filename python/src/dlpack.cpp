@@ -392,6 +392,20 @@ bool finalizing() {
 #endif
 }
 
+// Whether this thread holds the GIL, without PyGILState's thread-specific-storage lookups: a
+// thread's state is current exactly while it holds the GIL (a release, Py_BEGIN_ALLOW_THREADS
+// or nanobind's gil_scoped_release, makes it NULL). The free-threaded build has no GIL to
+// hold, so it always asks PyGILState (which attaches the thread).
+bool holds_gil() {
+#ifdef Py_GIL_DISABLED
+  return false;
+#elif PY_VERSION_HEX >= 0x030D0000
+  return PyThreadState_GetUnchecked() != nullptr;
+#else
+  return _PyThreadState_UncheckedGet() != nullptr;
+#endif
+}
+
 // Note [DLPack lifetimes], import side: the producer's deleter, once, under the GIL; the C
 // release function of bp::from_blob (no allocation of its own: `m` is its context).
 template <typename M>
@@ -399,6 +413,10 @@ void release_managed(void* ctx) noexcept {
   auto* m = static_cast<M*>(ctx);
   --dl::live_imports;
   if (!m->deleter || !Py_IsInitialized() || finalizing()) return;  // at exit: let it go
+  if (holds_gil()) {
+    m->deleter(m);
+    return;
+  }
   PyGILState_STATE g = PyGILState_Ensure();
   m->deleter(m);
   PyGILState_Release(g);
@@ -420,7 +438,9 @@ Tensor import_managed(M* m, bool read_only, std::optional<bool> copy,
     throw;
   }
   // This thread's scratch vectors: from_blob reads them, so an import allocates none of its own.
-  thread_local Shape shape, strides;
+  thread_local struct { Shape shape, strides; } scratch;  // one thread-local lookup, not two
+  Shape& shape = scratch.shape;
+  Shape& strides = scratch.strides;
   shape.assign(dl.shape, dl.shape + dl.ndim);
   if (dl.strides)
     strides.assign(dl.strides, dl.strides + dl.ndim);

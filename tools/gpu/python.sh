@@ -85,12 +85,12 @@ if [ -e /usr/local/nvidia/lib64/libnvidia-opencl.so.1 ] && [ -z "${OCL_ICD_VENDO
 fi
 
 summary=()
-step() {  # step NAME CMD...
+step() {  # step NAME CMD... (each step at most BP_STEP_TIMEOUT seconds, default 240)
   local name=$1
   shift
   echo "=== $name: $*"
   local t0=$SECONDS
-  timeout 240 "$@" > "$out/$name.log" 2>&1
+  timeout "${BP_STEP_TIMEOUT:-240}" "$@" > "$out/$name.log" 2>&1
   local rc=$?
   tail -n 30 "$out/$name.log"
   summary+=("$(printf '%-16s rc=%-3s %4ss' "$name" "$rc" "$((SECONDS - t0))")")
