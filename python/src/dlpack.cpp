@@ -127,17 +127,22 @@ bool dl::is_host(Device& dev) {
 Device& dl::device_of(int32_t type, int32_t id) {
   if (type == kDLCPU || type == kDLCUDAHost) return host_device();
   if (type == kDLCUDA || type == kDLCUDAManaged) {
+    // Filled once under the lock, then only read: a filled table is searched without it.
     static std::mutex mu;
     static std::vector<std::pair<int, Device*>> ordinals;
-    static bool filled = false;
-    std::lock_guard<std::mutex> lock(mu);
-    if (!filled) {
-      for (Device* d : all_devices("cuda")) {
-        if (d->type() != "cuda") continue;
-        auto probe = d->allocator().allocate(256);
-        ordinals.emplace_back(probe->native().device_ordinal, d);
+    static std::atomic<bool> filled{false};
+    if (!filled.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!filled.load(std::memory_order_relaxed)) {
+        std::vector<std::pair<int, Device*>> found;  // a throw below leaves none half-filled
+        for (Device* d : all_devices("cuda")) {
+          if (d->type() != "cuda") continue;
+          auto probe = d->allocator().allocate(256);
+          found.emplace_back(probe->native().device_ordinal, d);
+        }
+        ordinals = std::move(found);
+        filled.store(true, std::memory_order_release);
       }
-      filled = true;
     }
     for (auto& [ord, d] : ordinals)
       if (ord == id) return *d;
