@@ -356,6 +356,7 @@ DnnlPrimitive make_conv(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bia
 // Runs p on plain memories, reordering through the primitive's chosen layouts where they
 // differ (Note [CPU convolution layouts]).
 void execute(const DnnlPrimitive& p, std::unordered_map<int, dnnl::memory>& args) {
+  OmpThreads threads(p.threads);  // the count it was created for (over_batch sets it already)
   AlignedBuffer scratch(p.scratchpad.get_size());
   args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratchpad, dnnl_engine(), scratch.get()));
   try {
@@ -390,6 +391,8 @@ dnnl::memory mem(const dnnl::memory::desc& md, const void* p) {
 struct BatchPlan {
   int64_t nb, chunks;
   int omp;
+  // The OpenMP threads each call runs with (its primitive is created for that many).
+  int threads() const { return chunks == 1 ? omp : 1; }
 };
 BatchPlan batch_plan(const ConvGeom& g) {
   const int64_t workers = tbb::this_task_arena::max_concurrency();
@@ -431,16 +434,17 @@ constexpr dt dnnl_dt(bp_dtype d) {
   return d == BP_DTYPE_BF16 ? dt::bf16 : d == BP_DTYPE_F16 ? dt::f16 : dt::f32;
 }
 
-// The cached primitive of (pass, nb) in dtype d; its `native` is false when oneDNN does not
-// implement d (the caller converts to f32).
-std::shared_ptr<const DnnlPrimitive> conv_entry(Pass pass, const ConvGeom& g, int64_t nb, dt d,
-                                                bool bias) {
-  return dnnl_cached(conv_key(pass, g, nb, d, bias),
+// The cached primitive of (pass, nb) in dtype d for calls with `omp` OpenMP threads (Note [CPU
+// primitive cache]); its `native` is false when oneDNN does not implement d (the caller
+// converts to f32).
+std::shared_ptr<const DnnlPrimitive> conv_entry(Pass pass, const ConvGeom& g, int64_t nb, int omp,
+                                                dt d, bool bias) {
+  return dnnl_cached(conv_key(pass, g, nb, d, bias), omp,
                      [&] { return make_conv(pass, g, nb, d, bias); });
 }
-std::shared_ptr<const DnnlPrimitive> conv_prim(Pass pass, const ConvGeom& g, int64_t nb, dt d,
-                                               bool bias) {
-  auto p = conv_entry(pass, g, nb, d, bias);
+std::shared_ptr<const DnnlPrimitive> conv_prim(Pass pass, const ConvGeom& g, int64_t nb, int omp,
+                                               dt d, bool bias) {
+  auto p = conv_entry(pass, g, nb, omp, d, bias);
   if (!p->native)
     bp::sdk::fail(BP_ERROR_INTERNAL,
                   bp::sdk::format("cpu:0: oneDNN implements [%s] for one batch size but not "
@@ -451,15 +455,17 @@ std::shared_ptr<const DnnlPrimitive> conv_prim(Pass pass, const ConvGeom& g, int
 
 // Whether oneDNN implements dtype d for this pass and shape (probes the first chunk's key).
 bool dnnl_native(Pass pass, const ConvGeom& g, dt d, bool bias) {
-  return d == dt::f32 || conv_entry(pass, g, batch_plan(g).nb, d, bias)->native;
+  const BatchPlan plan = batch_plan(g);
+  return d == dt::f32 || conv_entry(pass, g, plan.nb, plan.threads(), d, bias)->native;
 }
 
 // Forward in dtype d on raw pointers (x, w, y of d; bias f32 or NULL).
 void dnnl_forward(const ConvGeom& g, dt d, const void* x, const void* w, const float* bias,
                   void* y) {
   const size_t es = d == dt::f32 ? 4 : 2;
-  over_batch(g, batch_plan(g), [&](int64_t, int64_t n0, int64_t nb) {
-    const auto p = conv_prim(Pass::kForward, g, nb, d, bias != nullptr);
+  const BatchPlan plan = batch_plan(g);
+  over_batch(g, plan, [&](int64_t, int64_t n0, int64_t nb) {
+    const auto p = conv_prim(Pass::kForward, g, nb, plan.threads(), d, bias != nullptr);
     std::unordered_map<int, dnnl::memory> args = {
         {DNNL_ARG_SRC, mem(p->md[0], static_cast<const char*>(x) + n0 * g.C * g.H * g.W * es)},
         {DNNL_ARG_WEIGHTS, mem(p->md[1], w)},
@@ -471,8 +477,9 @@ void dnnl_forward(const ConvGeom& g, dt d, const void* x, const void* w, const f
 
 void dnnl_backward_data(const ConvGeom& g, dt d, const void* dy, const void* w, void* dx) {
   const size_t es = d == dt::f32 ? 4 : 2;
-  over_batch(g, batch_plan(g), [&](int64_t, int64_t n0, int64_t nb) {
-    const auto p = conv_prim(Pass::kBackwardData, g, nb, d, false);
+  const BatchPlan plan = batch_plan(g);
+  over_batch(g, plan, [&](int64_t, int64_t n0, int64_t nb) {
+    const auto p = conv_prim(Pass::kBackwardData, g, nb, plan.threads(), d, false);
     std::unordered_map<int, dnnl::memory> args = {
         {DNNL_ARG_DIFF_SRC, mem(p->md[0], static_cast<char*>(dx) + n0 * g.C * g.H * g.W * es)},
         {DNNL_ARG_WEIGHTS, mem(p->md[1], w)},
@@ -490,7 +497,7 @@ void dnnl_backward_weights(const ConvGeom& g, dt d, const void* x, const void* d
   const int64_t chunks = plan.chunks;
   AlignedBuffer partial(static_cast<size_t>((chunks - 1) * wn) * sizeof(float));
   over_batch(g, plan, [&](int64_t c, int64_t n0, int64_t nb) {
-    const auto p = conv_prim(Pass::kBackwardWeights, g, nb, d, false);
+    const auto p = conv_prim(Pass::kBackwardWeights, g, nb, plan.threads(), d, false);
     float* out = c == 0 ? dw32 : partial.get<float>() + (c - 1) * wn;
     std::unordered_map<int, dnnl::memory> args = {
         {DNNL_ARG_SRC, mem(p->md[0], static_cast<const char*>(x) + n0 * g.C * g.H * g.W * es)},

@@ -1,6 +1,7 @@
 // The oneDNN engine, per-thread streams and the primitive cache of Note [CPU primitive cache].
 #include "cpu_dnnl_cache.hpp"
 
+#include <algorithm>
 #include <list>
 #include <unordered_map>
 #include <utility>
@@ -65,9 +66,15 @@ dnnl::stream& dnnl_stream() {
   return s;
 }
 
-std::shared_ptr<const DnnlPrimitive> dnnl_cached(const std::string& key,
+std::shared_ptr<const DnnlPrimitive> dnnl_cached(const std::string& key, int threads,
                                                  const std::function<DnnlPrimitive()>& make) {
-  return cache().get(key, make);
+  threads = std::max(threads, 1);
+  return cache().get(key + " t" + std::to_string(threads), [&] {
+    OmpThreads omp(threads);
+    DnnlPrimitive p = make();
+    p.threads = threads;
+    return p;
+  });
 }
 
 size_t dnnl_cache_size() {

@@ -55,7 +55,7 @@ std::shared_ptr<const DnnlPrimitive> layer_norm_primitive(int64_t rows, int64_t 
   const std::string key = bp::sdk::format("layer_norm f32 %lld x %lld scale %d shift %d eps %.17g",
                                           static_cast<long long>(rows), static_cast<long long>(N),
                                           w ? 1 : 0, b ? 1 : 0, eps);
-  return dnnl_cached(key, [&] {
+  return dnnl_cached(key, 1, [&] {  // run one-threaded on oneTBB workers
     using dnnl::memory;
     using dnnl::normalization_flags;
     DnnlPrimitive out;
