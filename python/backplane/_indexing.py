@@ -7,8 +7,8 @@ Note [Advanced indexing]
   selects the entries in reverse order, and a bool mask covering the leading dimensions keeps
   the entries where it is true. Each is one gather on the tensor's device, so gradients flow.
   A bool mask's positions are read on the host (PyTorch synchronises likewise). Several
-  integer indices in one key (NumPy's paired indexing) are refused with the reason; several
-  negative-step slices are fine. Assignment takes a bool mask of the tensor's shape or a
+  integer indices in one key (NumPy's paired indexing, d2l's `y_hat[[0, 1], y]`) broadcast
+  together and pick one entry per position (_paired); several negative-step slices are fine. Assignment takes a bool mask of the tensor's shape or a
   negative-step slice.
 """
 import builtins
@@ -136,10 +136,8 @@ def getitem(t, key):
         pos = np.flatnonzero(m.ravel()).astype(np.int64)
         return _select(flat, 0, _core._from_host(pos, DT.int64, t.device))
     ints = [i for i, it in enumerate(items) if _is_index(it)]
-    if len(ints) > 1:
-        raise _core.UnsupportedError("several integer-array indices in one key (NumPy's paired "
-                                     "indexing) are not supported; index one dimension at a "
-                                     "time")
+    if len(ints) > 1 or (ints and any(_is_int(it) for it in items)):
+        return _paired(t, items)  # integers beside an index array are advanced too (NumPy)
     rank = t.ndim
     # Every advanced item becomes a selection along its dimension; basic indexing (views)
     # does the rest with a full slice in its place.
@@ -164,6 +162,54 @@ def getitem(t, key):
         pos = _out_position(items, p, rank)
         s = list(out.shape)
         out = out.reshape(s[:pos] + list(shape) + s[pos + 1:])
+    return out
+
+
+def _is_int(item):
+    return isinstance(item, builtins.int) or is_numpy(item, "integer")
+
+
+def _paired(t, items):
+    """NumPy's paired indexing, for a key with several integer-array indices (d2l's
+    `y_hat[[0, 1], y]`): the index arrays, and the integers beside them, broadcast together to
+    one shape B and pick the entries t[i0, i1, ...] of each position; their dimensions become
+    B, in the place of the first when they are adjacent in the key, else in front (NumPy's and
+    PyTorch's rule). One gather on the tensor's device over the advanced dimensions flattened,
+    so gradients flow."""
+    rank = t.ndim
+    if any(it is None for it in items):
+        raise _core.UnsupportedError("None (a new axis) in a key with several integer-array "
+                                     "indices is not supported; add the axis afterwards with "
+                                     "unsqueeze")
+    if sum(1 for it in items if it is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    consuming = sum(1 for it in items if it is not Ellipsis)
+    if consuming > rank:
+        raise IndexError(f"too many indices for a tensor of dimension {rank}")
+    full = []
+    for it in items:
+        full.extend([slice(None)] * (rank - consuming) if it is Ellipsis else [it])
+    full.extend([slice(None)] * (rank - len(full)))
+    adv = [d for d, it in enumerate(full) if _is_index(it) or _is_int(it)]
+    idx = [_index_tensor(np.asarray(it) if _is_int(it) else it, t.shape[d], t.device, d)
+           for d, it in zip(adv, (full[d] for d in adv))]
+    try:
+        shape = list(np.broadcast_shapes(*[tuple(i.shape) for i in idx]))
+    except ValueError:
+        raise IndexError("shape mismatch: indexing arrays could not be broadcast together with "
+                         "shapes " + " ".join(str(tuple(i.shape)) for i in idx)) from None
+    lin = None  # the flat position over the advanced dimensions, row-major
+    for d, i in zip(adv, idx):
+        lin = i if lin is None else lin * t.shape[d] + i
+    lin = lin.expand(shape) if list(lin.shape) != shape else lin
+    rest = [d for d in range(rank) if d not in adv]
+    flat = t.permute(adv + rest).reshape([-1] + [t.shape[d] for d in rest])
+    out = _select(flat, 0, lin.contiguous())
+    out = out[(slice(None),) * len(shape) + tuple(full[d] for d in rest)]
+    if adv == list(range(adv[0], adv[-1] + 1)) and adv[0] > 0:
+        nb, k = len(shape), adv[0]  # the k leading (sliced) dimensions go back in front
+        out = out.permute(list(range(nb, nb + k)) + list(range(nb)) +
+                          list(range(nb + k, out.ndim)))
     return out
 
 

@@ -287,8 +287,25 @@ def test_advanced_and_boolean_indexing(dev, rng):
     np.testing.assert_array_equal(t[..., ::-1].numpy(), a[..., ::-1])
     with pytest.raises(IndexError, match="out of range"):
         t[[5]]
-    with pytest.raises(bp.UnsupportedError, match="paired"):
-        t[[0, 1], [1, 2]]
+    # Paired indexing: index arrays (and integers beside them) broadcast together, placed as
+    # NumPy places them (adjacent: where the first was; separated: in front).
+    np.testing.assert_array_equal(t[[0, 1], [1, 2]].numpy(), a[[0, 1], [1, 2]])
+    np.testing.assert_array_equal(t[[[0], [4]], [3, -1]].numpy(), a[[[0], [4]], [3, -1]])
+    np.testing.assert_array_equal(t[2, [1, 3]].numpy(), a[2, [1, 3]])
+    b = f32(rng, 3, 4, 5)
+    u3 = bp.tensor(b, device=dev)
+    for key in [(1, slice(None), [0, 3]), ([0, 2], slice(None), [4, 1]), (slice(None), [0, 2],
+                [1, 4]), (Ellipsis, [2, 0], [3, 3]), ([0, 1], [2, 3], slice(None, None, -1))]:
+        np.testing.assert_array_equal(u3[key].numpy(), b[key], err_msg=str(key))
+    y = bp.tensor([0, 2], device=dev)  # d2l's cross-entropy: y_hat[[0, 1], y]
+    y_hat = bp.tensor([[0.1, 0.3, 0.6], [0.3, 0.2, 0.5]], device=dev)
+    np.testing.assert_allclose(y_hat[[0, 1], y].numpy(), [0.1, 0.5])
+    with pytest.raises(IndexError, match="could not be broadcast together"):
+        t[[0, 1], [0, 1, 2]]
+    with pytest.raises(IndexError, match="index 5 is out of range for dimension 0"):
+        t[[0, 5], [0, 1]]
+    with pytest.raises(bp.UnsupportedError, match="None"):
+        t[[0, 1], None, [1, 2]]
     u = bp.tensor(a, device=dev)
     u[u < 0] = 0
     np.testing.assert_array_equal(u.numpy(), np.where(a < 0, 0, a))
@@ -300,6 +317,12 @@ def test_advanced_and_boolean_indexing(dev, rng):
     ref = np.zeros_like(a)
     ref[0] = 2
     ref[3] = 1
+    np.testing.assert_array_equal(w.grad.numpy(), ref)
+    # ... and through a paired gather, repeated pairs accumulating.
+    w = bp.tensor(a, device=dev, requires_grad=True)
+    w[[0, 4, 0], [1, 2, 1]].sum().backward()
+    ref = np.zeros_like(a)
+    np.add.at(ref, ([0, 4, 0], [1, 2, 1]), 1)
     np.testing.assert_array_equal(w.grad.numpy(), ref)
 
 
