@@ -356,7 +356,7 @@ DnnlPrimitive make_conv(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bia
 // Runs p on plain memories, reordering through the primitive's chosen layouts where they
 // differ (Note [CPU convolution layouts]).
 void execute(const DnnlPrimitive& p, std::unordered_map<int, dnnl::memory>& args) {
-  OmpThreads threads(p.threads);  // the count it was created for (over_batch sets it already)
+  OmpThreads threads(p.threads);  // the count it was created for (Note [CPU primitive cache])
   AlignedBuffer scratch(p.scratchpad.get_size());
   args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratchpad, dnnl_engine(), scratch.get()));
   try {
@@ -402,18 +402,16 @@ BatchPlan batch_plan(const ConvGeom& g) {
   return {nb, (g.N + nb - 1) / nb, 1};
 }
 
-// Calls f(chunk, n0, nb) for each chunk of the plan, with OpenMP's thread count set.
+// Calls f(chunk, n0, nb) for each chunk of the plan (the chunks on oneTBB workers); f's
+// primitive, made for plan.threads() OpenMP threads, runs with that many (execute).
 template <class F>
 void over_batch(const ConvGeom& g, const BatchPlan& plan, F&& f) {
   if (plan.chunks == 1) {
-    OmpThreads threads(plan.omp);
     f(int64_t{0}, int64_t{0}, g.N);
     return;
   }
-  tbb::parallel_for(int64_t{0}, plan.chunks, [&](int64_t c) {
-    OmpThreads threads(1);
-    f(c, c * plan.nb, std::min(plan.nb, g.N - c * plan.nb));
-  });
+  tbb::parallel_for(int64_t{0}, plan.chunks,
+                    [&](int64_t c) { f(c, c * plan.nb, std::min(plan.nb, g.N - c * plan.nb)); });
 }
 
 // Elementwise conversions between a dtype and f32 scratch (parallel when large).

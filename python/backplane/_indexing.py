@@ -8,8 +8,8 @@ Note [Advanced indexing]
   the entries where it is true. Each is one gather on the tensor's device, so gradients flow.
   A bool mask's positions are read on the host (PyTorch synchronises likewise). Several
   integer indices in one key (NumPy's paired indexing, d2l's `y_hat[[0, 1], y]`) broadcast
-  together and pick one entry per position (_paired); several negative-step slices are fine. Assignment takes a bool mask of the tensor's shape or a
-  negative-step slice.
+  together and pick one entry per position (_paired); several negative-step slices are fine.
+  Assignment takes a bool mask of the tensor's shape or a negative-step slice.
 """
 import builtins
 
@@ -33,9 +33,12 @@ def _is_mask(item):
     return arr is not None and arr.dtype == np.bool_
 
 
+def _is_int(item):
+    return isinstance(item, builtins.int) or is_numpy(item, "integer")
+
+
 def _is_index(item):
-    if item is None or item is Ellipsis or isinstance(item, builtins.int) or is_numpy(
-            item, "integer"):
+    if item is None or item is Ellipsis or _is_int(item):
         return False
     if isinstance(item, slice):
         return False
@@ -106,7 +109,7 @@ def _out_position(items, p, rank):
     for it in items[:p]:
         if it is Ellipsis:
             pos += rank - consuming
-        elif not (isinstance(it, builtins.int) or is_numpy(it, "integer")):
+        elif not _is_int(it):
             pos += 1  # None, slices and index arrays keep (or add) a dimension
     return pos
 
@@ -165,10 +168,6 @@ def getitem(t, key):
     return out
 
 
-def _is_int(item):
-    return isinstance(item, builtins.int) or is_numpy(item, "integer")
-
-
 def _paired(t, items):
     """NumPy's paired indexing, for a key with several integer-array indices (d2l's
     `y_hat[[0, 1], y]`): the index arrays, and the integers beside them, broadcast together to
@@ -191,8 +190,8 @@ def _paired(t, items):
         full.extend([slice(None)] * (rank - consuming) if it is Ellipsis else [it])
     full.extend([slice(None)] * (rank - len(full)))
     adv = [d for d, it in enumerate(full) if _is_index(it) or _is_int(it)]
-    idx = [_index_tensor(np.asarray(it) if _is_int(it) else it, t.shape[d], t.device, d)
-           for d, it in zip(adv, (full[d] for d in adv))]
+    idx = [_index_tensor(np.asarray(full[d]) if _is_int(full[d]) else full[d], t.shape[d],
+                         t.device, d) for d in adv]
     try:
         shape = list(np.broadcast_shapes(*[tuple(i.shape) for i in idx]))
     except ValueError:
