@@ -233,6 +233,21 @@ bool blocked_layout() {
   return blocked;
 }
 
+// Note [CPU convolution]: BACKPLANE_CPU_CONV_THREADS=tbb|openmp (read once). openmp runs every
+// convolution above kSerialMacs as one oneDNN call with an OpenMP team of all workers.
+bool openmp_conv() {
+  static const bool openmp = [] {
+    const char* env = std::getenv("BACKPLANE_CPU_CONV_THREADS");
+    if (!env || !*env || std::strcmp(env, "tbb") == 0) return false;
+    if (std::strcmp(env, "openmp") == 0) return true;
+    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                  bp::sdk::format("cpu: BACKPLANE_CPU_CONV_THREADS='%s' is not 'tbb' (the default) "
+                                  "or 'openmp'",
+                                  env));
+  }();
+  return openmp;
+}
+
 std::string conv_key(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bias) {
   const ConvGeom& q = g;
   return bp::sdk::format(
@@ -396,7 +411,7 @@ struct BatchPlan {
 };
 BatchPlan batch_plan(const ConvGeom& g) {
   const int64_t workers = tbb::this_task_arena::max_concurrency();
-  if (g.macs() < kSerialMacs || workers <= 1 || g.N < workers)
+  if (g.macs() < kSerialMacs || workers <= 1 || g.N < workers || openmp_conv())
     return {g.N, 1, g.macs() < kSerialMacs ? 1 : static_cast<int>(workers)};
   const int64_t nb = (g.N + workers - 1) / workers;
   return {nb, (g.N + nb - 1) / nb, 1};

@@ -429,7 +429,7 @@ void release_managed(void* ctx) noexcept {
 
 template <typename M>
 Tensor import_managed(M* m, bool read_only, std::optional<bool> copy,
-                      const char* what = "from_dlpack") {
+                      const char* what = "from_dlpack", Device* dev = nullptr) {
   DLTensor& dl = m->dl_tensor;
   DType dtype;
   try {
@@ -459,13 +459,12 @@ Tensor import_managed(M* m, bool read_only, std::optional<bool> copy,
                        " (a reversed view); Backplane tensors have non-negative strides: pass a "
                        "copy, e.g. numpy.ascontiguousarray(a)");
     }
-  Device* dev;
-  try {
-    dev = &device_of(dl.device.device_type, dl.device.device_id);
-  } catch (...) {
-    if (m->deleter) m->deleter(m);
-    throw;
-  }
+  if (!dev) try {
+      dev = &device_of(dl.device.device_type, dl.device.device_id);
+    } catch (...) {
+      if (m->deleter) m->deleter(m);
+      throw;
+    }
   void* data = static_cast<char*>(dl.data) + dl.byte_offset;
   // from_blob calls the release function only on success; on failure the deleter is ours.
   ++dl::live_imports;
@@ -488,7 +487,7 @@ Tensor import_managed(M* m, bool read_only, std::optional<bool> copy,
 
 }  // namespace
 
-Tensor dl::import_versioned(DLManagedTensorVersioned* m, std::optional<bool> copy) {
+Tensor dl::import_versioned(DLManagedTensorVersioned* m, std::optional<bool> copy, Device* dev) {
   if (m->version.major != DLPACK_MAJOR_VERSION) {
     // A newer major layout: only `version` and `deleter` may be used.
     const std::string v = std::to_string(m->version.major) + "." + std::to_string(m->version.minor);
@@ -496,7 +495,8 @@ Tensor dl::import_versioned(DLManagedTensorVersioned* m, std::optional<bool> cop
     buffer_error("DLPack: a managed tensor of DLPack " + v +
                  "; Backplane reads major version 1 (DLPack 1.x)");
   }
-  return import_managed(m, (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, copy);
+  return import_managed(m, (m->flags & DLPACK_FLAG_BITMASK_READ_ONLY) != 0, copy, "from_dlpack",
+                        dev);
 }
 
 namespace {

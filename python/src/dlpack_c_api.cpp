@@ -301,9 +301,11 @@ Tensor dl::import_through(const DLPackExchangeAPI& api, nb::handle obj, std::opt
     throw nb::buffer_error((std::string("from_dlpack: ") + Py_TYPE(obj.ptr())->tp_name +
                             "'s managed_tensor_from_py_object_no_sync returned no tensor")
                                .c_str());
+  Device* found = nullptr;  // looked up once, for the stream check and the import
   if (m->version.major == DLPACK_MAJOR_VERSION) {
     try {
       Device& dev = device_of(m->dl_tensor.device.device_type, m->dl_tensor.device.device_id);
+      found = &dev;
       if (!is_host(dev)) {
         void* theirs = nullptr;
         if (api.current_work_stream(m->dl_tensor.device.device_type, m->dl_tensor.device.device_id,
@@ -320,7 +322,7 @@ Tensor dl::import_through(const DLPackExchangeAPI& api, nb::handle obj, std::opt
       throw;
     }
   }
-  return import_versioned(m, copy);
+  return import_versioned(m, copy, found);
 }
 
 // ---- registration ----------------------------------------------------------------------------

@@ -37,7 +37,9 @@ void order_streams(Device& dev, Stream& first, Stream& then);
 // when the import is refused (a major version other than 1: BufferError; a dtype, rank, stride
 // or device Backplane lacks). A read-only tensor is copied (refused with copy=False);
 // copy=True copies. No synchronisation with the producer's streams: the caller orders them.
-Tensor import_versioned(DLManagedTensorVersioned* m, std::optional<bool> copy);
+// `dev`: the device of m's memory when the caller has looked it up already (device_of).
+Tensor import_versioned(DLManagedTensorVersioned* m, std::optional<bool> copy,
+                        Device* dev = nullptr);
 
 // Note [DLPack C exchange API], consumer side: the exchange API of a producer type (its
 // __dlpack_c_exchange_api__ capsule, major version 1, required functions present), cached per

@@ -63,13 +63,8 @@ Dims contiguous_strides(const Dims& shape) {
 namespace {
 // A contiguous tensor of `shape` over `storage`.
 Tensor dense_over(Device& dev, const Dims& shape, DType dtype, std::shared_ptr<Buffer> storage) {
-  auto ti = std::make_shared<TensorImpl>();
-  ti->device = &dev;
-  ti->dtype = dtype;
-  ti->shape = shape;
-  ti->strides = contiguous_strides(shape);
-  ti->storage = std::move(storage);
-  return make_tensor(std::move(ti));
+  return make_tensor(std::make_shared<TensorImpl>(std::move(storage), &dev, dtype, shape,
+                                                  contiguous_strides(shape)));
 }
 }  // namespace
 
@@ -86,15 +81,9 @@ Tensor make_empty(Device& dev, const Dims& shape, DType dtype) {
 }
 
 Tensor make_view(const Tensor& base, const Dims& shape, const Dims& strides, int64_t offset) {
-  auto ti = std::make_shared<TensorImpl>();
   const TensorImpl& b = impl(base);
-  ti->storage = b.storage;
-  ti->device = b.device;
-  ti->dtype = b.dtype;
-  ti->shape = shape;
-  ti->strides = strides;
-  ti->offset = offset;
-  return make_tensor(std::move(ti));
+  return make_tensor(
+      std::make_shared<TensorImpl>(b.storage, b.device, b.dtype, shape, strides, offset));
 }
 
 bp_tensor_desc desc(const Tensor& t) {

@@ -20,6 +20,19 @@ struct TensorImpl {
   Dims shape, strides;
   int64_t offset = 0;  // elements
   std::shared_ptr<autograd::Meta> autograd;
+
+  TensorImpl() = default;
+  // Every field at once: shape and strides are copied, not zeroed first and then assigned (a
+  // default TensorImpl clears its 144 bytes of Dims, which costs a tensor's creation more than
+  // the rest of it: Note [DLPack import cost] in tensor_native.cpp).
+  TensorImpl(std::shared_ptr<Buffer> storage_, Device* device_, DType dtype_, const Dims& shape_,
+             const Dims& strides_, int64_t offset_ = 0)
+      : storage(std::move(storage_)),
+        device(device_),
+        dtype(dtype_),
+        shape(shape_),
+        strides(strides_),
+        offset(offset_) {}
 };
 
 // The tensor layer's access to Tensor's private parts (its one friend).
