@@ -72,10 +72,10 @@ void release(void* p) {
 
 }  // namespace
 
-void* CpuAllocator::allocate(uint64_t size) {
+void* host_allocate(uint64_t size) {
   void* p = try_allocate(size);
   if (!p && size <= kMaxRequest) {
-    release_cache();  // retry once after returning tbbmalloc's caches to the system
+    release_host_cache();  // retry once after returning tbbmalloc's caches to the system
     p = try_allocate(size);
   }
   if (!p) {
@@ -89,6 +89,15 @@ void* CpuAllocator::allocate(uint64_t size) {
                                   static_cast<double>(free_bytes) / (1u << 30)),
                   "ENOMEM");
   }
+  return p;
+}
+
+void host_free(void* p) {
+  if (p) release(p);
+}
+
+void* CpuAllocator::allocate(uint64_t size) {
+  void* p = host_allocate(size);
   counters_.on_alloc(size);
   return p;
 }
@@ -108,6 +117,10 @@ bp_memory_stats CpuAllocator::stats() const {
 }
 
 void CpuAllocator::release_cache() {
+  release_host_cache();
+}
+
+void release_host_cache() {
 #ifndef BP_CPU_ASAN
   // tbbmalloc (oneTBB 2021.8) dereferences uninitialised state when asked to clean before it
   // has served any allocation (seen when ASan's runtime is loaded), so make sure it has.

@@ -19,6 +19,15 @@ namespace bp::cpu {
 
 inline constexpr uint64_t kAlignment = 64;
 
+// A 64-byte aligned host block from the allocator below's source (tbbmalloc, whose cache of
+// freed large blocks gives a kernel's scratch memory back without fresh page faults), not
+// counted in memory_stats: kernels' scratch memory (AlignedBuffer). Throws bp::sdk::Failure with
+// BP_ERROR_OUT_OF_MEMORY as CpuAllocator::allocate does. host_free accepts NULL.
+void* host_allocate(uint64_t size);
+void host_free(void* p);
+// Returns tbbmalloc's cached free memory to the system.
+void release_host_cache();
+
 class CpuAllocator {
  public:
   // Returns a 64-byte aligned block of `size` bytes; the caller frees it with deallocate(p,

@@ -10,12 +10,18 @@
 //   OpenBLAS's one-threaded cblas_dgemm (col2im for the input gradient; the weight gradient sums
 //   per-worker chunks of the batch in chunk order).
 //   bf16 accumulates in f32 inside oneDNN, and its bias and weight gradient are f32 there.
-//   Threads (Note [One thread pool] in cpu_matmul.cpp): the batch is cut into one chunk per
-//   oneTBB worker and each chunk is a one-threaded oneDNN call on a primitive for the chunk's
-//   batch size; the weight gradient sums the chunks' f32 partial gradients in chunk order, so a
-//   run gives the same bits every time on one machine. A batch smaller than the worker count
-//   runs as one oneDNN call with an OpenMP team of that many threads instead; small problems
-//   (below kSerialMacs multiply-adds) run on the calling thread.
+//   Threads: each convolution is one oneDNN call with an OpenMP team of as many threads as
+//   oneTBB has workers, and small problems (below kSerialMacs multiply-adds) run on the calling
+//   thread. BACKPLANE_CPU_CONV_THREADS=tbb (read once) instead cuts a batch of at least that
+//   many images into one chunk per oneTBB worker, each a one-threaded oneDNN call on a
+//   primitive for the chunk's batch size (Note [One thread pool] in cpu_matmul.cpp), the weight
+//   gradient summing the chunks' f32 partial gradients in chunk order; either way a run gives
+//   the same bits every time on one machine. The chunks were the default until they were
+//   measured on many cores: every chunk reorders the weights into the primitive's layout and
+//   the weight gradient out of it, so that work grows with the worker count, and ResNet-18's
+//   f32 training step on the GPU machine's 16-core host ran at 68 img/s in chunks against 178
+//   with OpenMP teams (once OpenMP's threads stopped spinning between regions, Note [OpenMP
+//   spinning] in core/src/runtime/registry.cpp); on 2 cores the teams were as fast or faster.
 //
 // Note [CPU convolution layouts]
 //   The tensors are NCHW (weights KCRS) as the host gives them. By default each primitive is
@@ -51,6 +57,8 @@ using tag = dnnl::memory::format_tag;
 // Below this many multiply-adds a convolution runs on the calling thread (about the cost of
 // waking the workers; not measured per shape).
 constexpr int64_t kSerialMacs = int64_t{1} << 19;
+// Multiply-adds per OpenMP thread of a one-call convolution (Note [CPU convolution]).
+constexpr int64_t kMacsPerThread = int64_t{1} << 21;
 // Note [CPU convolution layouts]: the default of BACKPLANE_CPU_CONV_LAYOUT.
 constexpr bool kBlockedByDefault = true;
 
@@ -233,19 +241,34 @@ bool blocked_layout() {
   return blocked;
 }
 
-// Note [CPU convolution]: BACKPLANE_CPU_CONV_THREADS=tbb|openmp (read once). openmp runs every
-// convolution above kSerialMacs as one oneDNN call with an OpenMP team of all workers.
-bool openmp_conv() {
-  static const bool openmp = [] {
+// Note [CPU convolution]: BACKPLANE_CPU_CONV_THREADS=openmp|tbb (read once; openmp, one oneDNN
+// call with an OpenMP team per convolution, is the default; tbb cuts large batches into chunks
+// on oneTBB's workers).
+bool chunked_conv() {
+  static const bool chunked = [] {
     const char* env = std::getenv("BACKPLANE_CPU_CONV_THREADS");
-    if (!env || !*env || std::strcmp(env, "tbb") == 0) return false;
-    if (std::strcmp(env, "openmp") == 0) return true;
+    if (!env || !*env || std::strcmp(env, "openmp") == 0) return false;
+    if (std::strcmp(env, "tbb") == 0) return true;
     bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
-                  bp::sdk::format("cpu: BACKPLANE_CPU_CONV_THREADS='%s' is not 'tbb' (the default) "
-                                  "or 'openmp'",
+                  bp::sdk::format("cpu: BACKPLANE_CPU_CONV_THREADS='%s' is not 'openmp' (the "
+                                  "default) or 'tbb'",
                                   env));
   }();
-  return openmp;
+  return chunked;
+}
+
+// BACKPLANE_CPU_CONV_BF16_WGRAD=f32|native (read once): the route of bf16 weight gradients.
+bool native_bf16_wgrad() {
+  static const bool native = [] {
+    const char* env = std::getenv("BACKPLANE_CPU_CONV_BF16_WGRAD");
+    if (!env || !*env || std::strcmp(env, "f32") == 0) return false;
+    if (std::strcmp(env, "native") == 0) return true;
+    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                  bp::sdk::format("cpu: BACKPLANE_CPU_CONV_BF16_WGRAD='%s' is not 'f32' (the "
+                                  "default) or 'native'",
+                                  env));
+  }();
+  return native;
 }
 
 std::string conv_key(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bias) {
@@ -342,8 +365,9 @@ DnnlPrimitive make_conv(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bia
                                                   strides, dil, pad, pad_r);
       // Measured on a 16-core Xeon with AMX: oneDNN's bf16 weight gradient took 210 ms a call
       // on ResNet-18's layers (batch 32 in chunks of two images), 50x its f32 one; so f16 and
-      // bf16 weight gradients take the f32 route (converted, run in f32, rounded once).
-      if (d != dt::f32)
+      // bf16 weight gradients take the f32 route (converted, run in f32, rounded once) unless
+      // BACKPLANE_CPU_CONV_BF16_WGRAD=native (read once) asks for oneDNN's own.
+      if (d != dt::f32 && !(d == dt::bf16 && native_bf16_wgrad()))
         throw dnnl::error(dnnl_unimplemented, "low-precision weight gradients run in f32");
       const convolution_backward_weights::primitive_desc pd(wd, attr, dnnl_engine(), fpd);
       reject_reference(pd);
@@ -364,6 +388,20 @@ DnnlPrimitive make_conv(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bia
                                     conv_key(pass, g, nb, d, bias).c_str(), e.what(),
                                     static_cast<int>(e.status)));
     out.native = false;
+    return out;
+  }
+  // The layout changes of every call, created once with the primitive (creating a reorder is a
+  // descriptor build and a lookup in oneDNN's own cache each time, a cost per call that
+  // inference at batch 1 felt).
+  for (int k = 0; k < 3; ++k) {
+    if (!out.arg[k] || out.impl[k] == out.md[k]) continue;
+    dnnl::primitive_attr rattr;
+    rattr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    const memory::desc& from = out.output[k] ? out.impl[k] : out.md[k];
+    const memory::desc& to = out.output[k] ? out.md[k] : out.impl[k];
+    const dnnl::reorder::primitive_desc rpd(dnnl_engine(), from, dnnl_engine(), to, rattr);
+    out.reorder[k] = dnnl::reorder(rpd);
+    out.reorder_scratch[k] = rpd.scratchpad_desc();
   }
   return out;
 }
@@ -377,18 +415,28 @@ void execute(const DnnlPrimitive& p, std::unordered_map<int, dnnl::memory>& args
   try {
     AlignedBuffer staged[3];
     dnnl::memory plain[3];
+    // A reorder's own scratchpad (rarely any): the largest of the three.
+    size_t rs = 0;
+    for (int k = 0; k < 3; ++k) rs = std::max(rs, p.reorder_scratch[k].get_size());
+    AlignedBuffer rscratch(rs);
+    auto run_reorder = [&](int k, const dnnl::memory& from, const dnnl::memory& to) {
+      std::unordered_map<int, dnnl::memory> rargs = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+      if (p.reorder_scratch[k].get_size())
+        rargs.emplace(DNNL_ARG_SCRATCHPAD,
+                      dnnl::memory(p.reorder_scratch[k], dnnl_engine(), rscratch.get()));
+      p.reorder[k].execute(dnnl_stream(), rargs);
+    };
     for (int k = 0; k < 3; ++k) {
       if (!p.arg[k] || p.impl[k] == p.md[k]) continue;
       plain[k] = args.at(p.arg[k]);
       staged[k].reset(p.impl[k].get_size());
       dnnl::memory m(p.impl[k], dnnl_engine(), staged[k].get());
-      if (!p.output[k]) dnnl::reorder(plain[k], m).execute(dnnl_stream(), plain[k], m);
+      if (!p.output[k]) run_reorder(k, plain[k], m);
       args[p.arg[k]] = m;
     }
     p.prim.execute(dnnl_stream(), args);
     for (int k = 0; k < 3; ++k)
-      if (plain[k] && p.output[k])
-        dnnl::reorder(args[p.arg[k]], plain[k]).execute(dnnl_stream(), args[p.arg[k]], plain[k]);
+      if (plain[k] && p.output[k]) run_reorder(k, args[p.arg[k]], plain[k]);
     dnnl_stream().wait();
   } catch (const dnnl::error& e) {
     bp::sdk::fail(BP_ERROR_INTERNAL,
@@ -409,10 +457,31 @@ struct BatchPlan {
   // The OpenMP threads each call runs with (its primitive is created for that many).
   int threads() const { return chunks == 1 ? omp : 1; }
 };
+// Note [CPU convolution]: the OpenMP team of a one-call convolution has one thread per
+// macs_per_thread() multiply-adds, at most one per oneTBB worker
+// (BACKPLANE_CPU_CONV_MACS_PER_THREAD, read once; a power of two from 2^16 to 2^30).
+int64_t macs_per_thread() {
+  static const int64_t v = [] {
+    const char* env = std::getenv("BACKPLANE_CPU_CONV_MACS_PER_THREAD");
+    if (!env || !*env) return kMacsPerThread;
+    char* end = nullptr;
+    const long long n = std::strtoll(env, &end, 10);
+    if (*end != '\0' || n < (1 << 16) || n > (int64_t{1} << 30) || (n & (n - 1)) != 0)
+      bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                    bp::sdk::format("cpu: BACKPLANE_CPU_CONV_MACS_PER_THREAD='%s' is not a power "
+                                    "of two from 65536 to 1073741824",
+                                    env));
+    return static_cast<int64_t>(n);
+  }();
+  return v;
+}
+
 BatchPlan batch_plan(const ConvGeom& g) {
   const int64_t workers = tbb::this_task_arena::max_concurrency();
-  if (g.macs() < kSerialMacs || workers <= 1 || g.N < workers || openmp_conv())
-    return {g.N, 1, g.macs() < kSerialMacs ? 1 : static_cast<int>(workers)};
+  if (g.macs() < kSerialMacs || workers <= 1 || g.N < workers || !chunked_conv()) {
+    const int64_t team = std::clamp<int64_t>(g.macs() / macs_per_thread(), 1, workers);
+    return {g.N, 1, g.macs() < kSerialMacs ? 1 : static_cast<int>(team)};
+  }
   const int64_t nb = (g.N + workers - 1) / workers;
   return {nb, (g.N + nb - 1) / nb, 1};
 }

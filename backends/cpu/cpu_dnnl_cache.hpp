@@ -28,6 +28,8 @@
 #ifndef BACKPLANE_CPU_DNNL_CACHE_HPP_
 #define BACKPLANE_CPU_DNNL_CACHE_HPP_
 
+#include "cpu_allocator.hpp"
+
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -62,6 +64,10 @@ struct DnnlPrimitive {
   int arg[3] = {0, 0, 0};
   bool output[3] = {false, false, false};
   dnnl::memory::desc impl[3];
+  // The reorder between md[k] and impl[k] (plain to chosen for an input, back for an output),
+  // created with the primitive, where they differ; a user scratchpad of reorder_scratch[k].
+  dnnl::reorder reorder[3];
+  dnnl::memory::desc reorder_scratch[3];
 };
 
 // The entry for `key` and `threads` OpenMP threads (at least 1), built by make() on first use
@@ -89,14 +95,16 @@ class OmpThreads {
   int prev_;
 };
 
-// A 64-byte aligned host scratch buffer (scratchpads, converted operands); freed on scope exit.
+// A 64-byte aligned host scratch buffer (scratchpads, converted operands, a convolution's
+// operands in oneDNN's layouts); freed on scope exit. From host_allocate: tbbmalloc keeps
+// freed large blocks for the next request, so a kernel that needs megabytes of scratch per call
+// does not fault in fresh pages every time (operator new's large blocks were mmap'ed and
+// unmapped per call).
 class AlignedBuffer {
  public:
   AlignedBuffer() = default;
   explicit AlignedBuffer(size_t bytes) { reset(bytes); }
-  void reset(size_t bytes) {
-    p_.reset(bytes ? static_cast<char*>(::operator new (bytes, std::align_val_t{64})) : nullptr);
-  }
+  void reset(size_t bytes) { p_.reset(bytes ? static_cast<char*>(host_allocate(bytes)) : nullptr); }
   template <class T = void>
   T* get() const {
     return reinterpret_cast<T*>(p_.get());
@@ -104,7 +112,7 @@ class AlignedBuffer {
 
  private:
   struct Free {
-    void operator()(char* p) const { ::operator delete (p, std::align_val_t{64}); }
+    void operator()(char* p) const { host_free(p); }
   };
   std::unique_ptr<char, Free> p_;
 };

@@ -5,6 +5,7 @@ the same model (--torch), and prints the largest.
 
     python3 bench/resnet/trace_top.py trace.json [--top 25] [--last 0.5]
     python3 bench/resnet/trace_top.py --torch [--dtype f32|bf16] [--batch 256] [--top 25]
+        [--device cuda|cpu]
 """
 import argparse
 import collections
@@ -33,35 +34,39 @@ def backplane(path, top, last):
         print(f"  {name:<36} {us / 1e3:9.3f} ms {100 * us / max(total, 1):5.1f}%  x{n[name]}")
 
 
-def torch_profile(dtype, batch, top):
+def torch_profile(dtype, batch, top, device="cuda"):
     import torch
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                     "tests", "fixtures", "torch"))
     from resnet_torch import ResNet18
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    model = ResNet18(10, 64).cuda()
+    model = ResNet18(10, 64).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    x = torch.randn(batch, 3, 32, 32, device="cuda")
-    y = torch.randint(0, 10, (batch,), device="cuda")
+    x = torch.randn(batch, 3, 32, 32, device=device)
+    y = torch.randint(0, 10, (batch,), device=device)
+    cuda = device.startswith("cuda")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     if dtype == "bf16":
         model = model.to(memory_format=torch.channels_last)
         x = x.to(memory_format=torch.channels_last)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", torch.bfloat16, enabled=dtype == "bf16"):
+        with torch.autocast(device.split(":")[0], torch.bfloat16, enabled=dtype == "bf16"):
             loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
 
     for _ in range(3):
         step()
-    torch.cuda.synchronize()
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as p:
+    sync()
+    kind = torch.profiler.ProfilerActivity.CUDA if cuda else torch.profiler.ProfilerActivity.CPU
+    with torch.profiler.profile(activities=[kind]) as p:
         for _ in range(5):
             step()
-        torch.cuda.synchronize()
-    print(p.key_averages().table(sort_by="cuda_time_total", row_limit=top, max_name_column_width=50))
+        sync()
+    sort = "cuda_time_total" if cuda else "self_cpu_time_total"
+    print(p.key_averages().table(sort_by=sort, row_limit=top, max_name_column_width=50))
 
 
 def main():
@@ -71,11 +76,12 @@ def main():
     ap.add_argument("--dtype", default="f32")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--device", default="cuda", help="the PyTorch profile's device (cuda or cpu)")
     ap.add_argument("--last", type=float, default=1.0,
                     help="only the last fraction of the trace's span (Backplane traces)")
     a = ap.parse_args()
     if a.torch:
-        torch_profile(a.dtype, a.batch, a.top)
+        torch_profile(a.dtype, a.batch, a.top, a.device)
     else:
         backplane(a.trace, a.top, a.last)
 

@@ -40,7 +40,7 @@ namespace bp::python {
 namespace dl {
 
 std::atomic<int64_t> live_exports{0};
-std::atomic<int64_t> live_imports{0};
+GilCount live_imports{0};
 
 }  // namespace dl
 
@@ -416,14 +416,15 @@ bool holds_gil() {
 template <typename M>
 void release_managed(void* ctx) noexcept {
   auto* m = static_cast<M*>(ctx);
-  --dl::live_imports;
-  if (!m->deleter || !Py_IsInitialized() || finalizing()) return;  // at exit: let it go
+  if (!Py_IsInitialized() || finalizing()) return;  // at exit: let it go, uncounted
   if (holds_gil()) {
-    m->deleter(m);
+    --dl::live_imports;
+    if (m->deleter) m->deleter(m);
     return;
   }
   PyGILState_STATE g = PyGILState_Ensure();
-  m->deleter(m);
+  --dl::live_imports;
+  if (m->deleter) m->deleter(m);
   PyGILState_Release(g);
 }
 
@@ -624,8 +625,9 @@ void register_dlpack(nb::class_<Tensor>& cls, nb::module_& m) {
         "__dlpack_c_exchange_api__ when it has one, else its __dlpack__ (Note [DLPack "
         "streams], Note [DLPack lifetimes], Note [DLPack C exchange API]).");
   register_dlpack_c_api(cls, m);
-  m.def("_dlpack_live",
-        []() { return nb::make_tuple(dl::live_exports.load(), dl::live_imports.load()); });
+  m.def("_dlpack_live", []() {
+    return nb::make_tuple(dl::live_exports.load(), static_cast<int64_t>(dl::live_imports));
+  });
 }
 
 }  // namespace bp::python

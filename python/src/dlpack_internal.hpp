@@ -14,8 +14,16 @@ namespace bp::python::dl {
 
 // Live exports (capsules and managed tensors not yet deleted) and imports (tensors over a
 // producer's memory not yet released): backplane._core._dlpack_live.
+// Imports are counted only with the GIL held (their release function takes it anyway), so the
+// count is a plain integer, not two atomic read-modify-writes per import (Note [DLPack import
+// cost] in core/src/tensor/tensor_native.cpp); the free-threaded build counts atomically.
+#ifdef Py_GIL_DISABLED
+using GilCount = std::atomic<int64_t>;
+#else
+using GilCount = int64_t;
+#endif
 extern std::atomic<int64_t> live_exports;
-extern std::atomic<int64_t> live_imports;
+extern GilCount live_imports;
 
 DLDataType to_dl(DType t);
 // DTypeError naming `what`, the DLPack type and the dtypes Backplane holds.
