@@ -20,8 +20,9 @@
 //   measured on many cores: every chunk reorders the weights into the primitive's layout and
 //   the weight gradient out of it, so that work grows with the worker count, and ResNet-18's
 //   f32 training step on the GPU machine's 16-core host ran at 68 img/s in chunks against 178
-//   with OpenMP teams (once OpenMP's threads stopped spinning between regions, Note [OpenMP
-//   spinning] in core/src/runtime/registry.cpp); on 2 cores the teams were as fast or faster.
+//   with OpenMP teams (with OpenMP's threads sleeping between regions; the loops that follow
+//   a convolution now run on its team instead, Note [OpenMP loops] in cpu_kernels.cpp); on 2
+//   cores the teams were as fast or faster.
 //
 // Note [CPU convolution layouts]
 //   The tensors are NCHW (weights KCRS) as the host gives them. By default each primitive is
@@ -57,8 +58,6 @@ using tag = dnnl::memory::format_tag;
 // Below this many multiply-adds a convolution runs on the calling thread (about the cost of
 // waking the workers; not measured per shape).
 constexpr int64_t kSerialMacs = int64_t{1} << 19;
-// Multiply-adds per OpenMP thread of a one-call convolution (Note [CPU convolution]).
-constexpr int64_t kMacsPerThread = int64_t{1} << 21;
 // Note [CPU convolution layouts]: the default of BACKPLANE_CPU_CONV_LAYOUT.
 constexpr bool kBlockedByDefault = true;
 
@@ -438,6 +437,7 @@ void execute(const DnnlPrimitive& p, std::unordered_map<int, dnnl::memory>& args
     for (int k = 0; k < 3; ++k)
       if (plain[k] && p.output[k]) run_reorder(k, args[p.arg[k]], plain[k]);
     dnnl_stream().wait();
+    if (p.threads > 1) note_team_use();  // Note [OpenMP loops] in cpu_kernels.cpp
   } catch (const dnnl::error& e) {
     bp::sdk::fail(BP_ERROR_INTERNAL,
                   bp::sdk::format("cpu:0: oneDNN convolution failed: %s (status %d)", e.what(),
@@ -457,31 +457,10 @@ struct BatchPlan {
   // The OpenMP threads each call runs with (its primitive is created for that many).
   int threads() const { return chunks == 1 ? omp : 1; }
 };
-// Note [CPU convolution]: the OpenMP team of a one-call convolution has one thread per
-// macs_per_thread() multiply-adds, at most one per oneTBB worker
-// (BACKPLANE_CPU_CONV_MACS_PER_THREAD, read once; a power of two from 2^16 to 2^30).
-int64_t macs_per_thread() {
-  static const int64_t v = [] {
-    const char* env = std::getenv("BACKPLANE_CPU_CONV_MACS_PER_THREAD");
-    if (!env || !*env) return kMacsPerThread;
-    char* end = nullptr;
-    const long long n = std::strtoll(env, &end, 10);
-    if (*end != '\0' || n < (1 << 16) || n > (int64_t{1} << 30) || (n & (n - 1)) != 0)
-      bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
-                    bp::sdk::format("cpu: BACKPLANE_CPU_CONV_MACS_PER_THREAD='%s' is not a power "
-                                    "of two from 65536 to 1073741824",
-                                    env));
-    return static_cast<int64_t>(n);
-  }();
-  return v;
-}
-
 BatchPlan batch_plan(const ConvGeom& g) {
   const int64_t workers = tbb::this_task_arena::max_concurrency();
-  if (g.macs() < kSerialMacs || workers <= 1 || g.N < workers || !chunked_conv()) {
-    const int64_t team = std::clamp<int64_t>(g.macs() / macs_per_thread(), 1, workers);
-    return {g.N, 1, g.macs() < kSerialMacs ? 1 : static_cast<int>(team)};
-  }
+  if (g.macs() < kSerialMacs || workers <= 1 || g.N < workers || !chunked_conv())
+    return {g.N, 1, g.macs() < kSerialMacs ? 1 : static_cast<int>(workers)};
   const int64_t nb = (g.N + workers - 1) / workers;
   return {nb, (g.N + nb - 1) / nb, 1};
 }

@@ -125,6 +125,12 @@ void set_serial_threshold(int64_t cheap_elements);
 // Applies BACKPLANE_CPU_SERIAL_THRESHOLD when set to a positive integer; throws
 // BP_ERROR_INVALID_ARGUMENT naming the variable when it is set to anything else. Called by init.
 void configure_thresholds_from_environment();
+// Reads BACKPLANE_CPU_LOOPS (Note [OpenMP loops] in cpu_kernels.cpp); throws
+// BP_ERROR_INVALID_ARGUMENT naming the variable for a bad value. Called by init.
+void configure_loops();
+// Records that an OpenMP team of the whole machine just ran (a convolution): for a while after,
+// its threads spin, and parallel loops run on it (Note [OpenMP loops]).
+void note_team_use();
 
 }  // namespace bp::cpu
 

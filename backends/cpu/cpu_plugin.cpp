@@ -118,6 +118,7 @@ class CpuBackend final : public bp::sdk::Backend {
  public:
   void init() override {
     configure_thresholds_from_environment();
+    configure_loops();
     configure_matmul();   // Note [One thread pool] in cpu_matmul.cpp
     if (!g_tbb_handle) {  // Note [oneTBB workers at exit]
       g_tbb_handle = new tbb::task_scheduler_handle(tbb::attach{});

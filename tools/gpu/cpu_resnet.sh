@@ -10,6 +10,10 @@
 #   dlpack      bench/python/dlpack_import_cost.py pinned to cores 1, 5 and 9 in turn (when
 #               <build>/python exists)
 #   compare     bench/compare.py, every ResNet-18 row on cpu:0, medians of REPEAT (1) runs
+#   compare_tbb the same with BACKPLANE_CPU_LOOPS=tbb (every loop on oneTBB's workers, also
+#               right after a convolution: Note [OpenMP loops] in backends/cpu/cpu_kernels.cpp)
+#   mlp         bp-bench-mlp and bp-bench-train (PyTorch in each) with BACKPLANE_CPU_LOOPS=auto,
+#               tbb and openmp
 #   variants    Backplane's rows alone (bp-bench-resnet) under other settings (VARIANTS below:
 #               OpenMP's spinning, Note [OpenMP spinning]; the cpu backend's convolution knobs,
 #               backends/cpu/README.md)
@@ -29,7 +33,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/cpu_speed_env.sh" "$build"
 export PYTHONUNBUFFERED=1
 repeat=${REPEAT:-1}
 [ -n "${QUICK:-}" ] && repeat=1
-steps=${STEPS:-cpu dlpack compare variants verbose trace torch_prof}
+steps=${STEPS:-cpu dlpack compare compare_tbb mlp variants verbose trace torch_prof}
 summary=()
 step() {  # step NAME CMD...
   local name=$1
@@ -70,19 +74,30 @@ step cpu cpu_info
 [ -d "$build/python" ] && PYTHONPATH=$build/python LD_LIBRARY_PATH=$build/lib:$LD_LIBRARY_PATH \
   step dlpack bash -c 'for c in 1 5 9; do taskset -c $c python3 bench/python/dlpack_import_cost.py; done'
 step compare "${cmp[@]}" --repeat "$repeat" --json "$out/resnet18-cpu.json"
-# VARIANTS: "SETTING:ROWS ..." (ROWS a --only substring, "all" for every row); the default
-# compares OpenMP's spin settings, the batch chunks, bf16 weight gradients in oneDNN's bf16 and
-# the convolution's thread count per multiply-add.
+BACKPLANE_CPU_LOOPS=tbb step compare_tbb "${cmp[@]}" --repeat "$repeat" \
+  --json "$out/resnet18-cpu-tbb.json"
+# The MLP benchmarks (PyTorch inside each) under both threading modes.
+mlp_modes() {
+  local m
+  for m in BACKPLANE_CPU_LOOPS=auto BACKPLANE_CPU_LOOPS=tbb BACKPLANE_CPU_LOOPS=openmp; do
+    echo "--- $m"
+    env "$m" "$build/bin/bp-bench-mlp" --device cpu:0 --iters 100 --warmup 10 2>&1 | grep -E '^ *cpu|ratio'
+    env "$m" "$build/bin/bp-bench-train" --device cpu:0 --iters 50 --warmup 5 2>&1 | grep -E '^ *cpu|ratio'
+  done
+}
+step mlp mlp_modes
+# VARIANTS: "SETTING[,SETTING]:ROWS ..." (ROWS a --only substring, "all" for every row); the
+# default compares every loop on OpenMP, OpenMP's threads sleeping between regions, the batch
+# chunks, bf16 weight gradients in bf16 and plain layouts.
 variants() {
   local v env only
-  for v in ${VARIANTS:-OMP_WAIT_POLICY=active:all GOMP_SPINCOUNT=3000:infer \
+  for v in ${VARIANTS:-BACKPLANE_CPU_LOOPS=openmp:all OMP_WAIT_POLICY=passive:all \
     BACKPLANE_CPU_CONV_THREADS=tbb:all BACKPLANE_CPU_CONV_BF16_WGRAD=native:bf16 \
-    BACKPLANE_CPU_CONV_MACS_PER_THREAD=4194304:infer BACKPLANE_CPU_CONV_MACS_PER_THREAD=8388608:infer \
-    BACKPLANE_CPU_CONV_MACS_PER_THREAD=16777216:infer}; do
+    BACKPLANE_CPU_CONV_LAYOUT=plain:all}; do
     env=${v%%:*} only=${v#*:}
     [ "$only" = all ] && only=""
     echo "--- $env ${only:+(--only $only)}"
-    env "$env" "$res" --device cpu:0 --quick ${only:+--only "$only"} 2>&1 |
+    env ${env//,/ } "$res" --device cpu:0 --quick ${only:+--only "$only"} 2>&1 |
       grep -o '"metric": "[^"]*", "device": "[^"]*", "value": [0-9.]*' | sed 's/"device": "cpu:0", //'
   done
 }

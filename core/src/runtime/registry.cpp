@@ -127,33 +127,10 @@ std::string explain_dlerror(const std::string& path, const std::string& err) {
   return "dlopen failed: " + err;
 }
 
-// Note [OpenMP spinning]
-//   The cpu backend runs oneDNN, which threads with OpenMP (Debian's libgomp), beside its own
-//   oneTBB workers (Note [One thread pool] in backends/cpu/cpu_matmul.cpp). After a parallel
-//   region libgomp's threads busy-wait for the next one, by default for 300,000 spins of a
-//   `pause` instruction (milliseconds on a Xeon, whose pause takes ~140 cycles), and the oneTBB
-//   workers that run the next op fight them for the cores. ResNet-18 on cpu:0 of the GPU
-//   machine's 16-core host (img/s, f32 training / bf16 training / f32 inference at batch 32;
-//   PyTorch 243 / 413 / 900 in the same runs): OpenMP's default 122 / 101 / 665,
-//   GOMP_SPINCOUNT=30000 119 / 116 / 332, GOMP_SPINCOUNT=3000 175 / 158 / 609,
-//   OMP_WAIT_POLICY=passive 205 / 233 / 749. libgomp reads its settings once, when it is
-//   loaded, which is when the first plugin that needs it is opened; so before the first plugin
-//   is opened the loader sets OMP_WAIT_POLICY=passive, unless the user set OMP_WAIT_POLICY or
-//   GOMP_SPINCOUNT, whose settings win (docs/backends.md). A process that loaded libgomp before
-//   Backplane keeps the settings it was loaded with.
-void settle_openmp_spinning() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (!std::getenv("GOMP_SPINCOUNT") && !std::getenv("OMP_WAIT_POLICY"))
-      setenv("OMP_WAIT_POLICY", "passive", 0);
-  });
-}
-
 void* open_library(const std::string& path, const char* entry_symbol, const char* hint,
                    void** out_entry, std::string& reason) {
   *out_entry = nullptr;
   if (!is_elf_file(path, reason)) return nullptr;
-  settle_openmp_spinning();  // Note [OpenMP spinning]
   dlerror();
   void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) {
