@@ -270,6 +270,14 @@ bool native_bf16_wgrad() {
   return native;
 }
 
+// Every variable of Note [CPU convolution] at the first launch of any dtype, so a bad value
+// fails that launch whichever route it takes.
+void read_conv_settings() {
+  (void)blocked_layout();
+  (void)chunked_conv();
+  (void)native_bf16_wgrad();
+}
+
 std::string conv_key(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bias) {
   const ConvGeom& q = g;
   return bp::sdk::format(
@@ -580,6 +588,7 @@ void dnnl_backward_weights(const ConvGeom& g, dt d, const void* x, const void* d
 
 template <class T>
 void conv2d_kernel(const Launch& l) {
+  read_conv_settings();
   if ((l.num_inputs != 2 && l.num_inputs != 3) || l.num_outputs != 1)
     launch_error(l, bp::sdk::format("expects 2 or 3 inputs (input, weight, optional bias) and 1 "
                                     "output, got %d and %d",
@@ -624,6 +633,7 @@ void conv2d_kernel(const Launch& l) {
 
 template <class T>
 void conv2d_backward_input_kernel(const Launch& l) {
+  read_conv_settings();
   check_arity(l, 2, 1);
   const bp_tensor_desc &dy = l.inputs[0], &w = l.inputs[1], &dx = l.outputs[0];
   const ConvGeom g = conv_geom(l, dx, w, dy, "dx", "weight", "dy");
@@ -651,6 +661,7 @@ void conv2d_backward_input_kernel(const Launch& l) {
 
 template <class T>
 void conv2d_backward_weight_kernel(const Launch& l) {
+  read_conv_settings();
   check_arity(l, 2, 1);
   const bp_tensor_desc &x = l.inputs[0], &dy = l.inputs[1], &dw = l.outputs[0];
   const ConvGeom g = conv_geom(l, x, dw, dy, "input", "dw", "dy");

@@ -10,11 +10,15 @@
 #include "cpu_test_support.hpp"
 
 #include <backplane/abi/philox.h>
+#include <backplane_test/child.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace bpt {
 namespace {
@@ -182,6 +186,23 @@ const std::vector<ConvCase> kConvCases = {
 
 TEST_P(NnTest, Conv2dForwardAndBackwardMatchTheReference) {
   for (const ConvCase& c : kConvCases) run_conv(dt(), prepare_conv(dt(), c));
+}
+
+// The convolution's variables are read at its first launch: a bad value fails that launch
+// with the variable and the values it takes named (in a fresh process of this binary).
+TEST(NnEnvironment, BadConvolutionVariablesFailTheLaunchWithTheVariableNamed) {
+  for (const auto& [env, expect] : std::vector<std::pair<std::string, std::string>>{
+           {"BACKPLANE_CPU_CONV_THREADS=many",
+            "BACKPLANE_CPU_CONV_THREADS='many' is not 'openmp' (the default) or 'tbb'"},
+           {"BACKPLANE_CPU_CONV_BF16_WGRAD=fast",
+            "BACKPLANE_CPU_CONV_BF16_WGRAD='fast' is not 'f32' (the default) or 'native'"},
+           {"BACKPLANE_CPU_CONV_LAYOUT=nhwc",
+            "BACKPLANE_CPU_CONV_LAYOUT='nhwc' is not 'plain' or 'blocked'"}}) {
+    const bp_test::ChildResult r = bp_test::rerun_self(
+        env, "Float/NnTest.Conv2dForwardAndBackwardMatchTheReference/f32", "--gtest_brief=1");
+    EXPECT_FALSE(r.exited_zero()) << env << ": " << r.output;
+    EXPECT_NE(r.output.find(expect), std::string::npos) << env << ": " << r.output;
+  }
 }
 
 // Several host threads convolve different shapes at once: one primitive per key, built once,

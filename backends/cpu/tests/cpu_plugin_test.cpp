@@ -226,7 +226,8 @@ TEST_F(PluginTest, SupportTableMatchesTheCatalogue) {
   EXPECT_EQ(yes, want_yes);
 }
 
-// A bad BACKPLANE_CPU_MATMUL_THREADS or BACKPLANE_CPU_SERIAL_THRESHOLD makes init fail with a
+// A bad BACKPLANE_CPU_MATMUL_THREADS, BACKPLANE_CPU_SERIAL_THRESHOLD or BACKPLANE_CPU_LOOPS
+// makes init fail with a
 // message naming the variable and the values it takes (checked in a fresh process of this
 // binary, since init runs once per process).
 TEST_F(PluginTest, BadEnvironmentValuesFailInitWithTheVariableNamed) {
@@ -234,7 +235,9 @@ TEST_F(PluginTest, BadEnvironmentValuesFailInitWithTheVariableNamed) {
            {"BACKPLANE_CPU_MATMUL_THREADS=many",
             "BACKPLANE_CPU_MATMUL_THREADS='many' is not 'tbb' (the default) or 'openmp'"},
            {"BACKPLANE_CPU_SERIAL_THRESHOLD=-3",
-            "BACKPLANE_CPU_SERIAL_THRESHOLD='-3' is not a positive integer"}}) {
+            "BACKPLANE_CPU_SERIAL_THRESHOLD='-3' is not a positive integer"},
+           {"BACKPLANE_CPU_LOOPS=sometimes",
+            "BACKPLANE_CPU_LOOPS='sometimes' is not 'auto' (the default), 'tbb' or 'openmp'"}}) {
     const bp_test::ChildResult r =
         bp_test::rerun_self(env, "PluginTest.Identity", "--gtest_brief=1");
     EXPECT_FALSE(r.exited_zero()) << env << ": " << r.output;
