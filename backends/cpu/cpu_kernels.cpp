@@ -7,6 +7,7 @@
 
 #include <omp.h>
 #include <tbb/blocked_range.h>
+#include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
@@ -248,7 +249,11 @@ void parallel_for_chunks(int64_t n, int64_t grain, void (*fn)(void* ctx, int64_t
                        now_ns() - g_team_used_ns.load(std::memory_order_relaxed) < kTeamWarmNs);
   if (openmp && tbb::this_task_arena::current_thread_index() <= 0 && !omp_in_parallel() &&
       !g_team.exchange(true, std::memory_order_acquire)) {
-    const int team = tbb::this_task_arena::max_concurrency();
+    // oneTBB's worker count, and any limit set on it (a TSan build sets 1: Note [CPU backend
+    // under ThreadSanitizer] in cpu_plugin.cpp).
+    const int team = static_cast<int>(std::min<size_t>(
+        static_cast<size_t>(tbb::this_task_arena::max_concurrency()),
+        tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
     const int64_t g = std::max<int64_t>(grain, 1);
     const int64_t pieces = std::min<int64_t>(team, (n + g - 1) / g);
     const int64_t step = (n + pieces - 1) / pieces;
