@@ -58,8 +58,6 @@ using tag = dnnl::memory::format_tag;
 // Below this many multiply-adds a convolution runs on the calling thread (about the cost of
 // waking the workers; not measured per shape).
 constexpr int64_t kSerialMacs = int64_t{1} << 19;
-// Note [CPU convolution layouts]: the default of BACKPLANE_CPU_CONV_LAYOUT.
-constexpr bool kBlockedByDefault = true;
 
 struct ConvGeom {
   int64_t N, C, H, W, K, R, S, P, Q, G;
@@ -226,17 +224,20 @@ const char* dt_name(dt d) {
   return d == dt::f32 ? "f32" : d == dt::bf16 ? "bf16" : "f16";
 }
 
-// Note [CPU convolution layouts]: BACKPLANE_CPU_CONV_LAYOUT=plain|blocked (read once).
+// A two-way switch in the environment: false when `var` is unset, empty or `usual`, true when it
+// is `other`; INVALID_ARGUMENT naming both otherwise.
+bool env_switch(const char* var, const char* usual, const char* other) {
+  const char* env = std::getenv(var);
+  if (!env || !*env || std::strcmp(env, usual) == 0) return false;
+  if (std::strcmp(env, other) == 0) return true;
+  bp::sdk::fail(
+      BP_ERROR_INVALID_ARGUMENT,
+      bp::sdk::format("cpu: %s='%s' is not '%s' (the default) or '%s'", var, env, usual, other));
+}
+
+// Note [CPU convolution layouts]: BACKPLANE_CPU_CONV_LAYOUT=blocked|plain (read once).
 bool blocked_layout() {
-  static const bool blocked = [] {
-    const char* env = std::getenv("BACKPLANE_CPU_CONV_LAYOUT");
-    if (!env || !*env) return kBlockedByDefault;
-    if (std::strcmp(env, "blocked") == 0) return true;
-    if (std::strcmp(env, "plain") == 0) return false;
-    bp::sdk::fail(
-        BP_ERROR_INVALID_ARGUMENT,
-        bp::sdk::format("cpu: BACKPLANE_CPU_CONV_LAYOUT='%s' is not 'plain' or 'blocked'", env));
-  }();
+  static const bool blocked = !env_switch("BACKPLANE_CPU_CONV_LAYOUT", "blocked", "plain");
   return blocked;
 }
 
@@ -244,29 +245,13 @@ bool blocked_layout() {
 // call with an OpenMP team per convolution, is the default; tbb cuts large batches into chunks
 // on oneTBB's workers).
 bool chunked_conv() {
-  static const bool chunked = [] {
-    const char* env = std::getenv("BACKPLANE_CPU_CONV_THREADS");
-    if (!env || !*env || std::strcmp(env, "openmp") == 0) return false;
-    if (std::strcmp(env, "tbb") == 0) return true;
-    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
-                  bp::sdk::format("cpu: BACKPLANE_CPU_CONV_THREADS='%s' is not 'openmp' (the "
-                                  "default) or 'tbb'",
-                                  env));
-  }();
+  static const bool chunked = env_switch("BACKPLANE_CPU_CONV_THREADS", "openmp", "tbb");
   return chunked;
 }
 
 // BACKPLANE_CPU_CONV_BF16_WGRAD=f32|native (read once): the route of bf16 weight gradients.
 bool native_bf16_wgrad() {
-  static const bool native = [] {
-    const char* env = std::getenv("BACKPLANE_CPU_CONV_BF16_WGRAD");
-    if (!env || !*env || std::strcmp(env, "f32") == 0) return false;
-    if (std::strcmp(env, "native") == 0) return true;
-    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
-                  bp::sdk::format("cpu: BACKPLANE_CPU_CONV_BF16_WGRAD='%s' is not 'f32' (the "
-                                  "default) or 'native'",
-                                  env));
-  }();
+  static const bool native = env_switch("BACKPLANE_CPU_CONV_BF16_WGRAD", "f32", "native");
   return native;
 }
 

@@ -197,7 +197,7 @@ TEST(NnEnvironment, BadConvolutionVariablesFailTheLaunchWithTheVariableNamed) {
            {"BACKPLANE_CPU_CONV_BF16_WGRAD=fast",
             "BACKPLANE_CPU_CONV_BF16_WGRAD='fast' is not 'f32' (the default) or 'native'"},
            {"BACKPLANE_CPU_CONV_LAYOUT=nhwc",
-            "BACKPLANE_CPU_CONV_LAYOUT='nhwc' is not 'plain' or 'blocked'"}}) {
+            "BACKPLANE_CPU_CONV_LAYOUT='nhwc' is not 'blocked' (the default) or 'plain'"}}) {
     const bp_test::ChildResult r = bp_test::rerun_self(
         env, "Float/NnTest.Conv2dForwardAndBackwardMatchTheReference/f32", "--gtest_brief=1");
     EXPECT_FALSE(r.exited_zero()) << env << ": " << r.output;
