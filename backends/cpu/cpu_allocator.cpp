@@ -104,7 +104,7 @@ void* CpuAllocator::allocate(uint64_t size) {
 
 void CpuAllocator::deallocate(void* p, uint64_t size) {
   if (!p) return;
-  release(p);
+  host_free(p);
   counters_.on_free(size);
 }
 
