@@ -443,8 +443,14 @@ Tensor import_managed(M* m, bool read_only, std::optional<bool> copy,
     if (m->deleter) m->deleter(m);
     throw;
   }
-  // This thread's scratch vectors: from_blob reads them, so an import allocates none of its own.
-  thread_local struct { Shape shape, strides; } scratch;  // one thread-local lookup, not two
+  // Scratch vectors from_blob reads, so that an import allocates none of its own. Every import
+  // holds the GIL (it reads a Python object), which then guards one shared pair; without a GIL
+  // each thread has its own (a thread-local lookup, __tls_get_addr in a loaded module).
+#ifdef Py_GIL_DISABLED
+  thread_local struct { Shape shape, strides; } scratch;
+#else
+  static struct { Shape shape, strides; } scratch;
+#endif
   Shape& shape = scratch.shape;
   Shape& strides = scratch.strides;
   shape.assign(dl.shape, dl.shape + dl.ndim);
@@ -469,14 +475,15 @@ Tensor import_managed(M* m, bool read_only, std::optional<bool> copy,
   void* data = static_cast<char*>(dl.data) + dl.byte_offset;
   // from_blob calls the release function only on success; on failure the deleter is ours.
   ++dl::live_imports;
-  Tensor t;
-  try {
-    t = from_blob(*dev, data, shape, strides, dtype, &release_managed<M>, m);
-  } catch (...) {
-    --dl::live_imports;
-    if (m->deleter) m->deleter(m);
-    throw;
-  }
+  Tensor t = [&] {
+    try {
+      return from_blob(*dev, data, shape, strides, dtype, &release_managed<M>, m);
+    } catch (...) {
+      --dl::live_imports;
+      if (m->deleter) m->deleter(m);
+      throw;
+    }
+  }();
   const bool want_copy = copy == true;
   if (read_only && copy == false)
     buffer_error(std::string(what) +

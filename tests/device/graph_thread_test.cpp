@@ -2,8 +2,9 @@
 // capture belongs to the thread that began it, other threads' work runs eagerly meanwhile, a
 // thread queuing ops and allocations races one beginning and ending captures (run under
 // ThreadSanitizer by tools/setup.sh), concurrent replays of one graph, a graph destroyed while
-// another capture is open, page-locked memory a graph copies from freed while it lives, and an
-// allocation that runs out of memory inside a capture.
+// another capture is open, page-locked memory a graph copies from freed while it lives, imported
+// memory dropped while another thread destroys its graph, and an allocation that runs out of
+// memory inside a capture.
 #include "device_params.hpp"
 
 #include <backplane/graph.hpp>
@@ -251,6 +252,44 @@ TEST_P(GraphThreadTest, PinnedMemoryAGraphCopiesFromOutlivesHostFree) {
 // stream too (a stream-ordered free there is captured, not run) and to synchronise the whole
 // device while a stream captured, which breaks the capture. Now the refusal is an OutOfMemory,
 // and the capture goes on, ends and replays the right values on every device.
+// Note [Buffers a graph keeps]: a thread dropping the last reference to memory a graph holds
+// races another destroying that graph; the memory goes back to its owner exactly once, after
+// both, whichever finishes first (ThreadSanitizer checks the device's table of held buffers).
+TEST_P(GraphThreadTest, AnImportDroppedWhileAnotherThreadDestroysItsGraphIsReleasedOnce) {
+  bp::Device& d = dev();
+  const int64_t n = 64;
+  auto xv = as_f32(bptest::random_values(n));
+  bp::Tensor owner = make(xv);
+  std::vector<double> ref(n);
+  for (int64_t i = 0; i < n; ++i) ref[i] = xv[i] + 1.0;
+  for (int round = 0; round < 40; ++round) {
+    std::atomic<int> released{0};
+    auto release = [](void* ctx) { static_cast<std::atomic<int>*>(ctx)->fetch_add(1); };
+    bp::Tensor x;
+    try {
+      x = bp::from_blob(d, owner.data_ptr(), {n}, {}, bp::DType::f32, release, &released);
+    } catch (const bp::UnsupportedError& e) {
+      GTEST_SKIP() << d.str() << " cannot import memory: " << e.what();
+    }
+    bp::Tensor y;
+    auto g = std::make_unique<bp::Graph>(bp::capture(
+        d, [&] { y = x + 1.0; }, mode()));
+    g->replay();
+    ASSERT_TRUE(bptest::close(bp::DType::f32, y.to_vector<double>(), ref)) << "round " << round;
+    std::atomic<bool> go{false};
+    std::thread dropper([&] {
+      while (!go.load()) {
+      }
+      x = bp::Tensor();
+    });
+    go.store(true);
+    g.reset();
+    dropper.join();
+    d.synchronize();
+    EXPECT_EQ(released.load(), 1) << "round " << round;
+  }
+}
+
 TEST_P(GraphThreadTest, OutOfMemoryInsideACaptureLeavesTheCaptureUsable) {
   const int64_t n = 4096;
   bp::Device& d = dev();

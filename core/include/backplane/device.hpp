@@ -83,10 +83,11 @@ struct NativeBuffer {
 
 // An owning handle of one device allocation, made by Allocator::allocate or
 // Device::import_buffer. Freed when the last shared_ptr goes away, stream-ordered on the stream
-// it was allocated on (which stays alive until then); keeps its device's plugin loaded. A
+// it was allocated on (which stays alive until then); keeps its device's plugin loaded. While a
+// graph's work references its memory, the free waits for the last such graph (graph.hpp). A
 // buffer made by Device::import_buffer wraps someone else's memory: "freed" then means handed
 // back to its owner (the release function runs once, after the work queued before the free).
-class BP_API Buffer : public std::enable_shared_from_this<Buffer> {
+class BP_API Buffer {
  public:
   ~Buffer();
   Buffer(const Buffer&) = delete;

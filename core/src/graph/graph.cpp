@@ -53,6 +53,7 @@
 #include <cstring>
 #include <thread>
 #include <unordered_set>
+#include <utility>
 
 namespace bp {
 namespace detail {
@@ -167,6 +168,59 @@ long this_thread_tid() noexcept {
 }  // namespace
 
 // An open capture: the interceptor of its device (Note [Capture threads]).
+// Note [Buffers a graph keeps]
+//   A graph keeps alive every buffer its work touches (graph.hpp). It holds their plugin handles,
+//   not the Buffer objects: the capture registers each handle with its device
+//   (DeviceState::hold_buffer), and a Buffer dropped while some graph holds it leaves its free
+//   with the device (defer_free, which ~Buffer tries only while any handle is held: one load
+//   otherwise); the last graph to let go of the handle frees it, after its replays have finished.
+//   Holding the objects needed a shared_ptr from a Buffer& (the copies of Device's public API
+//   take references), and Buffer's enable_shared_from_this cost every buffer four atomic
+//   read-modify-writes of its counts, a quarter of a DLPack import (Note [DLPack import cost]).
+class HeldBuffers {
+ public:
+  HeldBuffers() = default;
+  explicit HeldBuffers(DeviceState& ds) noexcept : ds_(&ds) {}
+  HeldBuffers(HeldBuffers&& o) noexcept
+      : ds_(std::exchange(o.ds_, nullptr)),
+        handles_(std::move(o.handles_)),
+        seen_(std::move(o.seen_)) {}
+  HeldBuffers& operator=(HeldBuffers&& o) noexcept {
+    if (this != &o) {
+      clear();
+      ds_ = std::exchange(o.ds_, nullptr);
+      handles_ = std::move(o.handles_);
+      seen_ = std::move(o.seen_);
+    }
+    return *this;
+  }
+  ~HeldBuffers() { clear(); }
+
+  // Holds `b` until clear() (once however often it is added); throws std::bad_alloc only,
+  // holding nothing new then.
+  void add(bp_buffer* b) {
+    if (!b || !ds_ || !seen_.insert(b).second) return;  // NULL: a 0-byte buffer, nothing to free
+    try {
+      handles_.reserve(handles_.size() + 1);
+      ds_->hold_buffer(b);
+    } catch (...) {
+      seen_.erase(b);
+      throw;
+    }
+    handles_.push_back(b);
+  }
+  void clear() noexcept {
+    if (ds_ && !handles_.empty()) ds_->unhold_buffers(handles_);
+    handles_.clear();
+    seen_.clear();
+  }
+
+ private:
+  DeviceState* ds_ = nullptr;
+  std::vector<bp_buffer*> handles_;
+  std::unordered_set<bp_buffer*> seen_;
+};
+
 struct CaptureState final : Interceptor {
   Device* dev = nullptr;
   DeviceState* ds = nullptr;
@@ -177,9 +231,8 @@ struct CaptureState final : Interceptor {
   long owner_tid = 0;  // the owner's kernel thread id, for messages
   std::shared_ptr<GraphPool> pool;
   std::atomic<uint64_t> count{0};
-  std::mutex mu;  // guards everything below
-  std::vector<std::shared_ptr<Buffer>> keep;
-  std::unordered_set<const Buffer*> kept;
+  std::mutex mu;     // guards everything below
+  HeldBuffers keep;  // the buffers outside the pool that the captured work touches
   std::vector<const void*> host_refs;  // host blocks the captured copies reference
   Recording rec;
 
@@ -353,10 +406,8 @@ std::shared_ptr<Buffer> CaptureState::constant(const void* data, uint64_t n) {
 
 void CaptureState::keep_buffer(const Buffer& b) {
   if (pool->owns(&b)) return;  // the pool keeps its own blocks
-  std::shared_ptr<const Buffer> sp = b.weak_from_this().lock();
-  if (!sp) return;  // not owned by a shared_ptr (cannot happen for libbackplane's buffers)
   std::lock_guard<std::mutex> lock(mu);
-  if (kept.insert(&b).second) keep.push_back(std::const_pointer_cast<Buffer>(sp));
+  keep.add(handle(b));  // Note [Buffers a graph keeps]
 }
 
 // What a Graph holds (graph.hpp).
@@ -367,7 +418,7 @@ struct GraphState {
   bp_graph* graph = nullptr;
   bp_stream* stream = nullptr;  // the default stream: replays run there
   std::shared_ptr<GraphPool> pool;
-  std::vector<std::shared_ptr<Buffer>> keep;
+  HeldBuffers keep;  // let go after the destructor has waited for the replays
   std::vector<const void*> host_refs;
   Recording rec;
   uint64_t num_ops = 0;
@@ -425,6 +476,7 @@ void Graph::begin_capture(Device& device, GraphMode mode) {
   auto c = std::make_unique<CaptureState>();
   c->dev = &device;
   c->ds = &ds;
+  c->keep = detail::HeldBuffers(ds);
   c->stream = ds.stream_handle();
   c->owner = std::this_thread::get_id();
   c->owner_tid = detail::this_thread_tid();

@@ -185,6 +185,29 @@ struct DeviceState {
   };
   std::mutex host_mu;
   std::map<uintptr_t, HostBlock> host_blocks;
+  // Note [Buffers a graph keeps] (graph.cpp): buffers that graphs reference (handle -> entry);
+  // a Buffer dropped while some graph holds it leaves its free here (`freed`), and the last
+  // graph to let go runs it. `held_count` is the number of entries, tested by ~Buffer first.
+  struct HeldBuffer {
+    uint32_t holders = 0;
+    bool freed = false;
+    bool imported = false;
+    uint64_t size = 0;
+    std::shared_ptr<StreamState> stream;
+  };
+  std::atomic<uint32_t> held_count{0};
+  std::mutex held_mu;
+  std::map<bp_buffer*, HeldBuffer> held;
+  // One more graph holds `b` (throws std::bad_alloc only).
+  void hold_buffer(bp_buffer* b);
+  // ~Buffer's test: true when a graph holds `b`, whose free is then left for the last graph
+  // (`stream` is moved there).
+  bool defer_free(bp_buffer* b, uint64_t size, std::shared_ptr<StreamState>& stream,
+                  bool imported) noexcept;
+  // Each of `bs` is held by one graph fewer; frees those whose Buffer went meanwhile.
+  void unhold_buffers(std::span<bp_buffer* const> bs) noexcept;
+  // A Buffer's free: the profiler's record of it (not for imported memory), then release().
+  void free_buffer(bp_buffer* b, uint64_t size, const StreamState* stream, bool imported) noexcept;
   // True when [p, p + n) lies in one block from host_alloc not yet freed; `ref` then counts a
   // reference to it (drop it with unref_host_block).
   bool is_host_block(const void* p, uint64_t n, bool ref = false);

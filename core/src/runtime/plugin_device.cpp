@@ -275,6 +275,54 @@ void DeviceState::release(bp_buffer* b, uint64_t size, const StreamState* stream
   }
 }
 
+void DeviceState::free_buffer(bp_buffer* b, uint64_t size, const StreamState* stream,
+                              bool imported) noexcept {
+  if (observing() && !imported) [[unlikely]] {
+    try {
+      observer_hooks().free(*self, b, size);
+    } catch (...) {  // a free records what it can; it never fails for the profiler
+    }
+  }
+  release(b, size, stream, !imported);
+}
+
+void DeviceState::hold_buffer(bp_buffer* b) {
+  std::lock_guard<std::mutex> lock(held_mu);
+  auto [it, added] = held.try_emplace(b);
+  ++it->second.holders;
+  if (added) held_count.fetch_add(1, std::memory_order_release);
+}
+
+bool DeviceState::defer_free(bp_buffer* b, uint64_t size, std::shared_ptr<StreamState>& stream,
+                             bool imported) noexcept {
+  std::lock_guard<std::mutex> lock(held_mu);
+  auto it = held.find(b);
+  if (it == held.end()) return false;
+  HeldBuffer& h = it->second;
+  h.freed = true;
+  h.imported = imported;
+  h.size = size;
+  h.stream = std::move(stream);
+  return true;
+}
+
+void DeviceState::unhold_buffers(std::span<bp_buffer* const> bs) noexcept {
+  for (bp_buffer* b : bs) {
+    decltype(held)::node_type due;  // freed after the lock: a release may run its owner's code
+    {
+      std::lock_guard<std::mutex> lock(held_mu);
+      auto it = held.find(b);
+      if (it == held.end() || --it->second.holders != 0) continue;
+      if (it->second.freed)
+        due = held.extract(it);
+      else
+        held.erase(it);
+      held_count.fetch_sub(1, std::memory_order_release);
+    }
+    if (due) free_buffer(b, due.mapped().size, due.mapped().stream.get(), due.mapped().imported);
+  }
+}
+
 // Note [Memory accounting] in memory_counters.hpp: the plugin's allocated, peak_allocated and
 // num_allocs are not read.
 MemoryStats DeviceState::memory_stats() {
@@ -372,14 +420,11 @@ void launch(const Kernel& k, bp_stream* stream, std::span<const bp_tensor_desc> 
 Buffer::~Buffer() {
   if (!device_) [[unlikely]]  // Access::unarmed_import: the plugin never took the memory
     return;
-  if (detail::observing() && !imported_) [[unlikely]] {
-    try {
-      detail::observer_hooks().free(*device_, static_cast<bp_buffer*>(handle_), size_);
-    } catch (...) {  // a free records what it can; it never fails for the profiler
-    }
-  }
-  detail::state(*device_).release(static_cast<bp_buffer*>(handle_), size_, stream_.get(),
-                                  !imported_);
+  detail::DeviceState& st = detail::state(*device_);
+  auto* h = static_cast<bp_buffer*>(handle_);
+  if (st.held_count.load(std::memory_order_acquire) != 0) [[unlikely]]
+    if (st.defer_free(h, size_, stream_, imported_)) return;  // a graph frees it
+  st.free_buffer(h, size_, stream_.get(), imported_);
 }
 
 void* Buffer::host_pointer() const noexcept {

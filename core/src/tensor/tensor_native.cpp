@@ -37,9 +37,12 @@ std::string dims_text(const Shape& s) {
 //   default-constructed TensorImpl cleared its two Dims (144 bytes, `rep stos`) before they were
 //   assigned, and Dims built by scalar stores and then copied by 16-byte loads stalled on store
 //   forwarding. TensorImpl's field-wise constructor copies them once, and the strides are built
-//   where they stay: 104 ns (tensors made by ops take the same constructor). The rest is three
-//   allocations (the tensor, the Buffer, the plugin's import record) and the Buffer's shared
-//   counts.
+//   where they stay: 104 ns (tensors made by ops take the same constructor). The Buffer then
+//   derived from enable_shared_from_this (for graph capture), which costs four atomic
+//   read-modify-writes of its counts per buffer, 7 ns each on the H200 host's CPU; graphs now
+//   hold the memory instead (Note [Buffers a graph keeps] in graph.cpp), and a Buffer's counts
+//   are plain stores and one load. What is left is three allocations (the tensor, the Buffer,
+//   the plugin's import record).
 // from_blob's checks, then `import(bytes)`, the Device::import_buffer call of one of its two
 // forms. The tensor's record is allocated before it, so that nothing throws once the plugin
 // holds the release (a throw leaves the memory, and the release, with the caller).
