@@ -1,6 +1,6 @@
-// Batched matmul: f32 through oneDNN's dnnl_sgemm (f16/bf16 converted to f32 and back), f64
-// through OpenBLAS's cblas_dgemm. README.md, "Choosing the matrix-product library", has the
-// measurement that chose oneDNN.
+// Batched matmul: f32 through oneDNN's dnnl_sgemm, bf16 through oneDNN's matmul primitive (Note
+// [CPU bf16 products]; f16 converted to f32 and back), f64 through OpenBLAS's cblas_dgemm.
+// README.md, "Choosing the matrix-product library", has the measurement that chose oneDNN.
 //
 // Note [CPU matmul layouts]
 //   Both libraries are called in row-major mode. A matrix whose last dimension has unit stride
@@ -41,8 +41,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <string>
 #include <thread>
 #include <type_traits>
+#include <unordered_map>
 
 namespace bp::cpu {
 namespace {
@@ -149,6 +151,103 @@ struct LinearEpilogue {
   }
 };
 
+// Note [CPU bf16 products]
+//   A bf16 product (matmul, linear, their backward) is one oneDNN matmul primitive over the
+//   operands where they lie: bf16 inputs with their strides, f32 accumulation, the bias added
+//   in f32 and the result rounded once to bf16, with ReLU as a post-op. On a CPU with AVX512-BF16
+//   or AMX its kernels multiply bf16 directly (vdpbf16ps, tiles); before, both operands were
+//   converted to f32 scratch and multiplied by sgemm, so bf16 ran slower than f32 while
+//   PyTorch's autocast ran faster. Primitives are cached per tile shape, strides and epilogue
+//   (Note [CPU primitive cache]) and built for one OpenMP thread (the tiles already run on
+//   oneTBB's workers, Note [One thread pool]). Where oneDNN has only its reference kernel for
+//   bf16 (a CPU without AVX-512 BF16) the primitive counts as missing and the f32 route runs;
+//   BACKPLANE_CPU_BF16_MATMUL=f32 (read at init) always takes that route.
+bool g_bf16_primitive = true;
+
+// Whether the entry holds a usable primitive (native): a failed or reference-only build is
+// cached as not native, so it is tried once per key.
+template <class Ep>
+bool bf16_product(const Mat<bf16>& a, const Mat<bf16>& b, bf16* out, int64_t ors, int64_t ocs,
+                  const Ep& ep, int64_t j0) {
+  using dnnl::memory;
+  const int64_t M = a.rows, K = a.cols, N = b.cols;
+  const bf16* bias = nullptr;
+  int64_t bias_stride = 0;
+  bool relu = false;
+  if constexpr (Ep::kActive) {
+    bias = ep.bias ? ep.bias + j0 * ep.bias_stride : nullptr;
+    bias_stride = ep.bias_stride;
+    relu = ep.relu;
+    // oneDNN 2.6's matmul gave wrong sums for a bias with a stride (conformance's
+    // linear_strided_bias): the f32 route takes those.
+    if (bias && bias_stride != 1 && N > 1) return false;
+  }
+  // Strides of size-1 dimensions do not matter: 1 for oneDNN (0 is a broadcast to it).
+  auto st = [](int64_t size, int64_t stride) { return size == 1 ? int64_t{1} : stride; };
+  const memory::dims sa{st(M, a.rs), st(K, a.cs)}, sb{st(K, b.rs), st(N, b.cs)},
+      so{st(M, ors), st(N, ocs)};
+  const memory::dims sbias{N, st(N, bias_stride)};
+  auto ll = [](int64_t v) { return static_cast<long long>(v); };
+  const std::string key = bp::sdk::format(
+      "matmul bf16 %lldx%lldx%lld a%lld,%lld b%lld,%lld o%lld,%lld bias%d,%lld relu%d", ll(M),
+      ll(N), ll(K), ll(sa[0]), ll(sa[1]), ll(sb[0]), ll(sb[1]), ll(so[0]), ll(so[1]), bias ? 1 : 0,
+      ll(sbias[1]), relu ? 1 : 0);
+  auto p = dnnl_cached(key, 1, [&] {
+    DnnlPrimitive out_p;
+    const memory::desc src({M, K}, memory::data_type::bf16, sa),
+        wei({K, N}, memory::data_type::bf16, sb), dst({M, N}, memory::data_type::bf16, so),
+        bmd({1, N}, memory::data_type::bf16, sbias);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (relu) {
+      dnnl::post_ops po;
+      po.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+      attr.set_post_ops(po);
+    }
+    try {
+      const dnnl::matmul::desc d =
+          bias ? dnnl::matmul::desc(src, wei, bmd, dst) : dnnl::matmul::desc(src, wei, dst);
+      const dnnl::matmul::primitive_desc pd(d, attr, dnnl_engine());
+      // Note [oneDNN reference kernels] (cpu_conv.cpp): the reference kernel is far slower
+      // than the f32 route.
+      if (std::string(pd.impl_info_str()).find("ref") != std::string::npos) {
+        out_p.native = false;
+        return out_p;
+      }
+      out_p.prim = dnnl::matmul(pd);
+      out_p.md[0] = src;
+      out_p.md[1] = wei;
+      out_p.md[2] = dst;
+      out_p.md[3] = bmd;
+      out_p.scratchpad = pd.scratchpad_desc();
+    } catch (const dnnl::error&) {
+      out_p.native = false;
+    }
+    return out_p;
+  });
+  if (!p->native) return false;
+  AlignedBuffer scratch(p->scratchpad.get_size());
+  auto mem = [](const memory::desc& md, const void* ptr) {
+    return memory(md, dnnl_engine(), const_cast<void*>(ptr));
+  };
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, mem(p->md[0], a.p)},
+                                          {DNNL_ARG_WEIGHTS, mem(p->md[1], b.p)},
+                                          {DNNL_ARG_DST, mem(p->md[2], out)},
+                                          {DNNL_ARG_SCRATCHPAD, mem(p->scratchpad, scratch.get())}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, mem(p->md[3], bias));
+  OmpThreads threads(p->threads);
+  try {
+    p->prim.execute(dnnl_stream(), args);
+  } catch (const dnnl::error& e) {
+    bp::sdk::fail(BP_ERROR_INTERNAL,
+                  bp::sdk::format("cpu:0: matmul(bf16): oneDNN's matmul (%lld x %lld x %lld) "
+                                  "failed: %s",
+                                  static_cast<long long>(M), static_cast<long long>(N),
+                                  static_cast<long long>(K), e.what()));
+  }
+  return true;
+}
+
 // Computes out = ep(a * b) for one batch element (a tile of it: output columns start at j0 of
 // the whole product). C is the BLAS type (float or double); T the storage type. When T != C
 // the operands are converted into scratch and the result back, the epilogue applied in C
@@ -158,6 +257,9 @@ void matmul_one(const Mat<T>& a, const Mat<T>& b, T* out, int64_t ors, int64_t o
                 const Ep& ep = {}, int64_t j0 = 0) {
   using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const int64_t M = a.rows, K = a.cols, N = b.cols;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (g_bf16_primitive && bf16_product(a, b, out, ors, ocs, ep, j0)) return;
+  }
   Scratch<C> sa, sb, sc;
   const C* pa;
   const C* pb;
@@ -372,6 +474,13 @@ void configure_matmul() {
                                   "default) or 'openmp'",
                                   mode));
   g_openmp_mode = mode && std::strcmp(mode, "openmp") == 0;
+  const char* bf = std::getenv("BACKPLANE_CPU_BF16_MATMUL");
+  if (bf && *bf && std::strcmp(bf, "onednn") != 0 && std::strcmp(bf, "f32") != 0)
+    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
+                  bp::sdk::format("cpu: BACKPLANE_CPU_BF16_MATMUL='%s' is not 'onednn' (the "
+                                  "default) or 'f32'",
+                                  bf));
+  g_bf16_primitive = !(bf && std::strcmp(bf, "f32") == 0);
   if (const char* t = std::getenv("BACKPLANE_CPU_MATMUL_TILES"); t && *t) {
     char* end = nullptr;
     const long v = std::strtol(t, &end, 10);

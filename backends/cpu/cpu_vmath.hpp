@@ -2,12 +2,12 @@
 // the f32 sums (Note [CPU f32 sums]) that need wider vectors than the x86-64 baseline has.
 //
 // Note [CPU vector math]
-//   exp, log, tanh, sigmoid, sin, cos and pow of f32 and f64 go through SLEEF's vector functions of
-//   its 1.0-ulp family (Sleef_expf16_u10avx512f, Sleef_expf8_u10avx2, Sleef_expf4_u10sse2, ...;
-//   sigmoid is 1 / (1 + exp(-x)) on those vectors). The loops exist three times, in
-//   cpu_vmath_sse2.cpp (the x86-64 baseline), cpu_vmath_avx2.cpp (compiled with -mavx2 -mfma)
-//   and cpu_vmath_avx512.cpp (-mavx512f); the first call picks the widest one the CPU and the
-//   OS support (__builtin_cpu_supports), so the plugin runs on any x86-64 machine.
+//   exp, log, tanh, sigmoid, sin, cos, erf and pow of f32 and f64 go through SLEEF's vector
+//   functions of its 1.0-ulp family (Sleef_expf16_u10avx512f, Sleef_expf8_u10avx2,
+//   Sleef_expf4_u10sse2, ...; sigmoid is 1 / (1 + exp(-x)) on those vectors). The loops exist three
+//   times, in cpu_vmath_sse2.cpp (the x86-64 baseline), cpu_vmath_avx2.cpp (compiled with -mavx2
+//   -mfma) and cpu_vmath_avx512.cpp (-mavx512f); the first call picks the widest one the CPU and
+//   the OS support (__builtin_cpu_supports), so the plugin runs on any x86-64 machine.
 //   BACKPLANE_CPU_ISA=sse2|avx2|avx512 caps the choice (the tests run every level; asking for
 //   a level the CPU lacks falls back to the widest it has). Those three files are compiled with
 //   different instruction sets, so they use only intrinsics, SLEEF and their own functions with
@@ -33,7 +33,7 @@
 
 namespace bp::cpu::vmath {
 
-enum Fn : int { kExp, kLog, kTanh, kSigmoid, kSin, kCos, kNumFns };
+enum Fn : int { kExp, kLog, kTanh, kSigmoid, kSin, kCos, kErf, kNumFns };
 
 // One instruction-set level's loops. out[i] = f(in[i]) / pow(a[i], b[i]) for i < n; in and
 // out may be the same array (in place) but must not overlap otherwise.

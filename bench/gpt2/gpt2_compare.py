@@ -28,6 +28,8 @@ projections (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) as Conv1D weights [
 transpose those four to load one (Backplane's Linear is [out, in], as torch.nn.Linear).
 
     python3 bench/gpt2/gpt2_compare.py --device cpu:0 --smoke     # tiny model, seconds
+    python3 bench/gpt2/gpt2_compare.py --config char --device cpu:0 --bench --bench-cpu \
+        --no-compile --batch 8                                     # the character GPT on a CPU
     python3 bench/gpt2/gpt2_compare.py --device cuda:0 --bench --json out/gpt2.json \\
         --markdown out/gpt2.md
 
@@ -51,6 +53,11 @@ LOSS_TOL = 1e-2   # |loss_bp - loss_torch| of the bf16 autocast step
 
 GPT2_SMALL = dict(block_size=1024, vocab_size=50257, n_layer=12, n_head=12, n_embd=768)
 SMOKE = dict(block_size=64, vocab_size=512, n_layer=2, n_head=2, n_embd=64)
+# The character GPT of examples/gpt and examples/python/gpt_chars.py (issue 27's CPU row): its
+# vocabulary is the bytes of /usr/share/common-licenses, 96 of them.
+CHAR = dict(block_size=256, vocab_size=96, n_layer=6, n_head=6, n_embd=384)
+CONFIGS = {"gpt2": GPT2_SMALL, "char": CHAR, "smoke": SMOKE}
+TITLES = {"gpt2": "GPT-2 small (124M)", "char": "the character GPT (10.7M)", "smoke": "GPT-2 smoke"}
 ADAMW = dict(lr=6e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
 
@@ -366,7 +373,10 @@ def markdown(header, comparisons, rows):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", action="append", default=[], help="cpu:0 (default), cuda:0, ...")
-    p.add_argument("--smoke", action="store_true", help="tiny configuration (CI)")
+    p.add_argument("--smoke", action="store_true", help="tiny configuration (CI): --config smoke")
+    p.add_argument("--config", choices=sorted(CONFIGS), default="gpt2",
+                   help="gpt2 (GPT-2 small, the default), char (the character GPT: 6 layers, 6 "
+                   "heads, 384 wide, context 256) or smoke")
     p.add_argument("--seed", type=int, default=int.from_bytes(os.urandom(4), "little"))
     p.add_argument("--cmp-batch", type=int, default=2, help="batch of the comparisons")
     p.add_argument("--cmp-seq", type=int, default=0, help="sequence of the comparisons "
@@ -385,7 +395,9 @@ def main(argv=None):
     p.add_argument("--json", help="write the results here")
     p.add_argument("--markdown", help="write the table here")
     a = p.parse_args(argv)
-    cfg = dict(SMOKE if a.smoke else GPT2_SMALL)
+    if a.smoke:
+        a.config = "smoke"
+    cfg = dict(CONFIGS[a.config])
     a.seq = a.seq or cfg["block_size"]
     seq = a.cmp_seq or cfg["block_size"]
     devices = a.device or ["cpu:0"]
@@ -408,7 +420,7 @@ def main(argv=None):
     ok = all(c["logits_ok"] and c["loss_ok"] for c in comparisons)
     if a.json:  # a docs/bench-data file as it is (title ... rows), plus the raw results
         with open(a.json, "w") as f:
-            json.dump({"title": f"GPT-2 {'smoke' if a.smoke else 'small (124M)'} training "
+            json.dump({"title": f"{TITLES[a.config]} training "
                                 f"against PyTorch, batch {a.batch} x {a.seq}, AdamW",
                        "date": now, "machine": machine, "command": command,
                        "columns": ["device", "run", "tokens/s (median)", "min - max",

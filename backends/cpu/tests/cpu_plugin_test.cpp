@@ -226,8 +226,8 @@ TEST_F(PluginTest, SupportTableMatchesTheCatalogue) {
   EXPECT_EQ(yes, want_yes);
 }
 
-// A bad BACKPLANE_CPU_MATMUL_THREADS, BACKPLANE_CPU_SERIAL_THRESHOLD or BACKPLANE_CPU_LOOPS
-// makes init fail with a
+// A bad BACKPLANE_CPU_MATMUL_THREADS, BACKPLANE_CPU_SERIAL_THRESHOLD, BACKPLANE_CPU_LOOPS or
+// BACKPLANE_CPU_BF16_MATMUL makes init fail with a
 // message naming the variable and the values it takes (checked in a fresh process of this
 // binary, since init runs once per process).
 TEST_F(PluginTest, BadEnvironmentValuesFailInitWithTheVariableNamed) {
@@ -237,7 +237,9 @@ TEST_F(PluginTest, BadEnvironmentValuesFailInitWithTheVariableNamed) {
            {"BACKPLANE_CPU_SERIAL_THRESHOLD=-3",
             "BACKPLANE_CPU_SERIAL_THRESHOLD='-3' is not a positive integer"},
            {"BACKPLANE_CPU_LOOPS=sometimes",
-            "BACKPLANE_CPU_LOOPS='sometimes' is not 'auto' (the default), 'tbb' or 'openmp'"}}) {
+            "BACKPLANE_CPU_LOOPS='sometimes' is not 'auto' (the default), 'tbb' or 'openmp'"},
+           {"BACKPLANE_CPU_BF16_MATMUL=half",
+            "BACKPLANE_CPU_BF16_MATMUL='half' is not 'onednn' (the default) or 'f32'"}}) {
     const bp_test::ChildResult r =
         bp_test::rerun_self(env, "PluginTest.Identity", "--gtest_brief=1");
     EXPECT_FALSE(r.exited_zero()) << env << ": " << r.output;
@@ -341,12 +343,13 @@ TEST(SharedCases, MatmulKernels) {
   bpc::expect_shared_cases_pass(plugin_path(), "kernels", 0,
                                 {"kernels.matmul_*", "kernels.linear_*"}, 10);
 }
-// The transcendental cases: run by the cpu_plugin.<isa> variants, each narrower vector-math
-// table (Note [CPU vector math]).
+// The transcendental cases (and the activations built on them, Note [CPU activations]): run by
+// the cpu_plugin.<isa> variants, each narrower vector-math table (Note [CPU vector math]).
 TEST(SharedCases, VectorMathKernels) {
   bpc::expect_shared_cases_pass(
       plugin_path(), "kernels", 0,
-      {"kernels.exp_*", "kernels.log_*", "kernels.tanh_*", "kernels.sigmoid_*", "kernels.pow_*"},
+      {"kernels.exp_*", "kernels.log_*", "kernels.tanh_*", "kernels.sigmoid_*", "kernels.pow_*",
+       "kernels.gelu*", "kernels.silu*"},
       10);
 }
 
