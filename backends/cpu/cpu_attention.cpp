@@ -5,7 +5,8 @@
 //   blocks of query rows; a block's scores S = scale Q K^T come from one gemm (oneDNN's sgemm for
 //   f32, OpenBLAS's dgemm for f64; f16/bf16 are converted to f32 first, per (batch, head)), over
 //   only the keys a causal mask leaves (j < block end). Each row subtracts its maximum before
-//   exp (SLEEF's vector exp, Note [CPU vector math]) and sums in double, so any finite input
+//   exp (SLEEF's vector exp, Note [CPU vector math]) and sums in double (f32 rows: the vector
+//   sums of Note [CPU f32 sums], whose lanes end in double), so any finite input
 //   gives finite results whatever the row length; lse = max + log(sum) is saved. The weights,
 //   times the dropout factor z of the Philox draw, multiply V in a second gemm. The block height
 //   keeps the score tile near 256K values, so memory grows with the key length but never with
@@ -96,6 +97,19 @@ C keep_factor(const AttnAttrs& a, uint64_t element) {
   return static_cast<double>(u) < a.p ? C(0) : static_cast<C>(1.0 / (1.0 - a.p));
 }
 
+// The sum of a row of probabilities: f32 rows in the vector sums of Note [CPU f32 sums] (below 20
+// float roundings of the sum, which here is the sum of magnitudes), f64 rows in order.
+template <class C>
+double row_sum(const C* row, int64_t n) {
+  if constexpr (std::is_same_v<C, float>) {
+    return vmath::sum(row, n);
+  } else {
+    double sum = 0;
+    for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(row[j]);
+    return sum;
+  }
+}
+
 // The values of one (batch, head) slice of a dense tensor in the compute type: the memory itself
 // for f32/f64, else a converted copy.
 template <class T>
@@ -184,13 +198,16 @@ void attention_kernel(const Launch& l) {
                        }
                        for (int64_t j = 0; j < s; ++j) row[j] -= m;
                        vmath::unary(vmath::kExp, row, row, s);
-                       double sum = 0;
-                       for (int64_t j = 0; j < s; ++j) sum += static_cast<double>(row[j]);
+                       const double sum = row_sum(row, s);
                        pl[bh * g.L + i] = static_cast<ST>(static_cast<double>(m) + std::log(sum));
                        const C inv = static_cast<C>(1.0 / sum);
                        const uint64_t first = static_cast<uint64_t>((bh * g.L + i) * g.S);
-                       for (int64_t j = 0; j < s; ++j)
-                         row[j] *= inv * keep_factor<C>(a, first + static_cast<uint64_t>(j));
+                       if (a.p <= 0) {  // no dropout: one vectorised scaling
+                         for (int64_t j = 0; j < s; ++j) row[j] *= inv;
+                       } else {
+                         for (int64_t j = 0; j < s; ++j)
+                           row[j] *= inv * keep_factor<C>(a, first + static_cast<uint64_t>(j));
+                       }
                      }
                      if (s > 0)
                        gemm(false, false, n, g.Ev, s, C(1), sc.data(), s, v.data(), g.Ev, C(0),
@@ -264,11 +281,15 @@ void attention_backward_kernel(const Launch& l) {
               vmath::unary(vmath::kExp, pr, pr, s);
               const uint64_t first = static_cast<uint64_t>((bh * g.L + i) * g.S);
               const C dd = static_cast<C>(d);
-              for (int64_t j = 0; j < s; ++j) {
-                const C z = keep_factor<C>(a, first + static_cast<uint64_t>(j));
-                const C pij = pr[j];
-                dpr[j] = pij * (z * dpr[j] - dd);  // dS
-                pr[j] = pij * z;                   // P z, for dV
+              if (a.p <= 0) {  // no dropout: z = 1, and P z is P
+                for (int64_t j = 0; j < s; ++j) dpr[j] = pr[j] * (dpr[j] - dd);
+              } else {
+                for (int64_t j = 0; j < s; ++j) {
+                  const C z = keep_factor<C>(a, first + static_cast<uint64_t>(j));
+                  const C pij = pr[j];
+                  dpr[j] = pij * (z * dpr[j] - dd);  // dS
+                  pr[j] = pij * z;                   // P z, for dV
+                }
               }
             }
             // dV += (P z)^T dO; dQ = scale dS K; dK += scale dS^T Q.
