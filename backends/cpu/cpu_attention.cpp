@@ -97,19 +97,6 @@ C keep_factor(const AttnAttrs& a, uint64_t element) {
   return static_cast<double>(u) < a.p ? C(0) : static_cast<C>(1.0 / (1.0 - a.p));
 }
 
-// The sum of a row of probabilities: f32 rows in the vector sums of Note [CPU f32 sums] (below 20
-// float roundings of the sum, which here is the sum of magnitudes), f64 rows in order.
-template <class C>
-double row_sum(const C* row, int64_t n) {
-  if constexpr (std::is_same_v<C, float>) {
-    return vmath::sum(row, n);
-  } else {
-    double sum = 0;
-    for (int64_t j = 0; j < n; ++j) sum += static_cast<double>(row[j]);
-    return sum;
-  }
-}
-
 // The values of one (batch, head) slice of a dense tensor in the compute type: the memory itself
 // for f32/f64, else a converted copy.
 template <class T>
@@ -198,7 +185,7 @@ void attention_kernel(const Launch& l) {
                        }
                        for (int64_t j = 0; j < s; ++j) row[j] -= m;
                        vmath::unary(vmath::kExp, row, row, s);
-                       const double sum = row_sum(row, s);
+                       const double sum = sum_of(row, s);
                        pl[bh * g.L + i] = static_cast<ST>(static_cast<double>(m) + std::log(sum));
                        const C inv = static_cast<C>(1.0 / sum);
                        const uint64_t first = static_cast<uint64_t>((bh * g.L + i) * g.S);

@@ -224,17 +224,6 @@ const char* dt_name(dt d) {
   return d == dt::f32 ? "f32" : d == dt::bf16 ? "bf16" : "f16";
 }
 
-// A two-way switch in the environment: false when `var` is unset, empty or `usual`, true when it
-// is `other`; INVALID_ARGUMENT naming both otherwise.
-bool env_switch(const char* var, const char* usual, const char* other) {
-  const char* env = std::getenv(var);
-  if (!env || !*env || std::strcmp(env, usual) == 0) return false;
-  if (std::strcmp(env, other) == 0) return true;
-  bp::sdk::fail(
-      BP_ERROR_INVALID_ARGUMENT,
-      bp::sdk::format("cpu: %s='%s' is not '%s' (the default) or '%s'", var, env, usual, other));
-}
-
 // Note [CPU convolution layouts]: BACKPLANE_CPU_CONV_LAYOUT=blocked|plain (read once).
 bool blocked_layout() {
   static const bool blocked = !env_switch("BACKPLANE_CPU_CONV_LAYOUT", "blocked", "plain");

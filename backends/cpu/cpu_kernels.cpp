@@ -289,6 +289,15 @@ void set_serial_threshold(int64_t cheap_elements) {
   }
 }
 
+bool env_switch(const char* var, const char* usual, const char* other) {
+  const char* env = std::getenv(var);
+  if (!env || !*env || std::strcmp(env, usual) == 0) return false;
+  if (std::strcmp(env, other) == 0) return true;
+  bp::sdk::fail(
+      BP_ERROR_INVALID_ARGUMENT,
+      bp::sdk::format("cpu: %s='%s' is not '%s' (the default) or '%s'", var, env, usual, other));
+}
+
 void configure_thresholds_from_environment() {
   const char* env = std::getenv("BACKPLANE_CPU_SERIAL_THRESHOLD");
   if (!env || !*env) return;

@@ -66,6 +66,9 @@ KernelFn matmul_family(Op op, bp_dtype dtype);       // matmul linear
 // Makes OpenBLAS single-threaded and reads BACKPLANE_CPU_MATMUL_THREADS (Note [One thread pool]
 // in cpu_matmul.cpp); throws BP_ERROR_INVALID_ARGUMENT naming the variable for a bad value.
 void configure_matmul();
+// A two-way switch in the environment: false when `var` is unset, empty or `usual`, true when it
+// is `other`; INVALID_ARGUMENT "cpu: VAR='v' is not 'usual' (the default) or 'other'" otherwise.
+bool env_switch(const char* var, const char* usual, const char* other);
 KernelFn random_family(Op op, bp_dtype dtype);  // uniform normal
 
 // ---- Byte copies (cpu_copy.cpp): memcpy/memset split across threads when large. ----------

@@ -16,17 +16,6 @@
 namespace bp::cpu {
 namespace {
 
-template <class C>
-double sum_of(const C* p, int64_t n) {
-  if constexpr (std::is_same_v<C, float>) {
-    return vmath::sum(p, n);
-  } else {
-    double s = 0;
-    for (int64_t i = 0; i < n; ++i) s += p[i];
-    return s;
-  }
-}
-
 struct LossAttrs {
   int64_t ignore;
   double smoothing;

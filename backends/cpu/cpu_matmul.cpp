@@ -467,20 +467,8 @@ void linear_kernel(const Launch& l) {
 
 void configure_matmul() {
   openblas_set_num_threads(1);
-  const char* mode = std::getenv("BACKPLANE_CPU_MATMUL_THREADS");
-  if (mode && *mode && std::strcmp(mode, "tbb") != 0 && std::strcmp(mode, "openmp") != 0)
-    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
-                  bp::sdk::format("cpu: BACKPLANE_CPU_MATMUL_THREADS='%s' is not 'tbb' (the "
-                                  "default) or 'openmp'",
-                                  mode));
-  g_openmp_mode = mode && std::strcmp(mode, "openmp") == 0;
-  const char* bf = std::getenv("BACKPLANE_CPU_BF16_MATMUL");
-  if (bf && *bf && std::strcmp(bf, "onednn") != 0 && std::strcmp(bf, "f32") != 0)
-    bp::sdk::fail(BP_ERROR_INVALID_ARGUMENT,
-                  bp::sdk::format("cpu: BACKPLANE_CPU_BF16_MATMUL='%s' is not 'onednn' (the "
-                                  "default) or 'f32'",
-                                  bf));
-  g_bf16_primitive = !(bf && std::strcmp(bf, "f32") == 0);
+  g_openmp_mode = env_switch("BACKPLANE_CPU_MATMUL_THREADS", "tbb", "openmp");
+  g_bf16_primitive = !env_switch("BACKPLANE_CPU_BF16_MATMUL", "onednn", "f32");
   if (const char* t = std::getenv("BACKPLANE_CPU_MATMUL_TILES"); t && *t) {
     char* end = nullptr;
     const long v = std::strtol(t, &end, 10);

@@ -15,6 +15,7 @@
 #include "cpu_kernels.hpp"
 #include "cpu_strided.hpp"
 #include "cpu_types.hpp"
+#include "cpu_vmath.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -171,6 +172,19 @@ KernelFn attention_family(Op op, bp_dtype dtype);
 KernelFn optim_family(Op op, bp_dtype dtype);
 // The fused classification loss (minor 8): cross_entropy and its backward (cpu_loss.cpp).
 KernelFn loss_family(Op op, bp_dtype dtype);
+
+// The sum of n values of a compute type in double: f32 through the vector sums of Note [CPU f32
+// sums] (below 20 float roundings of the sum of magnitudes), f64 in order.
+template <class C>
+double sum_of(const C* p, int64_t n) {
+  if constexpr (std::is_same_v<C, float>) {
+    return vmath::sum(p, n);
+  } else {
+    double s = 0;
+    for (int64_t i = 0; i < n; ++i) s += static_cast<double>(p[i]);
+    return s;
+  }
+}
 
 }  // namespace bp::cpu
 

@@ -19,23 +19,13 @@ mkdir -p "$out"
 # The cpu plugin's oneDNN and OpenBLAS, packed by `tools/gpu/cpu_speed.sh --pack`.
 source "$(dirname "${BASH_SOURCE[0]}")/cpu_speed_env.sh" "$build"
 [ -n "${BP_CPU_LIBS:-}" ] && trap 'rm -rf "$BP_CPU_LIBS"' EXIT
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 STEP_TAIL=${STEP_TAIL:-30}
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 steps=${STEPS:-cpu counts dlpack graphs native}
-summary=()
-step() {  # step NAME CMD...
-  local name=$1
-  shift
-  case " $steps " in *" $name "*) ;; *) return ;; esac
-  echo "=== $name: $*"
-  local t0=$SECONDS
-  "$@" > "$out/$name.log" 2>&1
-  local rc=$?
-  tail -n 30 "$out/$name.log"
-  summary+=("$name rc=$rc $((SECONDS - t0))s")
-}
-counts() {
-  local src=$out/counts.cpp
-  cat > "$src" <<'CPP'
+want() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
+# The counts step's program (common.sh's step runs commands under timeout, not functions).
+if want counts; then
+  cat > "$out/counts.cpp" <<'CPP'
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -56,15 +46,15 @@ int main() {
                 ns<Plain>(5000000), ns<Shared>(5000000));
 }
 CPP
-  g++ -O2 -pthread "$src" -o "$out/counts" && taskset -c 1 "$out/counts"
-}
-step cpu bash -c "lscpu | grep -E 'Model name|^CPU\(s\)' | cut -c1-120"
-step counts counts
-PYTHONPATH=$build/python step dlpack bash -c \
+fi
+want cpu && step cpu bash -c "lscpu | grep -E 'Model name|^CPU\(s\)' | cut -c1-120"
+want counts && step counts bash -c \
+  "g++ -O2 -pthread '$out/counts.cpp' -o '$out/counts' && taskset -c 1 '$out/counts'"
+want dlpack && PYTHONPATH=$build/python step dlpack bash -c \
   'for c in 1 5 9 1 5 9; do taskset -c $c python3 bench/python/dlpack_import_cost.py; done'
-step graphs env BP_TEST_DEVICES=cuda:0,cpu:0 "$build/bin/bp_device_tests" \
+want graphs && step graphs env BP_TEST_DEVICES=cuda:0,cpu:0 "$build/bin/bp_device_tests" \
   --gtest_filter='*Graph*' --gtest_brief=1
-PYTHONPATH=$build/python BP_TEST_DEVICES=cuda:0,cpu:0 step native bash -c \
+want native && PYTHONPATH=$build/python BP_TEST_DEVICES=cuda:0,cpu:0 step native bash -c \
   "$build/bin/bp_device_tests --gtest_filter='*NativeTest*' --gtest_brief=1 &&
    python3 -m pytest -q -x python/tests -k 'dlpack or graph'"
 echo "=== summary"
