@@ -48,6 +48,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -167,13 +168,13 @@ long this_thread_tid() noexcept {
 }
 }  // namespace
 
-// An open capture: the interceptor of its device (Note [Capture threads]).
 // Note [Buffers a graph keeps]
 //   A graph keeps alive every buffer its work touches (graph.hpp). It holds their plugin handles,
 //   not the Buffer objects: the capture registers each handle with its device
 //   (DeviceState::hold_buffer), and a Buffer dropped while some graph holds it leaves its free
 //   with the device (defer_free, which ~Buffer tries only while any handle is held: one load
-//   otherwise); the last graph to let go of the handle frees it, after its replays have finished.
+//   otherwise; while any graph holds a handle of the device, each free there takes the table's
+//   lock once); the last graph to let go of the handle frees it, after its replays have finished.
 //   Holding the objects needed a shared_ptr from a Buffer& (the copies of Device's public API
 //   take references), and Buffer's enable_shared_from_this cost every buffer four atomic
 //   read-modify-writes of its counts, a quarter of a DLPack import (Note [DLPack import cost]).
@@ -201,7 +202,8 @@ class HeldBuffers {
   void add(bp_buffer* b) {
     if (!b || !ds_ || !seen_.insert(b).second) return;  // NULL: a 0-byte buffer, nothing to free
     try {
-      handles_.reserve(handles_.size() + 1);
+      if (handles_.size() == handles_.capacity())
+        handles_.reserve(std::max<size_t>(16, 2 * handles_.capacity()));
       ds_->hold_buffer(b);
     } catch (...) {
       seen_.erase(b);
@@ -221,6 +223,7 @@ class HeldBuffers {
   std::unordered_set<bp_buffer*> seen_;
 };
 
+// An open capture: the interceptor of its device (Note [Capture threads]).
 struct CaptureState final : Interceptor {
   Device* dev = nullptr;
   DeviceState* ds = nullptr;
