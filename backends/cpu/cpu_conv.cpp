@@ -314,7 +314,7 @@ DnnlPrimitive make_conv(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bia
     // magnitude slower than converting to f32 (ResNet-18's bf16 training ran at 0.02x PyTorch
     // on a 16-core Xeon); such a primitive counts as unimplemented, so the f32 route runs.
     auto reject_reference = [&](const auto& pd) {
-      if (d != dt::f32 && std::string(pd.impl_info_str()).find("ref") != std::string::npos)
+      if (d != dt::f32 && is_reference(pd.impl_info_str()))
         throw dnnl::error(dnnl_unimplemented, "only oneDNN's reference implementation");
     };
     if (pass == Pass::kForward) {
@@ -392,7 +392,7 @@ DnnlPrimitive make_conv(Pass pass, const ConvGeom& g, int64_t nb, dt d, bool bia
 void execute(const DnnlPrimitive& p, std::unordered_map<int, dnnl::memory>& args) {
   OmpThreads threads(p.threads);  // the count it was created for (Note [CPU primitive cache])
   AlignedBuffer scratch(p.scratchpad.get_size());
-  args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(p.scratchpad, dnnl_engine(), scratch.get()));
+  args.emplace(DNNL_ARG_SCRATCHPAD, dnnl_mem(p.scratchpad, scratch.get()));
   try {
     AlignedBuffer staged[3];
     dnnl::memory plain[3];
@@ -425,10 +425,6 @@ void execute(const DnnlPrimitive& p, std::unordered_map<int, dnnl::memory>& args
                   bp::sdk::format("cpu:0: oneDNN convolution failed: %s (status %d)", e.what(),
                                   static_cast<int>(e.status)));
   }
-}
-
-dnnl::memory mem(const dnnl::memory::desc& md, const void* p) {
-  return dnnl::memory(md, dnnl_engine(), const_cast<void*>(p));
 }
 
 // How the batch is split (Note [CPU convolution]): chunks of nb images, each a one-threaded
@@ -510,10 +506,11 @@ void dnnl_forward(const ConvGeom& g, dt d, const void* x, const void* w, const f
   over_batch(g, plan, [&](int64_t, int64_t n0, int64_t nb) {
     const auto p = conv_prim(Pass::kForward, g, nb, plan.threads(), d, bias != nullptr);
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, mem(p->md[0], static_cast<const char*>(x) + n0 * g.C * g.H * g.W * es)},
-        {DNNL_ARG_WEIGHTS, mem(p->md[1], w)},
-        {DNNL_ARG_DST, mem(p->md[2], static_cast<const char*>(y) + n0 * g.K * g.P * g.Q * es)}};
-    if (bias) args.emplace(DNNL_ARG_BIAS, mem(p->md[3], bias));
+        {DNNL_ARG_SRC, dnnl_mem(p->md[0], static_cast<const char*>(x) + n0 * g.C * g.H * g.W * es)},
+        {DNNL_ARG_WEIGHTS, dnnl_mem(p->md[1], w)},
+        {DNNL_ARG_DST,
+         dnnl_mem(p->md[2], static_cast<const char*>(y) + n0 * g.K * g.P * g.Q * es)}};
+    if (bias) args.emplace(DNNL_ARG_BIAS, dnnl_mem(p->md[3], bias));
     execute(*p, args);
   });
 }
@@ -524,10 +521,10 @@ void dnnl_backward_data(const ConvGeom& g, dt d, const void* dy, const void* w, 
   over_batch(g, plan, [&](int64_t, int64_t n0, int64_t nb) {
     const auto p = conv_prim(Pass::kBackwardData, g, nb, plan.threads(), d, false);
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_DIFF_SRC, mem(p->md[0], static_cast<char*>(dx) + n0 * g.C * g.H * g.W * es)},
-        {DNNL_ARG_WEIGHTS, mem(p->md[1], w)},
+        {DNNL_ARG_DIFF_SRC, dnnl_mem(p->md[0], static_cast<char*>(dx) + n0 * g.C * g.H * g.W * es)},
+        {DNNL_ARG_WEIGHTS, dnnl_mem(p->md[1], w)},
         {DNNL_ARG_DIFF_DST,
-         mem(p->md[2], static_cast<const char*>(dy) + n0 * g.K * g.P * g.Q * es)}};
+         dnnl_mem(p->md[2], static_cast<const char*>(dy) + n0 * g.K * g.P * g.Q * es)}};
     execute(*p, args);
   });
 }
@@ -543,10 +540,10 @@ void dnnl_backward_weights(const ConvGeom& g, dt d, const void* x, const void* d
     const auto p = conv_prim(Pass::kBackwardWeights, g, nb, plan.threads(), d, false);
     float* out = c == 0 ? dw32 : partial.get<float>() + (c - 1) * wn;
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, mem(p->md[0], static_cast<const char*>(x) + n0 * g.C * g.H * g.W * es)},
-        {DNNL_ARG_DIFF_WEIGHTS, mem(p->md[1], out)},
+        {DNNL_ARG_SRC, dnnl_mem(p->md[0], static_cast<const char*>(x) + n0 * g.C * g.H * g.W * es)},
+        {DNNL_ARG_DIFF_WEIGHTS, dnnl_mem(p->md[1], out)},
         {DNNL_ARG_DIFF_DST,
-         mem(p->md[2], static_cast<const char*>(dy) + n0 * g.K * g.P * g.Q * es)}};
+         dnnl_mem(p->md[2], static_cast<const char*>(dy) + n0 * g.K * g.P * g.Q * es)}};
     execute(*p, args);
   });
   if (chunks > 1)

@@ -77,6 +77,18 @@ std::shared_ptr<const DnnlPrimitive> dnnl_cached(const std::string& key, int thr
   });
 }
 
+dnnl::memory dnnl_mem(const dnnl::memory::desc& md, const void* p) {
+  return dnnl::memory(md, dnnl_engine(), const_cast<void*>(p));
+}
+
+void dnnl_run(const DnnlPrimitive& p, std::unordered_map<int, dnnl::memory>& args) {
+  OmpThreads threads(p.threads);
+  AlignedBuffer scratch(p.scratchpad.get_size());
+  args.insert_or_assign(DNNL_ARG_SCRATCHPAD, dnnl_mem(p.scratchpad, scratch.get()));
+  p.prim.execute(dnnl_stream(), args);
+  dnnl_stream().wait();
+}
+
 size_t dnnl_cache_size() {
   return cache().size();
 }

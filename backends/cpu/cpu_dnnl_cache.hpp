@@ -40,6 +40,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <unordered_map>
 
 namespace bp::cpu {
 
@@ -74,6 +75,16 @@ struct DnnlPrimitive {
 // with OpenMP's thread count set to `threads` (Note [CPU primitive cache]).
 std::shared_ptr<const DnnlPrimitive> dnnl_cached(const std::string& key, int threads,
                                                  const std::function<DnnlPrimitive()>& make);
+// A oneDNN memory over `p` (CPU memories wrap the caller's pointer; nothing is copied).
+dnnl::memory dnnl_mem(const dnnl::memory::desc& md, const void* p);
+// Runs p.prim with `args` and a user scratchpad of p.scratchpad on the calling thread, with the
+// OpenMP thread count it was created for, and waits. Throws dnnl::error.
+void dnnl_run(const DnnlPrimitive& p, std::unordered_map<int, dnnl::memory>& args);
+// Note [oneDNN reference kernels] (cpu_conv.cpp): whether a primitive descriptor's
+// implementation is oneDNN's reference kernel, far slower than converting to f32.
+inline bool is_reference(const char* impl_info) {
+  return std::string(impl_info).find("ref") != std::string::npos;
+}
 // Entries currently cached, and the bound (for tests).
 size_t dnnl_cache_size();
 inline constexpr size_t kDnnlCacheCapacity = 256;

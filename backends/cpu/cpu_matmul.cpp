@@ -164,39 +164,37 @@ struct LinearEpilogue {
 //   BACKPLANE_CPU_BF16_MATMUL=f32 (read at init) always takes that route.
 bool g_bf16_primitive = true;
 
-// Whether the entry holds a usable primitive (native): a failed or reference-only build is
-// cached as not native, so it is tried once per key.
+// out = ep(a b) for one tile through the cached bf16 matmul primitive; false when there is none
+// for it (the caller then takes the f32 route). A failed or reference-only build is cached as not
+// native, so it is tried once per key.
 template <class Ep>
 bool bf16_product(const Mat<bf16>& a, const Mat<bf16>& b, bf16* out, int64_t ors, int64_t ocs,
                   const Ep& ep, int64_t j0) {
   using dnnl::memory;
   const int64_t M = a.rows, K = a.cols, N = b.cols;
   const bf16* bias = nullptr;
-  int64_t bias_stride = 0;
   bool relu = false;
   if constexpr (Ep::kActive) {
-    bias = ep.bias ? ep.bias + j0 * ep.bias_stride : nullptr;
-    bias_stride = ep.bias_stride;
-    relu = ep.relu;
     // oneDNN 2.6's matmul gave wrong sums for a bias with a stride (conformance's
     // linear_strided_bias): the f32 route takes those.
-    if (bias && bias_stride != 1 && N > 1) return false;
+    if (ep.bias && ep.bias_stride != 1 && N > 1) return false;
+    bias = ep.bias ? ep.bias + j0 * ep.bias_stride : nullptr;
+    relu = ep.relu;
   }
   // Strides of size-1 dimensions do not matter: 1 for oneDNN (0 is a broadcast to it).
   auto st = [](int64_t size, int64_t stride) { return size == 1 ? int64_t{1} : stride; };
   const memory::dims sa{st(M, a.rs), st(K, a.cs)}, sb{st(K, b.rs), st(N, b.cs)},
       so{st(M, ors), st(N, ocs)};
-  const memory::dims sbias{N, st(N, bias_stride)};
   auto ll = [](int64_t v) { return static_cast<long long>(v); };
-  const std::string key = bp::sdk::format(
-      "matmul bf16 %lldx%lldx%lld a%lld,%lld b%lld,%lld o%lld,%lld bias%d,%lld relu%d", ll(M),
-      ll(N), ll(K), ll(sa[0]), ll(sa[1]), ll(sb[0]), ll(sb[1]), ll(so[0]), ll(so[1]), bias ? 1 : 0,
-      ll(sbias[1]), relu ? 1 : 0);
+  const std::string key =
+      bp::sdk::format("matmul bf16 %lldx%lldx%lld a%lld,%lld b%lld,%lld o%lld,%lld bias%d relu%d",
+                      ll(M), ll(N), ll(K), ll(sa[0]), ll(sa[1]), ll(sb[0]), ll(sb[1]), ll(so[0]),
+                      ll(so[1]), bias ? 1 : 0, relu ? 1 : 0);
   auto p = dnnl_cached(key, 1, [&] {
     DnnlPrimitive out_p;
     const memory::desc src({M, K}, memory::data_type::bf16, sa),
         wei({K, N}, memory::data_type::bf16, sb), dst({M, N}, memory::data_type::bf16, so),
-        bmd({1, N}, memory::data_type::bf16, sbias);
+        bmd({1, N}, memory::data_type::bf16, memory::format_tag::ab);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
     if (relu) {
@@ -208,9 +206,7 @@ bool bf16_product(const Mat<bf16>& a, const Mat<bf16>& b, bf16* out, int64_t ors
       const dnnl::matmul::desc d =
           bias ? dnnl::matmul::desc(src, wei, bmd, dst) : dnnl::matmul::desc(src, wei, dst);
       const dnnl::matmul::primitive_desc pd(d, attr, dnnl_engine());
-      // Note [oneDNN reference kernels] (cpu_conv.cpp): the reference kernel is far slower
-      // than the f32 route.
-      if (std::string(pd.impl_info_str()).find("ref") != std::string::npos) {
+      if (is_reference(pd.impl_info_str())) {
         out_p.native = false;
         return out_p;
       }
@@ -226,18 +222,12 @@ bool bf16_product(const Mat<bf16>& a, const Mat<bf16>& b, bf16* out, int64_t ors
     return out_p;
   });
   if (!p->native) return false;
-  AlignedBuffer scratch(p->scratchpad.get_size());
-  auto mem = [](const memory::desc& md, const void* ptr) {
-    return memory(md, dnnl_engine(), const_cast<void*>(ptr));
-  };
-  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, mem(p->md[0], a.p)},
-                                          {DNNL_ARG_WEIGHTS, mem(p->md[1], b.p)},
-                                          {DNNL_ARG_DST, mem(p->md[2], out)},
-                                          {DNNL_ARG_SCRATCHPAD, mem(p->scratchpad, scratch.get())}};
-  if (bias) args.emplace(DNNL_ARG_BIAS, mem(p->md[3], bias));
-  OmpThreads threads(p->threads);
+  std::unordered_map<int, memory> args = {{DNNL_ARG_SRC, dnnl_mem(p->md[0], a.p)},
+                                          {DNNL_ARG_WEIGHTS, dnnl_mem(p->md[1], b.p)},
+                                          {DNNL_ARG_DST, dnnl_mem(p->md[2], out)}};
+  if (bias) args.emplace(DNNL_ARG_BIAS, dnnl_mem(p->md[3], bias));
   try {
-    p->prim.execute(dnnl_stream(), args);
+    dnnl_run(*p, args);
   } catch (const dnnl::error& e) {
     bp::sdk::fail(BP_ERROR_INTERNAL,
                   bp::sdk::format("cpu:0: matmul(bf16): oneDNN's matmul (%lld x %lld x %lld) "

@@ -86,22 +86,15 @@ void layer_norm_onednn(const Launch& l, const float* x, const float* w, const fl
   auto run = [&](int64_t c) {
     const int64_t r0 = c * chunk, n = std::min(chunk, M - r0);
     auto p = layer_norm_primitive(n, N, w != nullptr, b != nullptr, eps);
-    auto mem = [&](const dnnl::memory::desc& md, const void* ptr) {
-      return dnnl::memory(md, dnnl_engine(), const_cast<void*>(ptr));
-    };
-    AlignedBuffer scratch(p->scratchpad.get_size());
     std::unordered_map<int, dnnl::memory> args = {
-        {DNNL_ARG_SRC, mem(p->md[0], x + r0 * N)},
-        {DNNL_ARG_DST, mem(p->md[0], y + r0 * N)},
-        {DNNL_ARG_MEAN, mem(p->md[2], mean + r0)},
-        {DNNL_ARG_VARIANCE, mem(p->md[2], rstd + r0)},
-        {DNNL_ARG_SCRATCHPAD, mem(p->scratchpad, scratch.get())}};
-    if (w) args.emplace(DNNL_ARG_SCALE, mem(p->md[1], w));
-    if (b) args.emplace(DNNL_ARG_SHIFT, mem(p->md[1], b));
+        {DNNL_ARG_SRC, dnnl_mem(p->md[0], x + r0 * N)},
+        {DNNL_ARG_DST, dnnl_mem(p->md[0], y + r0 * N)},
+        {DNNL_ARG_MEAN, dnnl_mem(p->md[2], mean + r0)},
+        {DNNL_ARG_VARIANCE, dnnl_mem(p->md[2], rstd + r0)}};
+    if (w) args.emplace(DNNL_ARG_SCALE, dnnl_mem(p->md[1], w));
+    if (b) args.emplace(DNNL_ARG_SHIFT, dnnl_mem(p->md[1], b));
     try {
-      OmpThreads threads(1);
-      p->prim.execute(dnnl_stream(), args);
-      dnnl_stream().wait();
+      dnnl_run(*p, args);  // built for one thread: it runs on a oneTBB worker
     } catch (const dnnl::error& e) {
       launch_error(l, bp::sdk::format("oneDNN layer normalisation failed: %s (status %d)", e.what(),
                                       static_cast<int>(e.status)));

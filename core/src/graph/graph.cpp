@@ -48,7 +48,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -183,15 +182,12 @@ class HeldBuffers {
   HeldBuffers() = default;
   explicit HeldBuffers(DeviceState& ds) noexcept : ds_(&ds) {}
   HeldBuffers(HeldBuffers&& o) noexcept
-      : ds_(std::exchange(o.ds_, nullptr)),
-        handles_(std::move(o.handles_)),
-        seen_(std::move(o.seen_)) {}
+      : ds_(std::exchange(o.ds_, nullptr)), handles_(std::move(o.handles_)) {}
   HeldBuffers& operator=(HeldBuffers&& o) noexcept {
     if (this != &o) {
       clear();
       ds_ = std::exchange(o.ds_, nullptr);
       handles_ = std::move(o.handles_);
-      seen_ = std::move(o.seen_);
     }
     return *this;
   }
@@ -200,27 +196,23 @@ class HeldBuffers {
   // Holds `b` until clear() (once however often it is added); throws std::bad_alloc only,
   // holding nothing new then.
   void add(bp_buffer* b) {
-    if (!b || !ds_ || !seen_.insert(b).second) return;  // NULL: a 0-byte buffer, nothing to free
+    if (!b || !ds_ || !handles_.insert(b).second) return;  // NULL: a 0-byte buffer, nothing to free
     try {
-      if (handles_.size() == handles_.capacity())
-        handles_.reserve(std::max<size_t>(16, 2 * handles_.capacity()));
       ds_->hold_buffer(b);
     } catch (...) {
-      seen_.erase(b);
+      handles_.erase(b);
       throw;
     }
-    handles_.push_back(b);
   }
   void clear() noexcept {
-    if (ds_ && !handles_.empty()) ds_->unhold_buffers(handles_);
+    if (ds_)
+      for (bp_buffer* b : handles_) ds_->unhold_buffer(b);
     handles_.clear();
-    seen_.clear();
   }
 
  private:
   DeviceState* ds_ = nullptr;
-  std::vector<bp_buffer*> handles_;
-  std::unordered_set<bp_buffer*> seen_;
+  std::unordered_set<bp_buffer*> handles_;
 };
 
 // An open capture: the interceptor of its device (Note [Capture threads]).

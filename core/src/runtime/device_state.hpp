@@ -204,8 +204,8 @@ struct DeviceState {
   // (`stream` is moved there).
   bool defer_free(bp_buffer* b, uint64_t size, std::shared_ptr<StreamState>& stream,
                   bool imported) noexcept;
-  // Each of `bs` is held by one graph fewer; frees those whose Buffer went meanwhile.
-  void unhold_buffers(std::span<bp_buffer* const> bs) noexcept;
+  // `b` is held by one graph fewer; freed when that was the last and its Buffer went meanwhile.
+  void unhold_buffer(bp_buffer* b) noexcept;
   // A Buffer's free: the profiler's record of it (not for imported memory), then release().
   void free_buffer(bp_buffer* b, uint64_t size, const StreamState* stream, bool imported) noexcept;
   // True when [p, p + n) lies in one block from host_alloc not yet freed; `ref` then counts a

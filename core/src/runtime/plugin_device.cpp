@@ -306,21 +306,19 @@ bool DeviceState::defer_free(bp_buffer* b, uint64_t size, std::shared_ptr<Stream
   return true;
 }
 
-void DeviceState::unhold_buffers(std::span<bp_buffer* const> bs) noexcept {
-  for (bp_buffer* b : bs) {
-    decltype(held)::node_type due;  // freed after the lock: a release may run its owner's code
-    {
-      std::lock_guard<std::mutex> lock(held_mu);
-      auto it = held.find(b);
-      if (it == held.end() || --it->second.holders != 0) continue;
-      if (it->second.freed)
-        due = held.extract(it);
-      else
-        held.erase(it);
-      held_count.fetch_sub(1, std::memory_order_release);
-    }
-    if (due) free_buffer(b, due.mapped().size, due.mapped().stream.get(), due.mapped().imported);
+void DeviceState::unhold_buffer(bp_buffer* b) noexcept {
+  decltype(held)::node_type due;  // freed after the lock: a release may run its owner's code
+  {
+    std::lock_guard<std::mutex> lock(held_mu);
+    auto it = held.find(b);
+    if (it == held.end() || --it->second.holders != 0) return;
+    if (it->second.freed)
+      due = held.extract(it);
+    else
+      held.erase(it);
+    held_count.fetch_sub(1, std::memory_order_release);
   }
+  if (due) free_buffer(b, due.mapped().size, due.mapped().stream.get(), due.mapped().imported);
 }
 
 // Note [Memory accounting] in memory_counters.hpp: the plugin's allocated, peak_allocated and
