@@ -192,14 +192,21 @@ def conv_bench(torch, dev, cuda, time_ms):
 
                 ms = split_ms(setup, lambda y: y.backward(dy))
                 emit(label + tail, dev, flops / ms / 1e9, "TFLOP/s", impl)
+        x = torch.randn(n, 64, 32, 32, device=dev, dtype=dt)
+        esize = x.element_size()
+        in_bytes = x.numel() * esize
+        mp_bytes = in_bytes * 1.25 + in_bytes * 0.25 * 8 / esize
+        if wanted(f"max_pool2d bwd 3x3 s2 64x32x32 {mname}"):
+            dy = torch.randn(n, 64, 16, 16, device=dev, dtype=dt)
+            ms = split_ms(lambda: F.max_pool2d(x.detach().requires_grad_(), 3, 2, 1),
+                          lambda y: y.backward(dy))
+            emit(f"max_pool2d bwd 3x3 s2 64x32x32 {mname}", dev, mp_bytes / ms / 1e6, "GB/s",
+                 impl)
         with torch.no_grad():
-            x = torch.randn(n, 64, 32, 32, device=dev, dtype=dt)
-            esize = x.element_size()
-            in_bytes = x.numel() * esize
             if wanted(f"max_pool2d 3x3 s2 64x32x32 {mname}"):
                 ms = time_ms(lambda: F.max_pool2d(x, 3, 2, 1, return_indices=True), reps)
-                emit(f"max_pool2d 3x3 s2 64x32x32 {mname}", dev,
-                     (in_bytes * 1.25 + in_bytes * 0.25 * 8 / esize) / ms / 1e6, "GB/s", impl)
+                emit(f"max_pool2d 3x3 s2 64x32x32 {mname}", dev, mp_bytes / ms / 1e6, "GB/s",
+                     impl)
             if wanted(f"avg_pool2d 2x2 s2 64x32x32 {mname}"):
                 ms = time_ms(lambda: F.avg_pool2d(x, 2), reps)
                 emit(f"avg_pool2d 2x2 s2 64x32x32 {mname}", dev, in_bytes * 1.25 / ms / 1e6,

@@ -8,13 +8,17 @@
 //   one thread per input element visits the output windows that can cover it in row-major
 //   (p, q) order and adds their contributions into one accumulator (f32 for f16/bf16) before a
 //   single store: no atomics, and the order the catalogue prescribes, so the result does not
-//   depend on the schedule. Index math is 32-bit when every offset fits.
+//   depend on the schedule. Index math is 32-bit when every offset fits; max pooling does its
+//   window arithmetic in int32_t then too (window_fits_32: each 64-bit multiply or division is
+//   several instructions, and a 3x3 window does little else), and 2x2 and 3x3 windows have
+//   unrolled instances.
 #include "cuda_common.hpp"
 #include "cuda_elementwise.cuh"
 #include "cuda_kernels.hpp"
 #include "cuda_types.cuh"
 
 #include <climits>
+#include <type_traits>
 
 namespace bp::cuda {
 namespace {
@@ -31,67 +35,92 @@ __device__ __forceinline__ bool is_nan(T v) {
   return v != v;
 }
 
-template <class S, class Idx>
+// The window geometry in the type the max-pool kernels do their window arithmetic in: int32_t
+// when every offset fits (window_fits_32), else int64_t. 64-bit multiplies and divisions are
+// several instructions each on the GPU, and the 3x3 forward does little else.
+template <class I>
+struct Win {
+  I h, w, p, q, kh, kw, sh, sw, ph, pw, dh, dw;
+};
+template <class I>
+Win<I> win_of(const Pool& g) {
+  auto c = [](int64_t v) { return static_cast<I>(v); };
+  return Win<I>{c(g.h),  c(g.w),  c(g.p),  c(g.q),  c(g.kh), c(g.kw),
+                c(g.sh), c(g.sw), c(g.ph), c(g.pw), c(g.dh), c(g.dw)};
+}
+
+// K > 0: a K x K window known at compile time (the loops unroll); K = 0: g.kh x g.kw.
+template <class S, class I, int K>
 __global__ void __launch_bounds__(kThreads)
-    max_pool_kernel(const S* x, S* y, int64_t* ind, Pool g, Idx total) {
+    max_pool_kernel(const S* __restrict__ x, S* __restrict__ y, int64_t* __restrict__ ind, Win<I> g,
+                    std::make_unsigned_t<I> total) {
   using C = compute_of_t<S>;
-  const Idx P = static_cast<Idx>(g.p), Q = static_cast<Idx>(g.q);
-  const Idx H = static_cast<Idx>(g.h), W = static_cast<Idx>(g.w);
-  for (Idx o = static_cast<Idx>(blockIdx.x) * kThreads + threadIdx.x; o < total;
-       o += static_cast<Idx>(gridDim.x) * kThreads) {
-    const Idx q = o % Q, p = (o / Q) % P, plane = o / (P * Q);
-    const S* xp = x + plane * H * W;
-    const int64_t h0 = static_cast<int64_t>(p) * g.sh - g.ph;
-    const int64_t w0 = static_cast<int64_t>(q) * g.sw - g.pw;
+  using U = std::make_unsigned_t<I>;
+  const I kh = K > 0 ? K : g.kh, kw = K > 0 ? K : g.kw;
+  for (U o = static_cast<U>(blockIdx.x) * kThreads + threadIdx.x; o < total;
+       o += static_cast<U>(gridDim.x) * kThreads) {
+    const U row = o / static_cast<U>(g.q);
+    const I q = static_cast<I>(o - row * static_cast<U>(g.q));
+    const U plane = row / static_cast<U>(g.p);
+    const I p = static_cast<I>(row - plane * static_cast<U>(g.p));
+    const S* __restrict__ xp = x + static_cast<I>(plane) * g.h * g.w;
+    const I h0 = p * g.sh - g.ph, w0 = q * g.sw - g.pw;
     C best = 0;
-    int64_t best_i = -1;
-    for (int64_t i = 0; i < g.kh; ++i) {
-      const int64_t hh = h0 + i * g.dh;
+    I best_i = -1;
+#pragma unroll
+    for (I i = 0; i < kh; ++i) {
+      const I hh = h0 + i * g.dh;
       if (hh < 0 || hh >= g.h) continue;
-      for (int64_t j = 0; j < g.kw; ++j) {
-        const int64_t ww = w0 + j * g.dw;
+#pragma unroll
+      for (I j = 0; j < kw; ++j) {
+        const I ww = w0 + j * g.dw;
         if (ww < 0 || ww >= g.w) continue;
-        const C v = load(xp[hh * g.w + ww]);
+        const I off = hh * g.w + ww;
+        const C v = load(xp[off]);
         if (best_i < 0 || (!is_nan(best) && (v > best || is_nan(v)))) {
           best = v;
-          best_i = hh * g.w + ww;
+          best_i = off;
         }
       }
     }
     if (best_i < 0) best = -std::numeric_limits<C>::infinity();  // the host rules it out
     y[o] = store<S>(best);
-    ind[o] = best_i < 0 ? 0 : best_i;
+    ind[o] = best_i < 0 ? 0 : static_cast<int64_t>(best_i);
   }
 }
 
 // The output rows [lo, hi] whose windows (start p * s - pad, extent (k - 1) * d + 1) can
 // contain input row h.
-__device__ __forceinline__ void covering(int64_t h, int64_t k, int64_t s, int64_t pad, int64_t d,
-                                         int64_t n_out, int64_t& lo, int64_t& hi) {
-  const int64_t ext = (k - 1) * d + 1;
-  const int64_t num = h + pad - ext + 1;  // p * s >= num
+template <class I>
+__device__ __forceinline__ void covering(I h, I k, I s, I pad, I d, I n_out, I& lo, I& hi) {
+  const I ext = (k - 1) * d + 1;
+  const I num = h + pad - ext + 1;  // p * s >= num
   lo = num <= 0 ? 0 : (num + s - 1) / s;
   hi = (h + pad) / s;  // p * s <= h + pad
   if (hi > n_out - 1) hi = n_out - 1;
 }
 
-template <class S, class Idx>
+template <class S, class I>
 __global__ void __launch_bounds__(kThreads)
-    max_pool_backward_kernel(const S* dy, const int64_t* ind, S* dx, Pool g, Idx total) {
+    max_pool_backward_kernel(const S* __restrict__ dy, const int64_t* __restrict__ ind,
+                             S* __restrict__ dx, Win<I> g, std::make_unsigned_t<I> total) {
   using C = compute_of_t<S>;
-  const Idx H = static_cast<Idx>(g.h), W = static_cast<Idx>(g.w);
-  for (Idx o = static_cast<Idx>(blockIdx.x) * kThreads + threadIdx.x; o < total;
-       o += static_cast<Idx>(gridDim.x) * kThreads) {
-    const Idx ww = o % W, hh = (o / W) % H, plane = o / (H * W);
-    const int64_t self = static_cast<int64_t>(hh) * g.w + ww;
-    int64_t p0, p1, q0, q1;
+  using U = std::make_unsigned_t<I>;
+  for (U o = static_cast<U>(blockIdx.x) * kThreads + threadIdx.x; o < total;
+       o += static_cast<U>(gridDim.x) * kThreads) {
+    const U row = o / static_cast<U>(g.w);
+    const I ww = static_cast<I>(o - row * static_cast<U>(g.w));
+    const U plane = row / static_cast<U>(g.h);
+    const I hh = static_cast<I>(row - plane * static_cast<U>(g.h));
+    const int64_t self = static_cast<int64_t>(hh * g.w + ww);
+    I p0, p1, q0, q1;
     covering(hh, g.kh, g.sh, g.ph, g.dh, g.p, p0, p1);
     covering(ww, g.kw, g.sw, g.pw, g.dw, g.q, q0, q1);
-    const int64_t base = static_cast<int64_t>(plane) * g.p * g.q;
+    const I base = static_cast<I>(plane) * g.p * g.q;
     C acc = 0;
-    for (int64_t p = p0; p <= p1; ++p)
-      for (int64_t q = q0; q <= q1; ++q) {
-        const int64_t k = base + p * g.q + q;
+    for (I p = p0; p <= p1; ++p)
+      for (I q = q0; q <= q1; ++q) {
+        const I k = base + p * g.q + q;
         if (ind[k] == self) acc += load(dy[k]);
       }
     dx[o] = store<S>(acc);
@@ -142,8 +171,8 @@ __global__ void __launch_bounds__(kThreads)
        o += static_cast<Idx>(gridDim.x) * kThreads) {
     const Idx ww = o % W, hh = (o / W) % H, plane = o / (H * W);
     int64_t p0, p1, q0, q1;
-    covering(hh, g.kh, g.sh, g.ph, 1, g.p, p0, p1);
-    covering(ww, g.kw, g.sw, g.pw, 1, g.q, q0, q1);
+    covering<int64_t>(hh, g.kh, g.sh, g.ph, 1, g.p, p0, p1);
+    covering<int64_t>(ww, g.kw, g.sw, g.pw, 1, g.q, q0, q1);
     const S* dyp = dy + static_cast<int64_t>(plane) * g.p * g.q;
     C acc = 0;
     for (int64_t p = p0; p <= p1; ++p)
@@ -272,6 +301,29 @@ void with_index_type(int64_t a, int64_t b, F launch) {
     launch(uint64_t{});
 }
 
+// Whether the max-pool kernels may do their window arithmetic in int32_t: both tensors have
+// fewer than INT_MAX elements and, along each axis, the padded extent plus one window and one
+// stride stays below INT_MAX (the largest offset a thread forms).
+bool window_fits_32(const Pool& g, int64_t big_numel, int64_t pooled_numel) {
+  constexpr int64_t kPart = int64_t{1} << 28;  // each term below this: the sums cannot overflow
+  auto axis = [&](int64_t n, int64_t out, int64_t k, int64_t s, int64_t pad, int64_t d) {
+    if (n >= kPart || out >= kPart || k >= kPart || s >= kPart || pad >= kPart || d >= kPart)
+      return false;
+    return n + 2 * pad + (k - 1) * d + s < INT_MAX && out * s < INT_MAX;
+  };
+  return big_numel < INT_MAX && pooled_numel < INT_MAX && axis(g.h, g.p, g.kh, g.sh, g.ph, g.dh) &&
+         axis(g.w, g.q, g.kw, g.sw, g.pw, g.dw);
+}
+
+// Calls launch(I{}) with I = int32_t when window_fits_32, else int64_t.
+template <class F>
+void with_window_type(const Pool& g, int64_t big_numel, int64_t pooled_numel, F launch) {
+  if (window_fits_32(g, big_numel, pooled_numel))
+    launch(int32_t{});
+  else
+    launch(int64_t{});
+}
+
 template <int D>
 void launch_max_pool(const LaunchArgs& a) {
   using S = storage_t<D>;
@@ -286,9 +338,20 @@ void launch_max_pool(const LaunchArgs& a) {
   const S* x = data_ptr<const S>(a.in[0]);
   S* y = data_ptr<S>(a.out[0]);
   int64_t* ind = data_ptr<int64_t>(a.out[1]);
-  with_index_type(n, numel(a.in[0]), [&](auto i) {
+  const int k = g.kh == g.kw && (g.kh == 2 || g.kh == 3) ? static_cast<int>(g.kh) : 0;
+  with_window_type(g, numel(a.in[0]), n, [&](auto i) {
     using I = decltype(i);
-    max_pool_kernel<S, I><<<grid(a, n), kThreads, 0, a.stream>>>(x, y, ind, g, static_cast<I>(n));
+    using U = std::make_unsigned_t<I>;
+    const Win<I> wg = win_of<I>(g);
+    auto run = [&](auto kernel) {
+      kernel<<<grid(a, n), kThreads, 0, a.stream>>>(x, y, ind, wg, static_cast<U>(n));
+    };
+    if (k == 3)
+      run(max_pool_kernel<S, I, 3>);
+    else if (k == 2)
+      run(max_pool_kernel<S, I, 2>);
+    else
+      run(max_pool_kernel<S, I, 0>);
   });
   BP_CUDA_CHECK(cudaGetLastError());
 }
@@ -311,10 +374,10 @@ void launch_max_pool_backward(const LaunchArgs& a) {
   const S* dy = data_ptr<const S>(a.in[0]);
   const int64_t* ind = data_ptr<const int64_t>(a.in[1]);
   S* dx = data_ptr<S>(a.out[0]);
-  with_index_type(n, numel(a.in[0]), [&](auto i) {
+  with_window_type(g, n, numel(a.in[0]), [&](auto i) {
     using I = decltype(i);
-    max_pool_backward_kernel<S, I>
-        <<<grid(a, n), kThreads, 0, a.stream>>>(dy, ind, dx, g, static_cast<I>(n));
+    max_pool_backward_kernel<S, I><<<grid(a, n), kThreads, 0, a.stream>>>(
+        dy, ind, dx, win_of<I>(g), static_cast<std::make_unsigned_t<I>>(n));
   });
   BP_CUDA_CHECK(cudaGetLastError());
 }

@@ -366,16 +366,27 @@ void bench_conv(bp::Device& d, bool gpu) {
         emit(metric, d, flops / ms / 1e9, "TFLOP/s");
       }
     }
-    bp::NoGradGuard no_grad;
     auto x = bp::randn({n, 64, 32, 32}, d, m.dt);
     const double esize = static_cast<double>(bp::dtype_size(m.dt));
     const double in_bytes = static_cast<double>(x.numel()) * esize;
+    // Both directions move x's bytes once and a quarter of x's elements as values and as int64
+    // indices: forward reads x and writes both; backward reads both and writes dx.
+    const double mp_bytes = in_bytes * 1.25 + in_bytes * 0.25 * 8 / esize;
+    const std::string mpb = std::string("max_pool2d bwd 3x3 s2 64x32x32 ") + m.name;
+    if (wanted(mpb)) {
+      auto dy = bp::randn({n, 64, 16, 16}, d, m.dt);
+      bp::Tensor y;
+      const double ms = time_split_ms(
+          d, [&] { y = F::max_pool2d(x.detach().requires_grad_(), 3, 2, 1); },
+          [&] { y.backward(dy); }, reps);
+      emit(mpb, d, mp_bytes / ms / 1e6, "GB/s");
+    }
+    bp::NoGradGuard no_grad;
     const std::string mp = std::string("max_pool2d 3x3 s2 64x32x32 ") + m.name;
     if (wanted(mp)) {
       const double ms = time_ms(
           d, [&] { auto y = F::max_pool2d(x, 3, 2, 1); }, reps);
-      // x read, values and int64 indices written (a quarter of x's elements each).
-      emit(mp, d, (in_bytes * 1.25 + in_bytes * 0.25 * 8 / esize) / ms / 1e6, "GB/s");
+      emit(mp, d, mp_bytes / ms / 1e6, "GB/s");
     }
     const std::string ap = std::string("avg_pool2d 2x2 s2 64x32x32 ") + m.name;
     if (wanted(ap)) {
