@@ -21,6 +21,7 @@
 #include "cuda_dnn.hpp"
 #include "cuda_kernels.hpp"
 
+#include <algorithm>
 #include <array>
 #include <climits>
 #include <cstdlib>
@@ -216,6 +217,89 @@ int64_t alignment_of(const void* a, const void* b, const void* c) {
   return static_cast<int64_t>(bits & (~bits + 1));
 }
 
+// The engine configurations cuDNN's heuristics (or its fallback list) give for a finalised
+// operation graph, in their order; empty where there are none.
+std::vector<cudnnBackendDescriptor_t> engine_configs(GraphPlan& gp, cudnnBackendDescriptor_t graph,
+                                                     cudnnBackendHeurMode_t mode) {
+  const CudnnApi& api = cudnn();
+  cudnnBackendDescriptor_t heur = gp.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+  if (!heur ||
+      api.cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                   &graph) != CUDNN_STATUS_SUCCESS ||
+      api.cudnnBackendSetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1,
+                                   &mode) != CUDNN_STATUS_SUCCESS ||
+      api.cudnnBackendFinalize(heur) != CUDNN_STATUS_SUCCESS)
+    return {};
+  int64_t count = 0;
+  if (api.cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                   nullptr) != CUDNN_STATUS_SUCCESS ||
+      count <= 0)
+    return {};
+  std::vector<cudnnBackendDescriptor_t> cfgs;
+  for (int64_t i = 0; i < count; ++i) {
+    cudnnBackendDescriptor_t c = gp.make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    if (!c) return {};
+    cfgs.push_back(c);
+  }
+  int64_t got = 0;
+  if (api.cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
+                                   cfgs.data()) != CUDNN_STATUS_SUCCESS)
+    return {};
+  cfgs.resize(static_cast<size_t>(std::clamp<int64_t>(got, 0, count)));
+  return cfgs;
+}
+
+// Sets gp's plan to the first of cfgs whose numerical notes keep the catalogue's numerics, whose
+// plan finalises and whose workspace fits (Note [cuDNN graph convolutions]); false if none.
+bool try_configs(GraphPlan& gp, cudnnHandle_t h, int32_t dtype, bool tf32,
+                 const std::vector<cudnnBackendDescriptor_t>& cfgs) {
+  const CudnnApi& api = cudnn();
+  for (cudnnBackendDescriptor_t cfg : cfgs) {
+    cudnnBackendDescriptor_t engine = gp.make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    int64_t n = 0;
+    if (!engine || api.cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
+                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                                                &engine) != CUDNN_STATUS_SUCCESS)
+      continue;
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    int64_t nnotes = 0;
+    if (api.cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
+                                     CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT,
+                                     &nnotes, notes) != CUDNN_STATUS_SUCCESS)
+      continue;
+    bool usable = true;
+    for (int64_t k = 0; k < nnotes; ++k) {
+      const cudnnBackendNumericalNote_t note = notes[k];
+      if (note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) usable = false;
+      if (dtype == BP_DTYPE_F32 && note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) usable = false;
+      if (dtype == BP_DTYPE_F32 && !tf32 && note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE)
+        usable = false;
+    }
+    if (!usable) continue;
+    cudnnBackendDescriptor_t plan = gp.make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    if (!plan ||
+        api.cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
+                                     &h) != CUDNN_STATUS_SUCCESS ||
+        api.cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                                     &cfg) != CUDNN_STATUS_SUCCESS ||
+        api.cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS)
+      continue;
+    int64_t ws = 0;
+    if (api.cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                     CUDNN_TYPE_INT64, 1, &n, &ws) != CUDNN_STATUS_SUCCESS ||
+        ws < 0 || static_cast<uint64_t>(ws) > kMaxWorkspace)
+      continue;
+    gp.plan = plan;
+    gp.workspace = ws;
+    return true;
+  }
+  return false;
+}
+
 // Note [cuDNN graph convolutions]: the forward plan, or nullptr where the graph API has none.
 std::unique_ptr<GraphPlan> make_graph_forward(cudnnHandle_t h, int32_t dtype, bool tf32,
                                               const ConvGeom& g, int64_t align) {
@@ -273,70 +357,11 @@ std::unique_ptr<GraphPlan> make_graph_forward(cudnnHandle_t h, int32_t dtype, bo
   set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op);
   set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h);
   finalize(graph);
-  cudnnBackendDescriptor_t heur = gp->make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  const cudnnBackendHeurMode_t heur_mode = CUDNN_HEUR_MODE_A;
-  set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
-  set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &heur_mode);
-  finalize(heur);
   if (!ok) return nullptr;
-  int64_t count = 0;
-  if (api.cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
-                                   nullptr) != CUDNN_STATUS_SUCCESS ||
-      count <= 0)
-    return nullptr;
-  count = std::min<int64_t>(count, 16);
-  std::vector<cudnnBackendDescriptor_t> cfgs;
-  for (int64_t i = 0; i < count; ++i) {
-    cudnnBackendDescriptor_t c = gp->make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    if (!c) return nullptr;
-    cfgs.push_back(c);
-  }
-  int64_t got = 0;
-  if (api.cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
-                                   cfgs.data()) != CUDNN_STATUS_SUCCESS)
-    return nullptr;
-  for (int64_t i = 0; i < std::min(got, count); ++i) {
-    cudnnBackendDescriptor_t cfg = cfgs[static_cast<size_t>(i)];
-    cudnnBackendDescriptor_t engine = gp->make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
-    int64_t n = 0;
-    if (!engine || api.cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE,
-                                                CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
-                                                &engine) != CUDNN_STATUS_SUCCESS)
-      continue;
-    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
-    int64_t nnotes = 0;
-    if (api.cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE,
-                                     CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT,
-                                     &nnotes, notes) != CUDNN_STATUS_SUCCESS)
-      continue;
-    bool usable = true;
-    for (int64_t k = 0; k < nnotes; ++k) {
-      const cudnnBackendNumericalNote_t note = notes[k];
-      if (note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION) usable = false;
-      if (dtype == BP_DTYPE_F32 && note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) usable = false;
-      if (dtype == BP_DTYPE_F32 && !tf32 && note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE)
-        usable = false;
-    }
-    if (!usable) continue;
-    cudnnBackendDescriptor_t plan = gp->make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-    if (!plan ||
-        api.cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1,
-                                     &h) != CUDNN_STATUS_SUCCESS ||
-        api.cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
-                                     CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                                     &cfg) != CUDNN_STATUS_SUCCESS ||
-        api.cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS)
-      continue;
-    int64_t ws = 0;
-    if (api.cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                     CUDNN_TYPE_INT64, 1, &n, &ws) != CUDNN_STATUS_SUCCESS ||
-        ws < 0 || static_cast<uint64_t>(ws) > kMaxWorkspace)
-      continue;
-    gp->plan = plan;
-    gp->workspace = ws;
-    return gp;
+  // Heuristics mode A's list first, then cuDNN's fallback list, each whole: for f32 without
+  // TF32 the first configurations are often tensor-core ones, all refused below.
+  for (const cudnnBackendHeurMode_t heur_mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    if (try_configs(*gp, h, dtype, tf32, engine_configs(*gp, graph, heur_mode))) return gp;
   }
   return nullptr;
 }

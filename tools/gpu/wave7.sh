@@ -4,6 +4,9 @@
 #               max-pool kernels do their window arithmetic in int32 now: Note [CUDA pooling])
 #   pool_bench  bench/compare.py --only pool2d (forward and the new backward row) against
 #               PyTorch, REPEAT interleaved runs
+#   conv        cuda_conv_test, bp-conformance's conv2d cases on cuda:0, and bench/compare.py
+#               --only "conv2d fwd" against PyTorch (the graph-API plan walks mode A's whole
+#               list, then the fallback list: Note [cuDNN graph convolutions])
 #   engines     tools/gpu/cudnn_engines.cpp: every graph-API engine configuration for the
 #               stride-2 convolution row (64x32x32 to 128, batch 256) in f32 and bf16, timed
 #   torch_cudnn which engine PyTorch's convolution runs for that row (cuDNN's API log, grepped)
@@ -24,7 +27,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/cpu_speed_env.sh" "$build"
 [ -n "${BP_CPU_LIBS:-}" ] && trap 'rm -rf "$BP_CPU_LIBS"' EXIT
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 STEP_TAIL=${STEP_TAIL:-30}
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-steps=${STEPS:-pool pool_bench engines torch_cudnn dlpack chargpt}
+steps=${STEPS:-pool pool_bench conv engines torch_cudnn dlpack chargpt}
 want() { case " $steps " in *" $1 "*) return 0 ;; esac; return 1; }
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -35,6 +38,12 @@ want pool && STEP_TIMEOUT=120 step pool.conformance "$build/bin/bp-conformance" 
 want pool_bench && STEP_TIMEOUT=150 STEP_TAIL=20 step pool_bench python3 bench/compare.py \
   --bp "$build/bin/bp-bench" --device cuda:0 --only pool2d --repeat "$repeat" \
   --json "$out/compare-pool2d.json"
+want conv && STEP_TIMEOUT=90 step conv.tests "$build/bin/cuda_conv_test" --gtest_brief=1
+want conv && STEP_TIMEOUT=150 step conv.conformance "$build/bin/bp-conformance" \
+  --device cuda:0 --filter 'conv2d' --seed "$(seed)"
+want conv && STEP_TIMEOUT=200 STEP_TAIL=20 step conv.bench python3 bench/compare.py \
+  --bp "$build/bin/bp-bench" --device cuda:0 --only "conv2d fwd" --repeat "$repeat" \
+  --json "$out/compare-conv2d.json"
 if want engines; then
   src=tools/gpu/cudnn_engines.cpp
   inc=$(ls -d /usr/local/cuda/include 2>/dev/null)
@@ -79,3 +88,7 @@ want chargpt && PYTHONPATH=$build/python STEP_TIMEOUT=300 STEP_TAIL=20 step char
   --json "$out/chargpt-cpu.json" --markdown "$out/chargpt-cpu.md"
 echo "=== summary"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+# What comes back is limited in files: the logs travel as one archive.
+(cd "$out" && tar czf logs.tar.gz --exclude=logs.tar.gz --exclude=cudnn_engines --exclude='*.json' \
+  --exclude='*.md' . && find . -maxdepth 1 -type f ! -name logs.tar.gz ! -name '*.json' \
+  ! -name '*.md' -delete)
